@@ -1,0 +1,102 @@
+"""Deltas: the per-response update signal made from a group's rewards.
+
+For one prompt's group of G rewards r_1..r_G (axis `trial`):
+
+    raw         delta_i = r_i
+    centered    delta_i = r_i - mean(r)
+    normalized  delta_i = (r_i - mean(r)) / (std(r) + std_eps)
+    max         delta_i = r_i if r_i == max(r) else 0        (every tied maximum is kept)
+    loo         delta_i = r_i - mean_{j != i} r_j            (leave-one-out baseline)
+
+Conventions (SPEC section 3 lists how implementations differ):
+- `std` is Bessel-corrected (divides by G - 1) by default, as in the lecture and
+  `torch.std`; pass `unbiased=False` for the population std of the GRPO chapter.
+- `std_eps` defaults to the lecture's 1e-5 (TRL uses 1e-4, verl 1e-6).
+- A group whose rewards are all equal carries no signal: every baseline mode
+  gives exact zeros there (set explicitly, since the float mean of equal values
+  can differ from them by rounding), never NaN.
+- A group of one has no baseline: `centered`, `normalized` and `loo` refuse it.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import torch
+from torch import Tensor
+
+
+class DeltaMode(str, Enum):
+    """How rewards become deltas."""
+
+    raw = "raw"
+    centered = "centered"
+    normalized = "normalized"
+    max = "max"
+    loo = "loo"
+
+
+def _centered(rewards: Tensor) -> Tensor:
+    return rewards - rewards.mean(dim=-1, keepdim=True)
+
+
+def _normalized(rewards: Tensor, std_eps: float, unbiased: bool) -> Tensor:
+    std = rewards.std(dim=-1, keepdim=True, correction=1 if unbiased else 0)
+    return _centered(rewards) / (std + std_eps)
+
+
+def _max(rewards: Tensor) -> Tensor:
+    best = rewards.amax(dim=-1, keepdim=True)
+    return torch.where(rewards == best, rewards, torch.zeros_like(rewards))
+
+
+def _leave_one_out(rewards: Tensor) -> Tensor:
+    group_size = rewards.shape[-1]
+    others_mean = (rewards.sum(dim=-1, keepdim=True) - rewards) / (group_size - 1)
+    return rewards - others_mean
+
+
+DELTA_FUNCTIONS = {
+    DeltaMode.raw: lambda rewards, std_eps, unbiased: rewards,
+    DeltaMode.centered: lambda rewards, std_eps, unbiased: _centered(rewards),
+    DeltaMode.normalized: _normalized,
+    DeltaMode.max: lambda rewards, std_eps, unbiased: _max(rewards),
+    DeltaMode.loo: lambda rewards, std_eps, unbiased: _leave_one_out(rewards),
+}
+"""The one dispatch table: mode -> f(rewards float[... trial], std_eps, unbiased)."""
+
+NEEDS_GROUP = frozenset({DeltaMode.centered, DeltaMode.normalized, DeltaMode.loo})
+"""Modes whose baseline needs at least two responses per prompt."""
+
+
+def parse_mode(mode: DeltaMode | str) -> DeltaMode:
+    """An enum member from a member or its name, with an error that lists the choices."""
+    try:
+        return DeltaMode(mode)
+    except ValueError:
+        choices = ", ".join(m.value for m in DeltaMode)
+        raise ValueError(f"unknown delta mode {mode!r}; choose one of: {choices}") from None
+
+
+def compute_deltas(
+    rewards: Tensor,
+    mode: DeltaMode | str,
+    std_eps: float = 1e-5,
+    unbiased: bool = True,
+) -> Tensor:
+    """Rewards float[batch trial] (any leading axes allowed) -> deltas of the same shape.
+
+    `mode` is a `DeltaMode` or its name. `std_eps` and `unbiased` apply to
+    `normalized` only; see the module docstring for the conventions.
+    """
+    mode = parse_mode(mode)
+    if mode in NEEDS_GROUP and rewards.shape[-1] < 2:
+        raise ValueError(f"delta mode {mode.value!r} needs a group of at least 2 responses per prompt, "
+                         f"got group size {rewards.shape[-1]}; use raw or max for G = 1")
+    if not rewards.is_floating_point():
+        rewards = rewards.float()
+    deltas = DELTA_FUNCTIONS[mode](rewards, std_eps, unbiased)
+    if mode in NEEDS_GROUP:
+        constant = rewards.amax(dim=-1, keepdim=True) == rewards.amin(dim=-1, keepdim=True)
+        deltas = deltas.masked_fill(constant, 0.0)
+    return deltas

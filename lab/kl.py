@@ -1,0 +1,75 @@
+"""Per-token KL estimators and the KL penalty to a reference policy.
+
+With the sampled token y ~ pi_theta and rho = pi_ref(y) / pi_theta(y):
+
+    k1 = -log rho                   unbiased for KL(pi_theta || pi_ref), can be negative
+    k2 = (log rho)^2 / 2            biased, always >= 0
+    k3 = rho - log rho - 1          unbiased (E[rho] = 1 on-policy), always >= 0  (Schulman)
+
+    penalty = beta * mean over (batch, trial) of  sum over pos of  k3
+
+The per-position KLs add up over positions because positions are independent
+given the prompt. Used as losses, the estimators' *gradients* differ from their
+values (SPEC claim 14): in expectation grad k1 = 0, grad k2 = grad KL(pi_theta || pi_ref)
+and grad k3 = grad KL(pi_ref || pi_theta).
+
+The reference is a frozen deep copy of the policy (the lecture's `model.clone()`
+does not exist on a torch module, so its KL runs crashed), refreshed every
+`kl_period` epochs; `kl_period = 0` freezes it once at the start.
+"""
+
+from __future__ import annotations
+
+import copy
+from enum import Enum
+
+import torch
+from torch import Tensor, nn
+
+
+def k1(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
+    """-log rho = log pi_theta - log pi_ref, float[... batch trial pos]."""
+    return log_probs - ref_log_probs
+
+
+def k2(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
+    """(log rho)^2 / 2, float[... batch trial pos]."""
+    return 0.5 * (ref_log_probs - log_probs) ** 2
+
+
+def k3(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
+    """rho - log rho - 1 with rho = pi_ref / pi_theta, float[... batch trial pos]."""
+    log_rho = ref_log_probs - log_probs
+    return torch.exp(log_rho) - log_rho - 1
+
+
+class KLEstimator(str, Enum):
+    k1 = "k1"
+    k2 = "k2"
+    k3 = "k3"
+
+
+ESTIMATORS = {KLEstimator.k1: k1, KLEstimator.k2: k2, KLEstimator.k3: k3}
+
+
+def kl_estimate(log_probs: Tensor, ref_log_probs: Tensor, estimator: KLEstimator | str = "k3") -> Tensor:
+    """Sequence KL estimate: per-token estimates summed over pos, averaged over batch and trial -> float[...]."""
+    per_token = ESTIMATORS[KLEstimator(estimator)](log_probs, ref_log_probs)
+    return per_token.sum(dim=-1).mean(dim=(-2, -1))
+
+
+def kl_penalty(log_probs: Tensor, ref_log_probs: Tensor, beta: float | Tensor) -> Tensor:
+    """beta * the k3 sequence estimate, float[...]; beta may be float[...] per leading index."""
+    return beta * kl_estimate(log_probs, ref_log_probs, KLEstimator.k3)
+
+
+def freeze(policy: nn.Module) -> nn.Module:
+    """A frozen copy: same outputs now, no gradient, unaffected by later updates."""
+    frozen = copy.deepcopy(policy)
+    frozen.requires_grad_(False)
+    return frozen
+
+
+def reference_due(epoch: int, kl_period: int) -> bool:
+    """Whether the reference is (re)frozen at the start of `epoch` (epoch 0 always)."""
+    return epoch == 0 or (kl_period > 0 and epoch % kl_period == 0)

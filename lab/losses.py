@@ -1,0 +1,120 @@
+"""Policy-gradient surrogate losses; their gradients are the update.
+
+With per-token log-probs l = log pi_theta(y_q | x), frozen l_old, deltas d
+broadcast over positions, ratio rho = exp(l - l_old), and mean over
+(batch, trial, pos):
+
+    naive      L = -mean(l * d)
+    unclipped  L = -mean(rho * d)
+    clipped    L = -mean(min(rho * d, clip(rho, 1 - eps, 1 + eps) * d))
+
+At theta = theta_old, rho = 1 and grad rho = grad l, so all three have the same
+gradient; they part once the same batch is reused for several steps. Because
+the length is fixed, the token mean equals the mean of per-sequence means and a
+constant multiple of per-sequence sums (SPEC claim 16), so the choice of
+normaliser TRL and verl debate only rescales the loss here.
+
+Any leading axes (such as `run`) are kept: the mean is over the last three.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import torch
+from torch import Tensor
+
+
+class LossMode(str, Enum):
+    """Which surrogate turns deltas into a loss."""
+
+    naive = "naive"
+    unclipped = "unclipped"
+    clipped = "clipped"
+
+
+TOKEN_AXES = (-3, -2, -1)  # batch trial pos
+
+
+def _as_leading(value: float | Tensor, like: Tensor) -> float | Tensor:
+    """A per-run setting float[...] shaped to broadcast against float[... batch trial pos]."""
+    if isinstance(value, Tensor) and value.dim() > 0:
+        return value.reshape(*value.shape, 1, 1, 1).to(like)
+    return value
+
+
+def ratios(log_probs: Tensor, old_log_probs: Tensor) -> Tensor:
+    """rho = pi_theta / pi_old per token: float[... batch trial pos] (old is detached)."""
+    return torch.exp(log_probs - old_log_probs.detach())
+
+
+def _naive(log_probs, token_deltas, old_log_probs, clip_eps):
+    return -(log_probs * token_deltas)
+
+
+def _unclipped(log_probs, token_deltas, old_log_probs, clip_eps):
+    return -(ratios(log_probs, old_log_probs) * token_deltas)
+
+
+def _clipped(log_probs, token_deltas, old_log_probs, clip_eps):
+    rho = ratios(log_probs, old_log_probs)
+    eps = _as_leading(clip_eps, rho)
+    clipped_rho = torch.clamp(rho, 1 - eps, 1 + eps)
+    return -torch.minimum(rho * token_deltas, clipped_rho * token_deltas)
+
+
+LOSS_FUNCTIONS = {
+    LossMode.naive: _naive,
+    LossMode.unclipped: _unclipped,
+    LossMode.clipped: _clipped,
+}
+"""The one dispatch table: mode -> per-token loss float[... batch trial pos]."""
+
+NEEDS_OLD = frozenset({LossMode.unclipped, LossMode.clipped})
+
+
+def parse_mode(mode: LossMode | str) -> LossMode:
+    try:
+        return LossMode(mode)
+    except ValueError:
+        choices = ", ".join(m.value for m in LossMode)
+        raise ValueError(f"unknown loss mode {mode!r}; choose one of: {choices}") from None
+
+
+def compute_loss(
+    log_probs: Tensor,
+    deltas: Tensor,
+    mode: LossMode | str,
+    old_log_probs: Tensor | None = None,
+    clip_eps: float | Tensor = 0.01,
+) -> Tensor:
+    """The surrogate loss, averaged over batch, trial and pos.
+
+    log_probs float[... batch trial pos] (with gradient), deltas float[... batch trial],
+    old_log_probs float[... batch trial pos] (required by `unclipped` and `clipped`;
+    always treated as constants), clip_eps a float or float[...] per leading index.
+    Returns float[...] (a scalar without leading axes).
+    """
+    mode = parse_mode(mode)
+    if mode in NEEDS_OLD and old_log_probs is None:
+        raise ValueError(f"loss mode {mode.value!r} needs old_log_probs (the sampling policy's log-probs)")
+    token_deltas = deltas.unsqueeze(-1)  # float[... batch trial 1]: one delta for every position
+    per_token = LOSS_FUNCTIONS[mode](log_probs, token_deltas, old_log_probs, clip_eps)
+    return per_token.mean(dim=TOKEN_AXES)
+
+
+def clip_fractions(
+    log_probs: Tensor, old_log_probs: Tensor, deltas: Tensor, clip_eps: float | Tensor
+) -> tuple[Tensor, Tensor]:
+    """Fractions of tokens whose clipped term has no gradient, split by side (TRL's low/high).
+
+    low: rho < 1 - eps with delta < 0 (pushed down far enough already);
+    high: rho > 1 + eps with delta > 0 (pushed up far enough already).
+    Returns two float[...] (means over batch, trial, pos).
+    """
+    rho = ratios(log_probs.detach(), old_log_probs)
+    eps = _as_leading(clip_eps, rho)
+    token_deltas = deltas.unsqueeze(-1)
+    low = (rho < 1 - eps) & (token_deltas < 0)
+    high = (rho > 1 + eps) & (token_deltas > 0)
+    return low.float().mean(dim=TOKEN_AXES), high.float().mean(dim=TOKEN_AXES)

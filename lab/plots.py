@@ -1,0 +1,63 @@
+"""Learning-curve figures. The only module of the library that imports matplotlib.
+
+A run's figure follows the lecture's (train loss and mean reward against the
+optimizer step), adds the greedy response's reward and marks the optimum; a KL
+panel appears when a KL penalty is on and a clip panel when the loss clips.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display needed, none assumed
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from lab.records import Records  # noqa: E402
+
+
+def _epoch_steps(records: Records, run: int) -> np.ndarray:
+    """The step at which each epoch's samples were drawn (its first step)."""
+    epochs = records.epoch_metrics["mean_reward"].shape[1]
+    return np.arange(epochs) * records.configs[run].steps
+
+
+def plot_run(records: Records, path: Path, run: int = 0, title: str | None = None) -> Path:
+    """Save run `run`'s curves to `path` (PNG) and return the path."""
+    config = records.configs[run]
+    panels = ["loss", "reward"]
+    if config.kl > 0:
+        panels.append("kl")
+    if config.loss.value == "clipped":
+        panels.append("clip")
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    steps = np.arange(records.step_metrics["loss"].shape[1])
+    epoch_steps = _epoch_steps(records, run)
+    optimum = records.optimum[run].mean()
+    for ax, panel in zip(axes[0], panels):
+        if panel == "loss":
+            ax.plot(steps, records.step_metrics["loss"][run], lw=0.8)
+            ax.set_ylabel("train loss")
+        elif panel == "reward":
+            ax.plot(epoch_steps, records.epoch_metrics["mean_reward"][run], label="mean reward of samples")
+            ax.plot(epoch_steps + config.steps, records.epoch_metrics["greedy_reward"][run],
+                    label="greedy response", lw=0.9, ls="--")
+            ax.axhline(optimum, color="k", lw=0.8, ls=":", label=f"optimum ({optimum:g})")
+            ax.set_ylabel("reward")
+            ax.legend(fontsize=7, loc="lower right")
+        elif panel == "kl":
+            ax.plot(steps, records.step_metrics["kl"][run], lw=0.8)
+            ax.set_ylabel("KL to reference (k3)")
+        elif panel == "clip":
+            ax.plot(steps, records.step_metrics["clip_fraction"][run], lw=0.8)
+            ax.set_ylabel("fraction of tokens clipped")
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title or f"{config.delta.value} deltas, {config.loss.value} loss, "
+                          f"{config.reward} reward, seed {config.seed}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

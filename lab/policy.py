@@ -1,0 +1,131 @@
+"""The lecture's toy policy: a shared embedding, linear encode/decode, tied output.
+
+    h          = sum_p  E[x_p] @ A_p                    (A_p: encode matrix of prompt position p)
+    logits_q   = (h @ B_q) @ E^T                        (B_q: decode matrix of response position q)
+    pi(y | x)  = prod_q softmax(logits_q)[y_q]
+
+Every response position is sampled independently given the prompt (not
+autoregressive), so `log pi(y | x)` is the sum of the per-position log-probs and
+the whole response distribution factorises; that is what makes exact
+enumeration (`lab.exact`) possible.
+
+Parameters may carry a leading `run` axis: `PolicyStack` holds R independent
+policies as one set of tensors so R runs train as one batched computation.
+`policy_logits` is written once with `...` for that optional axis.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from einops import einsum
+from torch import Tensor, nn
+
+
+def init_parameters(
+    vocab_size: int,
+    prompt_length: int,
+    response_length: int,
+    dim: int,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> dict[str, Tensor]:
+    """Draw one policy's parameters: E ~ N(0, 1) (as nn.Embedding), A_p, B_q ~ N(0, 1/dim)."""
+    device = generator.device if generator is not None else device
+
+    def randn(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=generator, device=device)
+
+    scale = 1.0 / math.sqrt(dim)  # keeps h and logits O(1) at initialisation
+    return {
+        "embedding": randn(vocab_size, dim),  # float[vocab dim]
+        "encode": randn(prompt_length, dim, dim) * scale,  # float[pos dim dim]
+        "decode": randn(response_length, dim, dim) * scale,  # float[pos dim dim]
+    }
+
+
+def policy_logits(embedding: Tensor, encode: Tensor, decode: Tensor, prompts: Tensor) -> Tensor:
+    """Logits of every response position.
+
+    embedding float[... vocab dim], encode float[... pos dim dim], decode float[... pos dim dim],
+    prompts int[... batch pos]  ->  float[... batch pos vocab] (pos = response positions).
+    """
+    vocab_size = embedding.shape[-2]
+    # A one-hot matmul instead of indexing keeps the optional run axis trivial.
+    one_hot = nn.functional.one_hot(prompts, vocab_size).to(embedding.dtype)
+    x = einsum(one_hot, embedding, "... batch pos vocab, ... vocab dim -> ... batch pos dim")
+    h = einsum(x, encode, "... batch pos dim_in, ... pos dim_in dim -> ... batch dim")
+    z = einsum(h, decode, "... batch dim_in, ... pos dim_in dim -> ... batch pos dim")
+    return einsum(z, embedding, "... batch pos dim, ... vocab dim -> ... batch pos vocab")
+
+
+class Policy(nn.Module):
+    """One policy of the lecture's shape.
+
+    `forward(prompts: int[batch pos]) -> float[batch pos vocab]` gives the logits of
+    every response position; sampling and log-probs live in `lab.rollout`.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        prompt_length: int,
+        response_length: int,
+        dim: int = 10,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        self.vocab_size, self.prompt_length, self.response_length, self.dim = (
+            vocab_size, prompt_length, response_length, dim,
+        )
+        params = init_parameters(vocab_size, prompt_length, response_length, dim, generator)
+        self.embedding = nn.Parameter(params["embedding"])
+        self.encode = nn.Parameter(params["encode"])
+        self.decode = nn.Parameter(params["decode"])
+
+    def forward(self, prompts: Tensor) -> Tensor:
+        return policy_logits(self.embedding, self.encode, self.decode, prompts)
+
+
+class PolicyStack(nn.Module):
+    """R independent policies with a leading run axis on every parameter.
+
+    Run r is initialised from `generators[r]` exactly as `Policy(..., generator=generators[r])`
+    would be, so a seed's run starts from the same parameters alone or inside a sweep.
+    `forward(prompts: int[batch pos]) -> float[run batch pos vocab]`.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        prompt_length: int,
+        response_length: int,
+        dim: int,
+        generators: list[torch.Generator],
+    ) -> None:
+        super().__init__()
+        self.vocab_size, self.prompt_length, self.response_length, self.dim = (
+            vocab_size, prompt_length, response_length, dim,
+        )
+        per_run = [init_parameters(vocab_size, prompt_length, response_length, dim, g) for g in generators]
+        self.embedding = nn.Parameter(torch.stack([p["embedding"] for p in per_run]))  # float[run vocab dim]
+        self.encode = nn.Parameter(torch.stack([p["encode"] for p in per_run]))  # float[run pos dim dim]
+        self.decode = nn.Parameter(torch.stack([p["decode"] for p in per_run]))  # float[run pos dim dim]
+
+    @property
+    def num_runs(self) -> int:
+        return self.embedding.shape[0]
+
+    def forward(self, prompts: Tensor) -> Tensor:
+        if prompts.dim() == 2:  # the same prompts for every run
+            prompts = prompts.expand(self.num_runs, *prompts.shape)
+        return policy_logits(self.embedding, self.encode, self.decode, prompts)
+
+    def unstack(self, run: int) -> Policy:
+        """Run `run` as a standalone `Policy` (a copy: training one does not move the other)."""
+        policy = Policy(self.vocab_size, self.prompt_length, self.response_length, self.dim)
+        with torch.no_grad():
+            for name in ("embedding", "encode", "decode"):
+                getattr(policy, name).copy_(getattr(self, name)[run])
+        return policy.to(self.embedding.device)

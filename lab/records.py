@@ -1,0 +1,188 @@
+"""What a training call returns, what each metric means, and how it is written.
+
+Records hold one row per (run, optimizer step). Per-epoch metrics (those of the
+epoch's samples and of the greedy evaluation) repeat on every step row of their
+epoch, so `metrics.csv` is one flat table. Files are written atomically: to a
+temporary name first, then renamed, so an interrupted run leaves no file that
+looks complete.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+STEP_METRICS = {
+    "loss": "the minimised loss: surrogate + beta * KL (its value is not progress; the reward is)",
+    "pg_loss": "the surrogate alone (naive / unclipped / clipped)",
+    "kl": "k3 estimate of KL(pi_theta || pi_ref) per sequence on the epoch's samples "
+          "(recorded also when beta = 0; TRL `kl`, verl `actor/kl_loss`, CleanRL `approx_kl`)",
+    "ratio_mean": "mean of pi_theta / pi_old over tokens (1 on an epoch's first step)",
+    "ratio_max": "largest pi_theta / pi_old over tokens",
+    "clip_fraction": "tokens whose clipped term has no gradient, as if eps applied in every loss mode "
+                     "(TRL `clip_ratio/region_mean`, verl `actor/pg_clipfrac`, CleanRL `clipfrac`)",
+    "clip_low_fraction": "ratio < 1 - eps with delta < 0 (TRL `clip_ratio/low_mean`)",
+    "clip_high_fraction": "ratio > 1 + eps with delta > 0 (TRL `clip_ratio/high_mean`)",
+    "entropy": "mean per-position policy entropy in nats on the training prompts (TRL `entropy`)",
+}
+"""Measured on every optimizer step, before that step's update."""
+
+EPOCH_METRICS = {
+    "mean_reward": "mean reward of the epoch's samples (TRL `reward`)",
+    "reward_fraction": "mean of reward / best achievable reward of its prompt",
+    "reward_std": "group std of rewards, averaged over prompts (TRL `reward_std`)",
+    "zero_std_fraction": "fraction of groups whose rewards are all equal: no GRPO signal "
+                         "(TRL `frac_reward_zero_std`)",
+    "greedy_reward": "mean reward of the argmax response per training prompt, after the epoch's steps",
+    "greedy_fraction": "greedy_reward as a fraction of the optimum",
+    "greedy_accuracy": "fraction of training prompts whose argmax response is exactly sorted",
+    "heldout_greedy_reward": "greedy_reward on the held-out prompts (empty without them)",
+    "heldout_greedy_accuracy": "greedy_accuracy on the held-out prompts (empty without them)",
+}
+"""Measured once per epoch and repeated on its step rows."""
+
+INDEX_COLUMNS = ("epoch", "step", "inner_step")
+METRIC_COLUMNS = (*INDEX_COLUMNS, *EPOCH_METRICS, *STEP_METRICS)
+
+
+@dataclass
+class Samples:
+    """The epoch's batch for every run: responses int[run batch trial pos], rewards and deltas float[run batch trial]."""
+
+    epoch: int
+    responses: np.ndarray
+    rewards: np.ndarray
+    deltas: np.ndarray
+
+
+@dataclass
+class Records:
+    """Everything a training call produced, for R runs of E epochs x S steps."""
+
+    configs: list
+    prompts: np.ndarray
+    """int[batch pos]"""
+    optimum: np.ndarray
+    """float[run batch]: best achievable reward per prompt under each run's reward"""
+    step_metrics: dict[str, np.ndarray]
+    """name -> float[run epoch*steps]"""
+    epoch_metrics: dict[str, np.ndarray]
+    """name -> float[run epoch]"""
+    samples: list[Samples] = field(default_factory=list)
+    state: dict = field(default_factory=dict)
+    """final parameters, name -> float[run ...] (cpu)"""
+    greedy_responses: np.ndarray | None = None
+    """int[run batch pos]: each run's final argmax response per training prompt"""
+    seconds: float = 0.0
+
+    @property
+    def num_runs(self) -> int:
+        return len(self.configs)
+
+    def final(self, name: str) -> np.ndarray:
+        """A metric's last value per run, float[run]."""
+        table = self.epoch_metrics if name in self.epoch_metrics else self.step_metrics
+        return table[name][:, -1]
+
+    def rows(self, run: int):
+        """The metrics.csv rows of one run, as tuples in METRIC_COLUMNS order."""
+        steps = self.configs[run].steps
+        total = next(iter(self.step_metrics.values())).shape[1]
+        for step in range(total):
+            epoch, inner = divmod(step, steps)
+            yield (epoch, step, inner,
+                   *(self.epoch_metrics[m][run, epoch] for m in EPOCH_METRICS),
+                   *(self.step_metrics[m][run, step] for m in STEP_METRICS))
+
+
+def format_value(value) -> str:
+    """A stable text form: integers as such, floats as the shortest text that reads back
+    to the same float32 (the precision the metrics are computed in), NaN as empty."""
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    value = np.float32(value)
+    return "" if np.isnan(value) else str(value)
+
+
+def metrics_csv(records: Records, extra_columns: dict[str, list] | None = None) -> str:
+    """All runs' rows as CSV text; `extra_columns` name -> one value per run (seed, delta, ...)."""
+    extra_columns = extra_columns or {}
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([*extra_columns, *METRIC_COLUMNS])
+    for run in range(records.num_runs):
+        prefix = [format_value(v) if not isinstance(v, str) else v
+                  for v in (values[run] for values in extra_columns.values())]
+        for row in records.rows(run):
+            writer.writerow([*prefix, *map(format_value, row)])
+    return out.getvalue()
+
+
+def samples_text(records: Records, run: int = 0) -> str:
+    """The lecture's sample log, one block per kept epoch: prompt, then response reward delta."""
+    lines = []
+    for snap in records.samples:
+        lines.append(f"== epoch {snap.epoch} ==")
+        for b, prompt in enumerate(records.prompts.tolist()):
+            lines.append(f"prompt {prompt}  (optimum {format_value(records.optimum[run, b])})")
+            for t, response in enumerate(snap.responses[run, b].tolist()):
+                lines.append(f"  response {response}  reward {format_value(snap.rewards[run, b, t])}"
+                             f"  delta {snap.deltas[run, b, t]:+.4f}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename over it."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+class RunFolder:
+    """Build a result folder under a temporary name; it appears under its real name only when complete.
+
+        with RunFolder(out, force) as tmp:
+            (tmp / "metrics.csv").write_text(...)
+    On an exception the temporary folder is removed and `out` is untouched.
+    """
+
+    def __init__(self, out: Path, force: bool = False) -> None:
+        self.out, self.force = Path(out), force
+
+    def check(self) -> None:
+        if self.out.exists() and not self.force:
+            raise FileExistsError(f"run folder {self.out} already exists; pass --force to replace it "
+                                  "or --out to choose another")
+
+    def __enter__(self) -> Path:
+        self.check()
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(dir=self.out.parent, prefix=f".{self.out.name}.", suffix=".partial"))
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        if self.out.exists():
+            shutil.rmtree(self.out)
+        os.replace(self.tmp, self.out)

@@ -1,0 +1,72 @@
+"""Sampling responses and scoring their log-probabilities.
+
+    y_{t,q} ~ softmax(logits_q)      independently for every trial t and position q
+    log_probs[t, q] = log softmax(logits_q)[y_{t,q}]
+    log pi(y_t | x) = sum_q log_probs[t, q]
+
+Logits do not depend on the trial (the policy sees only the prompt), so they are
+computed once per prompt, `float[... batch pos vocab]`, and broadcast over `trial`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+
+def sample_responses(
+    logits: Tensor,
+    num_trials: int,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
+) -> Tensor:
+    """Draw `num_trials` responses per prompt.
+
+    logits float[... batch pos vocab] -> responses int[... batch trial pos].
+
+    Inverse-CDF sampling: one uniform per (batch, trial, pos). With a list of
+    generators, logits are float[run batch pos vocab] and run r's uniforms come from
+    `generator[r]` alone, so a run samples the same responses whether it is drawn
+    alone or inside a sweep.
+    """
+    *lead, batch, pos, vocab = logits.shape
+    shape = (batch, num_trials, pos)
+    options = dict(device=logits.device, dtype=torch.float64)
+    if isinstance(generator, Sequence):
+        if len(generator) != logits.shape[0]:
+            raise ValueError(f"got {len(generator)} generators for {logits.shape[0]} runs")
+        uniforms = torch.stack([torch.rand(shape, generator=g, **options) for g in generator])
+    else:
+        uniforms = torch.rand(*lead, *shape, generator=generator, **options)
+    # double precision keeps the CDF exact enough that ties with u are negligible
+    cdf = torch.softmax(logits.detach().double(), dim=-1).cumsum(dim=-1)  # float[... batch pos vocab]
+    # the sampled token is the number of CDF steps at or below u
+    below = (cdf.unsqueeze(-3) <= uniforms.unsqueeze(-1)).sum(dim=-1)  # int[... batch trial pos]
+    return below.clamp(max=vocab - 1)  # u can pass cdf[-1] only by rounding
+
+
+def response_log_probs(logits: Tensor, responses: Tensor) -> Tensor:
+    """Per-position log-probs of given responses.
+
+    logits float[... batch pos vocab], responses int[... batch trial pos] -> float[... batch trial pos].
+    """
+    log_softmax = torch.log_softmax(logits, dim=-1).unsqueeze(-3)  # float[... batch 1 pos vocab]
+    log_softmax = log_softmax.expand(*responses.shape, logits.shape[-1])
+    return log_softmax.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+
+
+def sequence_log_probs(logits: Tensor, responses: Tensor) -> Tensor:
+    """log pi(y | x) = sum over positions: float[... batch trial]."""
+    return response_log_probs(logits, responses).sum(dim=-1)
+
+
+def greedy_responses(logits: Tensor) -> Tensor:
+    """The argmax response of every prompt: float[... batch pos vocab] -> int[... batch pos]."""
+    return logits.argmax(dim=-1)
+
+
+def entropy(logits: Tensor) -> Tensor:
+    """Per-position policy entropy in nats: float[... batch pos vocab] -> float[... batch pos]."""
+    log_p = torch.log_softmax(logits, dim=-1)
+    return -(log_p.exp() * log_p).sum(dim=-1)

@@ -1,0 +1,177 @@
+"""The GRPO-style training loop (SPEC section 1), for one run or many at once.
+
+    for epoch in 1..E:
+        y ~ pi_theta(. | x), G per prompt                    (one group per prompt)
+        r = R(x, y);  d = deltas(r)                          (per group)
+        l_old = log pi_theta(y | x), l_ref = log pi_ref(y | x)   (frozen: no gradient)
+        repeat S times:
+            L = surrogate(l, d, l_old) + beta * k3(l, l_ref)   -> one Adam step
+
+R runs train as one computation: parameters and Adam state carry a leading
+`run` axis, per-run losses are summed (so each run gets exactly its own
+gradient), and each run samples with its own generator. A seed's run is the
+same alone or inside a sweep. The loop returns `Records` and never prints.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lab.config import TrainConfig, check_batchable
+from lab.deltas import compute_deltas
+from lab.kl import freeze, kl_estimate, reference_due
+from lab.losses import clip_fractions, compute_loss, ratios
+from lab.optim import RunAdam
+from lab.policy import PolicyStack
+from lab.records import EPOCH_METRICS, STEP_METRICS, Records, Samples
+from lab.rollout import entropy, greedy_responses, response_log_probs, sample_responses
+from tasks import Task
+
+
+class RunGroups:
+    """Runs grouped by one per-run setting, to apply each setting's function to its runs only."""
+
+    def __init__(self, keys: Sequence, device: torch.device) -> None:
+        self.keys = list(keys)
+        distinct = list(dict.fromkeys(self.keys))
+        self.groups = [(k, torch.tensor([i for i, x in enumerate(self.keys) if x == k], device=device))
+                       for k in distinct]
+        order = torch.cat([idx for _, idx in self.groups])
+        self.inverse = torch.argsort(order)
+
+    def apply(self, fn: Callable[..., Tensor], *tensors: Tensor) -> Tensor:
+        """fn(key, *tensors restricted to that key's runs) for each key, reassembled in run order."""
+        if len(self.groups) == 1:  # the common case: no gather needed
+            return fn(self.groups[0][0], *tensors)
+        parts = [fn(key, *(t[idx] for t in tensors)) for key, idx in self.groups]
+        return torch.cat(parts)[self.inverse]
+
+
+def _greedy_metrics(task: Task, logits: Tensor, prompts: Tensor, rewards: RunGroups, optimum: Tensor):
+    """Reward, fraction of optimum and exact accuracy of each run's argmax responses, float[run] each."""
+    greedy = greedy_responses(logits)  # int[run batch pos]
+    reward = rewards.apply(lambda name, y: task.reward_fn(name)(prompts, y.unsqueeze(-2)), greedy)
+    reward = reward.squeeze(-1)  # float[run batch]
+    exact = (greedy == task.targets(prompts)).all(dim=-1).float()  # float[run batch]
+    return reward.mean(-1), (reward / optimum).mean(-1), exact.mean(-1), greedy
+
+
+def train(
+    task: Task,
+    configs: TrainConfig | Sequence[TrainConfig],
+    generators: Sequence[torch.Generator] | None = None,
+    device: torch.device | str = "cpu",
+    progress: Callable[[int, int], None] | None = None,
+) -> Records:
+    """Train one run (a `TrainConfig`) or many (a sequence) together; return their records.
+
+    `generators[r]` drives run r's initialisation and sampling; by default each is
+    seeded with its config's `seed`. `progress(epochs_done, epochs)` is called after
+    every epoch, for the caller's progress bar.
+    """
+    configs = [configs] if isinstance(configs, TrainConfig) else list(configs)
+    check_batchable(configs)
+    shared = configs[0]
+    device = torch.device(device)
+    if generators is None:
+        generators = [torch.Generator(device).manual_seed(c.seed) for c in configs]
+    runs, steps = len(configs), shared.steps
+    for c in configs:
+        task.reward_fn(c.reward)  # fail before any work on an unknown reward
+
+    prompts = task.prompts.to(device)  # int[batch pos]
+    eval_prompts = None if task.eval_prompts is None else task.eval_prompts.to(device)
+    policy = PolicyStack(task.vocab_size, prompts.shape[1], task.response_length, shared.dim,
+                         list(generators))
+    per_run = lambda name, dtype=torch.float32: torch.tensor(  # noqa: E731
+        [getattr(c, name) for c in configs], device=device, dtype=dtype)
+    optimizer = RunAdam(list(policy.parameters()), per_run("lr"), shared.adam_betas, shared.adam_eps)
+    beta, clip_eps = per_run("kl"), per_run("clip_eps")
+    reward_groups = RunGroups([c.reward for c in configs], device)
+    delta_groups = RunGroups([c.delta for c in configs], device)
+    loss_groups = RunGroups([c.loss for c in configs], device)
+    optimum = torch.stack([task.optimum(c.reward, prompts) for c in configs]).float()  # float[run batch]
+    eval_optimum = (None if eval_prompts is None else
+                    torch.stack([task.optimum(c.reward, eval_prompts) for c in configs]).float())
+
+    step_log = {name: [] for name in STEP_METRICS}
+    epoch_log = {name: [] for name in EPOCH_METRICS}
+    samples: list[Samples] = []
+    nan = torch.full((runs,), float("nan"), device=device)
+    start = time.perf_counter()
+
+    for epoch in range(shared.epochs):
+        if reference_due(epoch, shared.kl_period):
+            reference = freeze(policy)
+        with torch.no_grad():
+            logits = policy(prompts)  # float[run batch pos vocab]
+            responses = sample_responses(logits, shared.group_size, list(generators))  # int[run batch trial pos]
+            rewards = reward_groups.apply(lambda name, y: task.reward_fn(name)(prompts, y), responses)
+            deltas = delta_groups.apply(  # float[run batch trial]
+                lambda mode, r: compute_deltas(r, mode, shared.std_eps, shared.std_unbiased), rewards)
+            old_log_probs = response_log_probs(logits, responses)  # float[run batch trial pos]
+            ref_log_probs = response_log_probs(reference(prompts), responses)
+            spread = rewards.std(dim=-1, correction=1 if shared.std_unbiased else 0)  # float[run batch]
+            epoch_log["mean_reward"].append(rewards.mean(dim=(-2, -1)))
+            epoch_log["reward_fraction"].append((rewards / optimum.unsqueeze(-1)).mean(dim=(-2, -1)))
+            epoch_log["reward_std"].append(spread.mean(-1))
+            epoch_log["zero_std_fraction"].append(
+                (rewards.amax(-1) == rewards.amin(-1)).float().mean(-1))
+        if epoch % shared.sample_every == 0 or epoch == shared.epochs - 1:
+            samples.append(Samples(epoch, responses.cpu().numpy(), rewards.cpu().numpy(),
+                                   deltas.cpu().numpy()))
+
+        for _ in range(steps):
+            logits = policy(prompts)
+            log_probs = response_log_probs(logits, responses)
+            pg_loss = loss_groups.apply(  # float[run]
+                lambda mode, lp, d, old, eps: compute_loss(lp, d, mode, old, eps),
+                log_probs, deltas, old_log_probs, clip_eps)
+            kl = kl_estimate(log_probs, ref_log_probs)  # float[run], k3
+            loss = pg_loss + beta * kl
+            optimizer.zero_grad()
+            loss.sum().backward()  # runs share no parameter, so each gets its own gradient
+            with torch.no_grad():
+                rho = ratios(log_probs, old_log_probs)
+                low, high = clip_fractions(log_probs, old_log_probs, deltas, clip_eps)
+                values = dict(loss=loss, pg_loss=pg_loss, kl=kl, ratio_mean=rho.mean(dim=(-3, -2, -1)),
+                              ratio_max=rho.amax(dim=(-3, -2, -1)), clip_fraction=low + high,
+                              clip_low_fraction=low, clip_high_fraction=high,
+                              entropy=entropy(logits).mean(dim=(-2, -1)))
+                for name in STEP_METRICS:
+                    step_log[name].append(values[name].detach())
+            optimizer.step()
+
+        with torch.no_grad():
+            logits = policy(prompts)
+            reward, fraction, accuracy, greedy = _greedy_metrics(task, logits, prompts, reward_groups, optimum)
+            epoch_log["greedy_reward"].append(reward)
+            epoch_log["greedy_fraction"].append(fraction)
+            epoch_log["greedy_accuracy"].append(accuracy)
+            if eval_prompts is None:
+                held_reward, held_accuracy = nan, nan
+            else:
+                held_reward, _, held_accuracy, _ = _greedy_metrics(
+                    task, policy(eval_prompts), eval_prompts, reward_groups, eval_optimum)
+            epoch_log["heldout_greedy_reward"].append(held_reward)
+            epoch_log["heldout_greedy_accuracy"].append(held_accuracy)
+        if progress is not None:
+            progress(epoch + 1, shared.epochs)
+
+    to_numpy = lambda log: {k: torch.stack(v, dim=1).cpu().float().numpy() for k, v in log.items()}  # noqa: E731
+    return Records(
+        configs=configs,
+        prompts=task.prompts.cpu().numpy(),
+        optimum=optimum.cpu().numpy(),
+        step_metrics=to_numpy(step_log),
+        epoch_metrics=to_numpy(epoch_log),
+        samples=samples,
+        state={name: p.detach().cpu().clone() for name, p in policy.named_parameters()},
+        greedy_responses=greedy.cpu().numpy(),
+        seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,75 @@
+"""Tasks: a prompt set, the rewards that score responses to it, and its optimum.
+
+A task is one file in this package that defines `make_task(**options) -> Task`
+and registers its rewards with `@reward("name")` into a `REWARDS` table of its own.
+Rewards are vectorized: `(prompts int[batch pos], responses int[... batch trial pos])
+-> float[... batch trial]`, with any leading axes (such as `run`) broadcast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from torch import Tensor
+
+RewardFn = Callable[[Tensor, Tensor], Tensor]
+
+
+def reward_registry() -> tuple[dict[str, RewardFn], Callable[[str], Callable[[RewardFn], RewardFn]]]:
+    """A fresh reward table and the decorator that fills it: `@reward("name")`."""
+    table: dict[str, RewardFn] = {}
+
+    def reward(name: str) -> Callable[[RewardFn], RewardFn]:
+        def register(fn: RewardFn) -> RewardFn:
+            table[name] = fn
+            return fn
+        return register
+
+    return table, reward
+
+
+@dataclass(frozen=True)
+class Task:
+    """Everything the training loop needs to know about a task."""
+
+    name: str
+    prompts: Tensor
+    """int[batch pos]: the training prompts."""
+    vocab_size: int
+    response_length: int
+    rewards: Mapping[str, RewardFn]
+    """name -> vectorized reward function."""
+    targets: Callable[[Tensor], Tensor]
+    """prompts int[batch pos] -> the correct response int[batch pos] (for exact accuracy)."""
+    eval_prompts: Tensor | None = None
+    """int[batch pos]: held-out prompts, evaluated greedily but never trained on."""
+
+    def reward_fn(self, name: str) -> RewardFn:
+        if name not in self.rewards:
+            raise ValueError(f"unknown reward {name!r} for task {self.name!r}; "
+                             f"choose one of: {', '.join(self.rewards)}")
+        return self.rewards[name]
+
+    def optimum(self, name: str, prompts: Tensor | None = None) -> Tensor:
+        """The best achievable reward per prompt, float[batch] (the correct response's reward)."""
+        prompts = self.prompts if prompts is None else prompts
+        best = self.targets(prompts).unsqueeze(-2)  # int[batch 1 pos]: a group of one
+        return self.reward_fn(name)(prompts, best).squeeze(-1)
+
+
+def task_names() -> list[str]:
+    """Every module in this package that defines `make_task`."""
+    names = []
+    for info in pkgutil.iter_modules(__path__):
+        if hasattr(importlib.import_module(f"{__name__}.{info.name}"), "make_task"):
+            names.append(info.name)
+    return names
+
+
+def load_task_module(name: str):
+    if name not in task_names():
+        raise ValueError(f"unknown task {name!r}; choose one of: {', '.join(task_names())}")
+    return importlib.import_module(f"{__name__}.{name}")

@@ -1,0 +1,208 @@
+"""The lecture's sorting task: respond with the prompt's tokens in non-decreasing order.
+
+For a prompt x and a response y of the same length n, with s = sorted(x):
+
+    distance            R = sum_q [y_q == s_q]                                      max n
+    inclusion-ordering  R = sum_j [x_j in y] + sum_q [y_q <= y_{q+1}]               max 2n - 1
+    blended             R = distance + 1/2 * sum_q [y_q <= y_{q+1}]                 max n + (n-1)/2
+
+Inclusion counts over the prompt's tokens, so a duplicated prompt token counts
+again. `sorted(x)` reaches every reward's maximum, so it serves as the target
+both for the optimum and for exact accuracy (for inclusion-ordering the optimum
+need not be unique when the prompt has duplicates).
+
+Each reward has a plain-Python reference on lists; the tests check that the
+vectorized and the reference definitions always agree.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from torch import Tensor
+
+from tasks import Task, reward_registry
+
+LECTURE_PROMPTS = [[1, 0, 2], [3, 2, 4], [1, 2, 3]]
+LECTURE_VOCAB_SIZE = 5
+BLEND_ORDER_WEIGHT = 0.5
+"""Weight of the ordering term in the blended reward (the lecture notes' pseudocode)."""
+
+REWARDS, reward = reward_registry()
+
+
+def _order_count(responses: Tensor) -> Tensor:
+    """Adjacent non-decreasing pairs: int[... pos] -> float[...]."""
+    return (responses[..., :-1] <= responses[..., 1:]).sum(dim=-1).float()
+
+
+def _broadcast_prompts(prompts: Tensor, responses: Tensor) -> Tensor:
+    """int[batch pos] -> int[batch 1 pos], ready to meet int[... batch trial pos]."""
+    if prompts.shape[-1] != responses.shape[-1]:
+        raise ValueError(f"prompt length {prompts.shape[-1]} != response length {responses.shape[-1]}")
+    return prompts.unsqueeze(-2)
+
+
+@reward("distance")
+def distance_reward(prompts: Tensor, responses: Tensor) -> Tensor:
+    """Positions where the response equals sorted(prompt): float[... batch trial]."""
+    targets = _broadcast_prompts(prompts.sort(dim=-1).values, responses)
+    return (responses == targets).sum(dim=-1).float()
+
+
+@reward("inclusion-ordering")
+def inclusion_ordering_reward(prompts: Tensor, responses: Tensor) -> Tensor:
+    """Prompt tokens present in the response plus ordered adjacent pairs: float[... batch trial]."""
+    x = _broadcast_prompts(prompts, responses)  # int[batch 1 pos]
+    # present[..., j] = prompt token j occurs anywhere in the response
+    present = (x.unsqueeze(-1) == responses.unsqueeze(-2)).any(dim=-1)  # bool[... batch trial pos]
+    return present.sum(dim=-1).float() + _order_count(responses)
+
+
+@reward("blended")
+def blended_reward(prompts: Tensor, responses: Tensor) -> Tensor:
+    """Matches with sorted(prompt) plus half the ordered adjacent pairs: float[... batch trial]."""
+    return distance_reward(prompts, responses) + BLEND_ORDER_WEIGHT * _order_count(responses)
+
+
+# Plain-Python definitions on lists: the specification the tensor code is tested against.
+
+def distance_reference(prompt: list[int], response: list[int]) -> float:
+    return float(sum(y == s for y, s in zip(response, sorted(prompt))))
+
+
+def inclusion_ordering_reference(prompt: list[int], response: list[int]) -> float:
+    inclusion = sum(1 for token in prompt if token in response)
+    ordering = sum(1 for a, b in zip(response, response[1:]) if a <= b)
+    return float(inclusion + ordering)
+
+
+def blended_reference(prompt: list[int], response: list[int]) -> float:
+    ordering = sum(1 for a, b in zip(response, response[1:]) if a <= b)
+    return distance_reference(prompt, response) + BLEND_ORDER_WEIGHT * ordering
+
+
+REFERENCES = {
+    "distance": distance_reference,
+    "inclusion-ordering": inclusion_ordering_reference,
+    "blended": blended_reference,
+}
+
+
+def lecture_prompts() -> Tensor:
+    """The lecture's three prompts, int[3 3], over the vocabulary 0..4."""
+    return torch.tensor(LECTURE_PROMPTS)
+
+
+def random_prompts(
+    count: int,
+    length: int,
+    vocab_size: int,
+    generator: torch.Generator,
+    exclude: Tensor | None = None,
+) -> Tensor:
+    """`count` distinct prompts, int[count length], none of them a row of `exclude`.
+
+    Drawn uniformly (with repeated tokens allowed) by rejection; errors if the space
+    has fewer than `count` prompts left.
+    """
+    space = vocab_size ** length
+    taken = set() if exclude is None else {tuple(row) for row in exclude.tolist()}
+    if count > space - len(taken):
+        raise ValueError(f"cannot draw {count} distinct prompts of length {length} over vocab "
+                         f"{vocab_size}: only {space - len(taken)} are available")
+    chosen: list[list[int]] = []
+    while len(chosen) < count:
+        for row in torch.randint(vocab_size, (count, length), generator=generator).tolist():
+            if tuple(row) not in taken and len(chosen) < count:
+                taken.add(tuple(row))
+                chosen.append(row)
+    return torch.tensor(chosen, dtype=torch.long)
+
+
+def validate_prompts(prompts: Tensor, vocab_size: int) -> None:
+    if prompts.dim() != 2 or prompts.shape[0] == 0 or prompts.shape[1] == 0:
+        raise ValueError("prompts must be a non-empty list of equal-length lists of tokens, "
+                         f"got shape {tuple(prompts.shape)}")
+    low, high = int(prompts.min()), int(prompts.max())
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"prompt tokens must lie in 0..{vocab_size - 1} (vocab size {vocab_size}), "
+                         f"got tokens from {low} to {high}")
+
+
+def make_task(
+    prompts: Tensor | list[list[int]] | None = None,
+    vocab_size: int = LECTURE_VOCAB_SIZE,
+    eval_prompts: Tensor | list[list[int]] | None = None,
+) -> Task:
+    """The sorting task; the lecture's prompts by default."""
+    prompts = lecture_prompts() if prompts is None else torch.as_tensor(prompts, dtype=torch.long)
+    validate_prompts(prompts, vocab_size)
+    if eval_prompts is not None:
+        eval_prompts = torch.as_tensor(eval_prompts, dtype=torch.long)
+        validate_prompts(eval_prompts, vocab_size)
+        if eval_prompts.shape[1] != prompts.shape[1]:
+            raise ValueError(f"held-out prompts have length {eval_prompts.shape[1]}, "
+                             f"training prompts {prompts.shape[1]}")
+    return Task(
+        name="sorting",
+        prompts=prompts,
+        vocab_size=vocab_size,
+        response_length=prompts.shape[1],
+        rewards=REWARDS,
+        targets=lambda p: p.sort(dim=-1).values,
+        eval_prompts=eval_prompts,
+    )
+
+
+PROMPT_SOURCES = ("lecture", "random")
+
+
+def task_from_spec(
+    spec: str = "lecture",
+    vocab_size: int = LECTURE_VOCAB_SIZE,
+    count: int = 3,
+    length: int = 3,
+    heldout: int = 0,
+    prompt_seed: int = 0,
+) -> Task:
+    """The task a command line describes.
+
+    `spec` is `lecture` (the lecture's prompts), `random` (`count` distinct random
+    prompts of `length` tokens) or a JSON list of lists such as `[[3,1,0,2],[2,2,0,1]]`.
+    `heldout` random prompts of the same length, disjoint from the training ones,
+    are drawn from `prompt_seed` for evaluation.
+    """
+    for name, value in (("vocab size", vocab_size), ("prompt count", count), ("prompt length", length)):
+        if value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value}")
+    if heldout < 0:
+        raise ValueError(f"the number of held-out prompts must be >= 0, got {heldout}")
+    generator = torch.Generator().manual_seed(prompt_seed)
+    if spec == "lecture":
+        prompts = lecture_prompts()
+    elif spec == "random":
+        prompts = random_prompts(count, length, vocab_size, generator)
+    else:
+        prompts = _parse_prompt_list(spec)
+    validate_prompts(prompts, vocab_size)
+    eval_prompts = (random_prompts(heldout, prompts.shape[1], vocab_size, generator, exclude=prompts)
+                    if heldout else None)
+    return make_task(prompts, vocab_size, eval_prompts)
+
+
+def _parse_prompt_list(spec: str) -> Tensor:
+    allowed = "use 'lecture', 'random', or a JSON list of equal-length token lists like [[3,1,0,2],[2,2,0,1]]"
+    try:
+        rows = json.loads(spec)
+    except json.JSONDecodeError:
+        raise ValueError(f"cannot read prompts {spec!r}: {allowed}") from None
+    if (not isinstance(rows, list) or not rows
+            or not all(isinstance(r, list) and r and all(isinstance(t, int) and not isinstance(t, bool)
+                                                       for t in r) for r in rows)):
+        raise ValueError(f"prompts {spec!r} are not a list of non-empty integer lists: {allowed}")
+    if len({len(r) for r in rows}) > 1:
+        raise ValueError(f"prompts {spec!r} have different lengths {sorted({len(r) for r in rows})}; "
+                         "all prompts of a task share one length")
+    return torch.tensor(rows, dtype=torch.long)
