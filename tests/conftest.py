@@ -1,4 +1,4 @@
-"""Shared test settings: a Hypothesis profile and the CUDA skip marker.
+"""Shared test settings: a Hypothesis profile and the `cuda` marker.
 
 The `ci` profile (the default) is derandomized, so every run draws the same
 examples, and has no deadline, because the first call of a torch op can be slow.
@@ -20,4 +20,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 torch.set_num_threads(1)  # the tensors are tiny: one thread is fastest and deterministic
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `@pytest.mark.cuda` skip themselves where torch finds no CUDA device."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
