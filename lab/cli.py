@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 from lab.config import ConfigError, Device, TrainConfig, resolve_device
 from lab.deltas import DeltaMode
 from lab.losses import LossMode
+from lab.policy import policy_from_state, save_policy
 from lab.records import RunFolder, metrics_csv, samples_text, write_json_atomic, write_text_atomic
 from lab.train import train
 from tasks import sorting
@@ -186,6 +187,7 @@ def run(
         write_text_atomic(tmp / "metrics.csv", metrics_csv(records))
         write_text_atomic(tmp / "samples.txt", samples_text(records))
         write_json_atomic(tmp / "summary.json", summary)
+        save_policy(policy_from_state(records.state), tmp / "policy.pt")
         plot_run(records, tmp / "curves.png")
     if not quiet:
         accuracy = summary["final_greedy_accuracy"]

@@ -124,8 +124,25 @@ class PolicyStack(nn.Module):
 
     def unstack(self, run: int) -> Policy:
         """Run `run` as a standalone `Policy` (a copy: training one does not move the other)."""
-        policy = Policy(self.vocab_size, self.prompt_length, self.response_length, self.dim)
-        with torch.no_grad():
-            for name in ("embedding", "encode", "decode"):
-                getattr(policy, name).copy_(getattr(self, name)[run])
-        return policy.to(self.embedding.device)
+        return policy_from_state(dict(self.named_parameters()), run).to(self.embedding.device)
+
+
+def policy_from_state(state: dict[str, Tensor], run: int = 0) -> Policy:
+    """Rebuild run `run` of a stacked state (name -> float[run ...], as in `Records.state`) as a Policy."""
+    vocab_size, dim = state["embedding"].shape[-2:]
+    policy = Policy(vocab_size, state["encode"].shape[-3], state["decode"].shape[-3], dim)
+    with torch.no_grad():
+        for name, value in state.items():
+            getattr(policy, name).copy_(value[run])
+    return policy
+
+
+def save_policy(policy: Policy, path) -> None:
+    """Save a policy's parameters (a run folder's `policy.pt`)."""
+    torch.save({name: p.detach().cpu() for name, p in policy.named_parameters()}, path)
+
+
+def load_policy(path) -> Policy:
+    """Load a `policy.pt` written by `save_policy` (for example a run's final policy)."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    return policy_from_state({name: value.unsqueeze(0) for name, value in state.items()})
