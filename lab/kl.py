@@ -40,7 +40,8 @@ def k2(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
 def k3(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
     """rho - log rho - 1 with rho = pi_ref / pi_theta, float[... batch trial pos]."""
     log_rho = ref_log_probs - log_probs
-    return torch.exp(log_rho) - log_rho - 1
+    # expm1: exp(x) - x - 1 rounds below zero for small |x|; expm1(x) - x never does
+    return torch.expm1(log_rho) - log_rho
 
 
 class KLEstimator(str, Enum):
