@@ -1,0 +1,345 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 2: GRPO's deltas and losses
+#
+# One epoch of the lecture's loop samples a *group* of $G$ responses $o_1, \dots, o_G$ for each
+# prompt $q$, scores them with a reward $R_i = R(q, o_i)$, turns the group's rewards into
+# **deltas** $\delta_i$ (the per-response update signal), and then takes several optimizer steps
+# on a **surrogate loss** built from the deltas and the log-probabilities of the responses.
+#
+# This lesson takes the two choices apart:
+#
+# 1. the delta modes on the lecture's worked example $[3, 2, 1]$, and what each is invariant to;
+# 2. why centering on the full-group mean scales the expected gradient by $(G-1)/G$, and why
+#    dividing by the group's standard deviation breaks unbiasedness (exact numbers, no sampling);
+# 3. the probability ratio and the clip band, drawn;
+# 4. freezing the old policy, and what happens without it;
+# 5. reusing one batch for several steps: the naive loss against the ratio losses.
+#
+# Everything is computed by the lab's own functions (`lab.deltas`, `lab.losses`, `lab.exact`,
+# `lab.train`); the notebook only arranges and plots.
+
+# %%
+from unittest import mock
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+import lab.losses
+from lab import DeltaMode, LossMode, Policy, TrainConfig, compute_deltas, compute_loss, train
+from lab.rollout import response_log_probs, sample_responses
+from tasks.sorting import make_task
+
+torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible
+np.set_printoptions(precision=4, suppress=True)
+
+# %% [markdown]
+# ## 1. The worked example: one group with rewards $[3, 2, 1]$
+#
+# For one prompt's group of rewards $R_1, \dots, R_G$ the lab offers five modes
+# (`lab.deltas.DeltaMode`):
+#
+# | mode | $\delta_i$ |
+# | --- | --- |
+# | `raw` | $R_i$ |
+# | `centered` | $R_i - \bar R$, with $\bar R = \frac1G \sum_j R_j$ |
+# | `normalized` | $(R_i - \bar R) / (\mathrm{std}(R) + 10^{-5})$ (GRPO's advantage) |
+# | `max` | $R_i$ if $R_i = \max_j R_j$, else $0$ (every tied maximum is kept) |
+# | `loo` | $R_i - \frac{1}{G-1}\sum_{j \ne i} R_j$ (leave-one-out baseline) |
+#
+# The lecture's example: $[3, 2, 1]$ should give centered deltas $[+1, 0, -1]$ (SPEC claim 12).
+
+# %%
+rewards = torch.tensor([3.0, 2.0, 1.0])
+table = {mode.value: compute_deltas(rewards, mode) for mode in DeltaMode}
+for name, deltas in table.items():
+    print(f"{name:>10}: {deltas.numpy()}")
+assert torch.equal(table["centered"], torch.tensor([1.0, 0.0, -1.0]))
+
+# %% [markdown]
+# Reading the table:
+#
+# - **raw** pushes *every* response up, the worst one too, only by less. Whether the worst
+#   response ends up more or less likely depends on the others: noisy, and the source of the
+#   variance the baselines remove (lesson 1).
+# - **centered** sums to zero over the group: above-average responses go up, below-average ones
+#   go down, the average one is left alone.
+# - **normalized** divides by the group std. Here the (Bessel-corrected, lecture's) std is exactly
+#   1, so it equals centered up to the $10^{-5}$; signs and order are always kept (claim 12).
+# - **max** rewards only the best response and says nothing about the others.
+# - **loo** is centered, stretched by $G/(G-1) = 1.5$; section 2 shows why that factor matters.
+#
+# The std convention is not universal (SPEC section 3): the lecture and `torch.std` divide by
+# $G-1$, the GRPO chapter by $G$. The lab uses Bessel's correction by default and lets you choose:
+
+# %%
+bessel = compute_deltas(rewards, "normalized", unbiased=True)
+population = compute_deltas(rewards, "normalized", unbiased=False)
+print("normalized, std with 1/(G-1):", bessel.numpy())
+print("normalized, std with 1/G:    ", population.numpy())
+
+# %% [markdown]
+# ### What the deltas are blind to (claim 13)
+#
+# Adding a constant $c$ to every reward of a group changes nothing for the baseline modes
+# (the baseline moves with it); multiplying every reward by $a > 0$ changes nothing for
+# `normalized` (the std scales too). Raw deltas feel both, which is why the scale of a raw reward
+# is a hyperparameter in disguise.
+
+# %%
+shifted, scaled = rewards + 10.0, rewards * 3.0
+print(f"{'mode':>10}  unchanged by +10  unchanged by x3")
+for mode in DeltaMode:
+    base = compute_deltas(rewards, mode)
+    same_shift = torch.allclose(compute_deltas(shifted, mode), base, atol=1e-5)
+    same_scale = torch.allclose(compute_deltas(scaled, mode), base, atol=1e-4)
+    print(f"{mode.value:>10}  {str(same_shift):>16}  {str(same_scale):>15}")
+
+# %% [markdown]
+# ## 2. The full-group mean: the right direction, $(G-1)/G$ too short
+#
+# The baseline theorem (lesson 1) says that subtracting any $b$ that does *not depend on the
+# sampled response* leaves the expected gradient unchanged:
+# $\mathbb E[(R_i - b)\,\nabla\log\pi(o_i)] = \nabla J$.
+# The leave-one-out mean $b_i = \frac{1}{G-1}\sum_{j\ne i}R_j$ is such a baseline (the other
+# responses are independent of $o_i$), so `loo` is unbiased (claim 3).
+# The full-group mean is *not*: it contains $R_i$ itself. A line of algebra shows how much that
+# costs (claim 4):
+#
+# $$R_i - \bar R = R_i - \tfrac1G R_i - \tfrac{G-1}{G}\, b_i = \tfrac{G-1}{G}\,(R_i - b_i).$$
+#
+# So the centered estimator is exactly $(G-1)/G$ times an unbiased one: its expectation is
+# $\frac{G-1}{G}\nabla J$, pointing the right way, a little short, which any learning rate absorbs.
+# The identity holds sample by sample, for any rewards:
+
+# %%
+generator = torch.Generator().manual_seed(0)
+for group_size in (2, 3, 5, 10):
+    group = torch.randn(4, group_size, generator=generator)  # float[batch trial]
+    centered, loo = compute_deltas(group, "centered"), compute_deltas(group, "loo")
+    gap = (centered - (group_size - 1) / group_size * loo).abs().max().item()
+    print(f"G = {group_size:>2}: max |centered - (G-1)/G * loo| = {gap:.1e}")
+    assert gap < 1e-5
+
+# %% [markdown]
+# ### Dividing by the std: a heuristic the theorem does not cover (claim 5)
+#
+# GRPO's normalization divides each group by its own std, $\sigma(R_1..R_G)$, which depends on
+# *every* sampled response, $o_i$ included. Nothing then guarantees that the expectation is even
+# parallel to $\nabla J$. The toy is small enough to compute the expectation **exactly**, by
+# enumerating every response and every group of $G$ responses (`lab.exact`). For each delta mode we
+# print the expected estimator's *scale* along $\nabla J$ (its projection divided by
+# $\lVert\nabla J\rVert^2$) and its *angle* to $\nabla J$.
+
+# %%
+from lab.estimators import gradient_moments
+from tasks.sorting import inclusion_ordering_reward
+
+task = make_task()  # the lecture's three prompts, vocabulary 0..4
+policy = Policy(task.vocab_size, 3, task.response_length, generator=torch.Generator().manual_seed(5))
+
+
+def degrees_between(a, b):
+    return torch.rad2deg(torch.arccos(torch.nn.functional.cosine_similarity(a, b, dim=-1).clamp(-1, 1)))
+
+
+print(f"{'mode':>10} {'G':>3}  {'scale per prompt':>22}  {'angle per prompt':>22}  angle, all prompts")
+for mode in ("centered", "loo", "normalized", "max"):
+    for group_size in (2, 5, 10):
+        moments = gradient_moments(policy, task.prompts, inclusion_ordering_reward, mode, group_size)
+        grad_j, mean = moments.grad_j, moments.mean  # float[batch params] each: grad J and E[g]
+        scale = (mean * grad_j).sum(-1) / (grad_j * grad_j).sum(-1)
+        angle = degrees_between(mean, grad_j)
+        total_angle = degrees_between(mean.sum(0), grad_j.sum(0))  # the batch's update vs grad of sum J
+        print(f"{mode:>10} {group_size:>3}  {np.array2string(scale.numpy(), precision=3):>22}  "
+              f"{np.array2string(angle.numpy(), precision=2):>22}  {total_angle.item():8.2f} deg")
+        if mode == "centered":
+            assert torch.allclose(scale, torch.full_like(scale, (group_size - 1) / group_size))
+        if mode == "loo":
+            assert torch.allclose(scale, torch.ones_like(scale)) and total_angle < 1e-3
+        if mode == "normalized":
+            assert total_angle > 1.0  # biased in direction, not only in scale
+
+# %% [markdown]
+# The exact numbers confirm the algebra and show what it does not cover:
+#
+# - `centered` has scale exactly $(G-1)/G$ (0.5, 0.8, 0.9) and angle 0; `loo` has scale 1 and angle 0.
+# - `normalized` points almost along $\nabla J$ for each prompt separately (the angle is a degree
+#   or two), but with a **different scale per prompt**: each group is divided by its own std, so a
+#   prompt whose group has little spread weighs more (claim 17, Dr. GRPO's difficulty bias).
+#   Summed over the prompts, the update is then a degree or more off the true gradient. Small here,
+#   but no theorem bounds it, and it changes as the policy does.
+# - `max` is further off still: it throws away the information in every non-best response.
+#
+# Biased does not mean useless: a consistent tilt of a few degrees still climbs. It means the
+# method optimizes something other than $J$, which is worth knowing when it gets stuck.
+
+# %% [markdown]
+# ## 3. The probability ratio and the clip band
+#
+# After the first optimizer step on a batch, the policy $\pi_\theta$ is no longer the policy
+# $\pi_{\text{old}}$ that sampled it. The ratio losses weigh each token by
+# $\rho = \pi_\theta(y)/\pi_{\text{old}}(y) = \exp(\log\pi_\theta - \log\pi_{\text{old}})$:
+#
+# $$L_{\text{unclipped}} = -\,\mathrm{mean}(\rho\,\delta), \qquad
+#   L_{\text{clipped}} = -\,\mathrm{mean}\big(\min(\rho\,\delta,\ \mathrm{clip}(\rho, 1-\varepsilon, 1+\varepsilon)\,\delta)\big).$$
+#
+# Below, one token's objective (minus its loss) and its gradient with respect to
+# $\log\pi_\theta$, as functions of $\rho$, for $\delta = +1$ and $\delta = -1$, computed by
+# `compute_loss` on a grid of ratios. We draw $\varepsilon = 0.2$ (PPO's usual value) so that the
+# band is visible; the lecture uses $0.01$.
+
+# %%
+clip_eps = 0.2
+rho_grid = torch.linspace(0.3, 1.8, 301, dtype=torch.float64)
+fig, axes = plt.subplots(2, 2, figsize=(10, 6), sharex=True)
+for column, delta in enumerate((+1.0, -1.0)):
+    for mode in LossMode:
+        # one token per grid point: a leading axis of 301, then batch = trial = pos = 1
+        log_probs = rho_grid.log().reshape(-1, 1, 1, 1).requires_grad_(True)
+        old_log_probs = torch.zeros_like(log_probs)
+        deltas = torch.full((len(rho_grid), 1, 1), delta, dtype=torch.float64)
+        loss = compute_loss(log_probs, deltas, mode, old_log_probs, clip_eps)  # float[301]
+        (gradient,) = torch.autograd.grad(loss.sum(), log_probs)
+        style = dict(label=mode.value, lw=2.5 if mode is LossMode.clipped else 1.2,
+                     ls="--" if mode is LossMode.naive else "-")
+        axes[0, column].plot(rho_grid, -loss.detach(), **style)
+        axes[1, column].plot(rho_grid, -gradient.flatten(), **style)
+    for row in range(2):
+        axes[row, column].axvspan(1 - clip_eps, 1 + clip_eps, color="grey", alpha=0.15)
+        axes[row, column].axvline(1.0, color="k", lw=0.6)
+        axes[row, column].grid(alpha=0.3)
+    axes[0, column].set_title(f"delta = {delta:+g}  (band [1-eps, 1+eps] shaded)")
+    axes[1, column].set_xlabel("ratio rho = pi_theta / pi_old")
+axes[0, 0].set_ylabel("objective = -loss")
+axes[1, 0].set_ylabel("d objective / d log pi_theta")
+axes[0, 0].legend()
+fig.tight_layout()
+
+# %% [markdown]
+# What the picture says (claims 9 and 15):
+#
+# - At $\rho = 1$ all three gradients are equal ($\delta$): on the first step of an epoch the three
+#   losses make the *same* update.
+# - The naive loss has no ratio in it: its gradient is $\delta$ whatever the policy has become. It
+#   keeps pushing the same tokens with the same force for as many steps as you reuse the batch.
+# - The unclipped loss weighs the gradient by $\rho$ (importance sampling), so it is the correct
+#   policy gradient of the *current* policy, estimated from old samples; but nothing stops it.
+# - The clipped objective is never above the unclipped one (the min) and equals it inside the band.
+#   It goes **flat** once $\rho$ has left the band *on the side the delta pushes toward*
+#   ($\rho > 1+\varepsilon$ with $\delta>0$, $\rho < 1-\varepsilon$ with $\delta<0$): those tokens
+#   give no gradient, they have moved enough. On the other side the min keeps the unclipped term,
+#   so a step that went the wrong way is always corrected.
+
+# %% [markdown]
+# ## 4. Freezing the old policy
+#
+# The ratio needs $\log\pi_{\text{old}}$ as a **constant**. If it is recomputed from the current
+# parameters inside the step and not detached, then $\rho = \exp(\log\pi_\theta - \log\pi_\theta)$
+# is identically 1 *as a function of* $\theta$, and its gradient is zero (claim 10): the loss
+# prints sensible values and the policy never moves. The lab's `lab.losses.ratios` detaches the old
+# log-probs; we check its gradient against the naive loss at $\theta = \theta_{\text{old}}$, then
+# swap in a ratio that forgets the `detach` (for this cell only) and look at the gradient.
+
+# %%
+sampler = torch.Generator().manual_seed(1)
+responses = sample_responses(policy(task.prompts), 10, sampler)  # int[batch trial pos]
+group_deltas = compute_deltas(task.reward_fn("inclusion-ordering")(task.prompts, responses), "centered")
+
+
+def gradient_norm(loss_mode, same_forward_pass_as_old=True):
+    """Norm of the gradient of one loss, with old log-probs taken from the same forward pass."""
+    policy.zero_grad()
+    log_probs = response_log_probs(policy(task.prompts), responses)
+    old_log_probs = log_probs if same_forward_pass_as_old else None
+    compute_loss(log_probs, group_deltas, loss_mode, old_log_probs).backward()
+    return torch.cat([p.grad.flatten() for p in policy.parameters()]).norm().item()
+
+
+def undetached_ratios(log_probs, old_log_probs):
+    return torch.exp(log_probs - old_log_probs)  # the bug: no .detach() on the old log-probs
+
+
+naive, unclipped = gradient_norm("naive", False), gradient_norm("unclipped")
+with mock.patch.object(lab.losses, "ratios", undetached_ratios):
+    broken = gradient_norm("unclipped")
+print(f"|grad| naive = {naive:.5f}, unclipped (old detached) = {unclipped:.5f}, "
+      f"unclipped (old not detached) = {broken:.5f}")
+assert abs(naive - unclipped) < 1e-5 * naive and broken == 0.0
+
+# %% [markdown]
+# ## 5. Reusing a batch for several steps
+#
+# The lecture takes 10 optimizer steps on every epoch's batch. Only the first step is on-policy.
+# To see what each loss does with a reused batch, train one epoch of 60 steps on the lecture's
+# prompts with each loss (centered deltas, $\varepsilon = 0.2$), as one batched call of `train`,
+# and follow the per-step metrics the loop records.
+
+# %%
+reuse = [TrainConfig(epochs=1, steps=60, delta="centered", loss=mode, clip_eps=clip_eps)
+         for mode in LossMode]
+records = train(task, reuse)
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+for run, config in enumerate(reuse):
+    for ax, metric in zip(axes, ("pg_loss", "ratio_max", "clip_fraction")):
+        ax.plot(records.step_metrics[metric][run], label=config.loss.value)
+titles = ("surrogate loss", "largest ratio pi_theta / pi_old", "fraction of tokens clipped")
+for ax, title in zip(axes, titles):
+    ax.set_title(title)
+    ax.set_xlabel("optimizer step on the same batch")
+    ax.grid(alpha=0.3)
+axes[1].set_yscale("log")
+axes[0].legend()
+fig.tight_layout()
+print("final surrogate loss per mode:", dict(zip([c.loss.value for c in reuse], records.final("pg_loss"))))
+
+# %% [markdown]
+# Reading the curves (the clip fraction counts tokens beyond the band on the side their delta
+# pushes toward; the loop records it for every loss, as if $\varepsilon$ applied):
+#
+# - **naive**: the loss keeps falling, faster and faster, and never levels off. Its gradient does
+#   not depend on how far the policy has moved, so reused steps keep pushing negative-delta tokens
+#   towards probability 0 (their $\log\pi \to -\infty$: the loss is unbounded below) and the largest
+#   ratio climbs to the same ~100 as the unclipped run. With a larger learning rate or more steps
+#   the logits overflow. The loss value measures nothing useful here.
+# - **unclipped**: the ratio of a token is bounded by $1/\pi_{\text{old}}$ (reached when the token's
+#   probability hits 1), so the loss levels off, but only after the policy has gone all the way:
+#   ratios near 100 mean the policy now puts almost all its mass on what used to be a 1% token.
+# - **clipped**: tokens that left the band stop contributing, the loss flattens almost at once and
+#   the ratios stay within a few units. Not exactly within the band: the parameters are shared, so
+#   the tokens still inside keep moving the others (and Adam rescales small gradients). Clipping is a
+#   soft trust region, not a hard one.
+#
+# And at the very first step the three are the same update (claim 9): one step of each, from the
+# same seed, lands on identical parameters.
+
+# %%
+one_step = train(task, [TrainConfig(epochs=1, steps=1, delta="centered", loss=mode) for mode in LossMode])
+for name, value in one_step.state.items():
+    spread = (value - value[0]).abs().max().item()
+    print(f"{name:>9}: max difference between the three runs after one step = {spread:.1e}")
+    assert spread < 1e-6
+
+# %% [markdown]
+# ## Try it
+#
+# - Set `clip_eps = 0.01` (the lecture's value) in section 3 and 5: how quickly does every token
+#   leave the band?
+# - In section 5, raise `steps` to 200 or use `lr=3e-3`: what happens to the naive run?
+# - In section 2, change the rewards of the worked example to $[3, 3, 1]$: which modes still give the
+#   two best responses the same delta?
