@@ -32,13 +32,18 @@ class RunAdam:
         self.t += 1
         b1, b2 = self.betas
         bias1, bias2_sqrt = 1 - b1 ** self.t, math.sqrt(1 - b2 ** self.t)
-        for p, m, v in zip(self.params, self.m, self.v):
-            g = p.grad
-            m.lerp_(g, 1 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            step_size = (self.lr / bias1).reshape(-1, *[1] * (p.dim() - 1))
-            denom = (v.sqrt() / bias2_sqrt).add_(self.eps)
-            p.sub_(step_size * m / denom)
+        grads = [p.grad for p in self.params]
+        # torch's multi-tensor (_foreach) kernels, as torch.optim.Adam's foreach path uses:
+        # one call per operation for all parameters instead of one per parameter
+        torch._foreach_lerp_(self.m, grads, 1 - b1)
+        torch._foreach_mul_(self.v, b2)
+        torch._foreach_addcmul_(self.v, grads, grads, value=1 - b2)
+        denoms = torch._foreach_sqrt(self.v)
+        torch._foreach_div_(denoms, bias2_sqrt)
+        torch._foreach_add_(denoms, self.eps)
+        step_size = self.lr / bias1  # float[run]
+        steps = [step_size.view(-1, *[1] * (p.dim() - 1)) * m for p, m in zip(self.params, self.m)]
+        torch._foreach_addcdiv_(self.params, steps, denoms, value=-1.0)  # theta -= step * m / denom
 
     def zero_grad(self) -> None:
         for p in self.params:

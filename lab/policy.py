@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 
 import torch
-from einops import einsum
 from torch import Tensor, nn
 
 
@@ -51,13 +50,22 @@ def policy_logits(embedding: Tensor, encode: Tensor, decode: Tensor, prompts: Te
     embedding float[... vocab dim], encode float[... pos dim dim], decode float[... pos dim dim],
     prompts int[... batch pos]  ->  float[... batch pos vocab] (pos = response positions).
     """
-    vocab_size = embedding.shape[-2]
+    vocab_size, dim = embedding.shape[-2:]
+    batch, pos = prompts.shape[-2:]
+    response_length = decode.shape[-3]
     # A one-hot matmul instead of indexing keeps the optional run axis trivial.
+    # Each einsum is computed as one matmul per run (same sums, far less per-call
+    # overhead than einsum's dispatch); the einops pattern is kept beside it.
     one_hot = nn.functional.one_hot(prompts, vocab_size).to(embedding.dtype)
-    x = einsum(one_hot, embedding, "... batch pos vocab, ... vocab dim -> ... batch pos dim")
-    h = einsum(x, encode, "... batch pos dim_in, ... pos dim_in dim -> ... batch dim")
-    z = einsum(h, decode, "... batch dim_in, ... pos dim_in dim -> ... batch pos dim")
-    return einsum(z, embedding, "... batch pos dim, ... vocab dim -> ... batch pos vocab")
+    # "... batch pos vocab, ... vocab dim -> ... batch pos dim"
+    x = one_hot.flatten(-3, -2) @ embedding  # float[... (batch pos) dim]
+    # "... batch pos dim_in, ... pos dim_in dim -> ... batch dim": one sum over (pos dim_in)
+    h = x.reshape(*x.shape[:-2], batch, pos * dim) @ encode.flatten(-3, -2)  # float[... batch dim]
+    # "... batch dim_in, ... pos dim_in dim -> ... batch pos dim": all positions in one product
+    z = h @ decode.transpose(-3, -2).flatten(-2)  # float[... batch (pos dim)]
+    # "... batch pos dim, ... vocab dim -> ... batch pos vocab"
+    logits = z.reshape(*z.shape[:-2], batch * response_length, dim) @ embedding.transpose(-1, -2)
+    return logits.unflatten(-2, (batch, response_length))
 
 
 class Policy(nn.Module):

@@ -51,9 +51,20 @@ def response_log_probs(logits: Tensor, responses: Tensor) -> Tensor:
 
     logits float[... batch pos vocab], responses int[... batch trial pos] -> float[... batch trial pos].
     """
-    log_softmax = torch.log_softmax(logits, dim=-1).unsqueeze(-3)  # float[... batch 1 pos vocab]
-    log_softmax = log_softmax.expand(*responses.shape, logits.shape[-1])
-    return log_softmax.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+    return gather_log_probs(torch.log_softmax(logits, dim=-1), responses)
+
+
+def gather_log_probs(log_softmax: Tensor, responses: Tensor) -> Tensor:
+    """`response_log_probs` from precomputed log-softmaxes float[... batch pos vocab] (reused by the loop)."""
+    # gather along vocab with the trials as the index axis: no [trial vocab] copy of log_softmax
+    # exists, and the backward scatters into float[... batch pos vocab] directly
+    index = responses.transpose(-1, -2)  # int[... batch pos trial]
+    if log_softmax.shape[:-2] != index.shape[:-2]:  # gather does not broadcast leading axes
+        lead = torch.broadcast_shapes(log_softmax.shape[:-2], index.shape[:-2])
+        log_softmax = log_softmax.expand(*lead, *log_softmax.shape[-2:])
+        index = index.expand(*lead, *index.shape[-2:])
+    by_position = log_softmax.gather(-1, index)  # float[... batch pos trial]
+    return by_position.transpose(-1, -2)
 
 
 def sequence_log_probs(logits: Tensor, responses: Tensor) -> Tensor:
@@ -68,5 +79,9 @@ def greedy_responses(logits: Tensor) -> Tensor:
 
 def entropy(logits: Tensor) -> Tensor:
     """Per-position policy entropy in nats: float[... batch pos vocab] -> float[... batch pos]."""
-    log_p = torch.log_softmax(logits, dim=-1)
-    return -(log_p.exp() * log_p).sum(dim=-1)
+    return entropy_from_log_softmax(torch.log_softmax(logits, dim=-1))
+
+
+def entropy_from_log_softmax(log_softmax: Tensor) -> Tensor:
+    """`entropy` from precomputed log-softmaxes float[... batch pos vocab] -> float[... batch pos]."""
+    return -(log_softmax.exp() * log_softmax).sum(dim=-1)

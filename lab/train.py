@@ -29,7 +29,8 @@ from lab.losses import clip_fractions, compute_loss, ratios
 from lab.optim import RunAdam
 from lab.policy import PolicyStack
 from lab.records import EPOCH_METRICS, STEP_METRICS, Records, Samples
-from lab.rollout import entropy, greedy_responses, response_log_probs, sample_responses
+from lab.rollout import (entropy_from_log_softmax, gather_log_probs, greedy_responses, response_log_probs,
+                         sample_responses)
 from tasks import Task
 
 
@@ -92,6 +93,7 @@ def train(
         [getattr(c, name) for c in configs], device=device, dtype=dtype)
     optimizer = RunAdam(list(policy.parameters()), per_run("lr"), shared.adam_betas, shared.adam_eps)
     beta, clip_eps = per_run("kl"), per_run("clip_eps")
+    any_kl = any(c.kl > 0 for c in configs)
     reward_groups = RunGroups([c.reward for c in configs], device)
     delta_groups = RunGroups([c.delta for c in configs], device)
     loss_groups = RunGroups([c.loss for c in configs], device)
@@ -126,26 +128,34 @@ def train(
             samples.append(Samples(epoch, responses.cpu().numpy(), rewards.cpu().numpy(),
                                    deltas.cpu().numpy()))
 
+        step_log_softmax, step_log_probs, step_pg_loss = [], [], []
         for _ in range(steps):
-            logits = policy(prompts)
-            log_probs = response_log_probs(logits, responses)
+            log_softmax = torch.log_softmax(policy(prompts), dim=-1)  # float[run batch pos vocab]
+            log_probs = gather_log_probs(log_softmax, responses)  # float[run batch trial pos]
             pg_loss = loss_groups.apply(  # float[run]
                 lambda mode, lp, d, old, eps: compute_loss(lp, d, mode, old, eps),
                 log_probs, deltas, old_log_probs, clip_eps)
-            kl = kl_estimate(log_probs, ref_log_probs)  # float[run], k3
-            loss = pg_loss + beta * kl
+            # beta = 0 everywhere adds exactly nothing to the gradient: leave the KL out of the graph
+            loss = pg_loss + beta * kl_estimate(log_probs, ref_log_probs) if any_kl else pg_loss
             optimizer.zero_grad()
             loss.sum().backward()  # runs share no parameter, so each gets its own gradient
-            with torch.no_grad():
-                rho = ratios(log_probs, old_log_probs)
-                low, high = clip_fractions(log_probs, old_log_probs, deltas, clip_eps)
-                values = dict(loss=loss, pg_loss=pg_loss, kl=kl, ratio_mean=rho.mean(dim=(-3, -2, -1)),
-                              ratio_max=rho.amax(dim=(-3, -2, -1)), clip_fraction=low + high,
-                              clip_low_fraction=low, clip_high_fraction=high,
-                              entropy=entropy(logits).mean(dim=(-2, -1)))
-                for name in STEP_METRICS:
-                    step_log[name].append(values[name].detach())
             optimizer.step()
+            step_log_softmax.append(log_softmax.detach())
+            step_log_probs.append(log_probs.detach())
+            step_pg_loss.append(pg_loss.detach())
+
+        with torch.no_grad():  # the steps' metrics (each measured before its step's update), all at once
+            log_probs = torch.stack(step_log_probs)  # float[step run batch trial pos]
+            pg_loss = torch.stack(step_pg_loss)  # float[step run]
+            kl = kl_estimate(log_probs, ref_log_probs)  # float[step run], k3
+            rho = ratios(log_probs, old_log_probs)
+            low, high = clip_fractions(log_probs, old_log_probs, deltas, clip_eps)
+            values = dict(loss=pg_loss + beta * kl, pg_loss=pg_loss, kl=kl,
+                          ratio_mean=rho.mean(dim=(-3, -2, -1)), ratio_max=rho.amax(dim=(-3, -2, -1)),
+                          clip_fraction=low + high, clip_low_fraction=low, clip_high_fraction=high,
+                          entropy=entropy_from_log_softmax(torch.stack(step_log_softmax)).mean(dim=(-2, -1)))
+            for name in STEP_METRICS:
+                step_log[name].append(values[name])
 
         with torch.no_grad():
             logits = policy(prompts)
@@ -163,13 +173,13 @@ def train(
         if progress is not None:
             progress(epoch + 1, shared.epochs)
 
-    to_numpy = lambda log: {k: torch.stack(v, dim=1).cpu().float().numpy() for k, v in log.items()}  # noqa: E731
+    to_numpy = lambda log, join: {k: join(v).cpu().float().numpy() for k, v in log.items()}  # noqa: E731
     return Records(
         configs=configs,
         prompts=task.prompts.cpu().numpy(),
         optimum=optimum.cpu().numpy(),
-        step_metrics=to_numpy(step_log),
-        epoch_metrics=to_numpy(epoch_log),
+        step_metrics=to_numpy(step_log, lambda v: torch.cat(v).T),  # [step run] per epoch -> [run step]
+        epoch_metrics=to_numpy(epoch_log, lambda v: torch.stack(v, dim=1)),
         samples=samples,
         state={name: p.detach().cpu().clone() for name, p in policy.named_parameters()},
         greedy_responses=greedy.cpu().numpy(),
