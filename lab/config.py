@@ -8,6 +8,7 @@ tensor shapes or the schedule and must agree across the runs of one batch.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from enum import Enum
 
@@ -93,12 +94,12 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr!r}")
+        if not 0 < self.lr < math.inf:
+            raise ConfigError(f"lr must be > 0 and finite, got {self.lr!r}")
         if not 0 < self.clip_eps < 1:
             raise ConfigError(f"clip_eps must lie in (0, 1), got {self.clip_eps!r}")
-        if not self.kl >= 0:
-            raise ConfigError(f"kl (beta) must be >= 0, got {self.kl!r}")
+        if not 0 <= self.kl < math.inf:  # inf * a k3 of 0 would make every loss NaN
+            raise ConfigError(f"kl (beta) must be >= 0 and finite, got {self.kl!r}")
         if self.kl_period < 0:
             raise ConfigError(f"kl_period must be >= 0 (0 = frozen reference), got {self.kl_period!r}")
         if not self.std_eps >= 0:

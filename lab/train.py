@@ -118,7 +118,9 @@ def train(
                 lambda mode, r: compute_deltas(r, mode, shared.std_eps, shared.std_unbiased), rewards)
             old_log_probs = response_log_probs(logits, responses)  # float[run batch trial pos]
             ref_log_probs = response_log_probs(reference(prompts), responses)
-            spread = rewards.std(dim=-1, correction=1 if shared.std_unbiased else 0)  # float[run batch]
+            # a single reward has no spread: std 0 for G = 1 (Bessel's correction would give NaN)
+            correction = 1 if shared.std_unbiased and shared.group_size > 1 else 0
+            spread = rewards.std(dim=-1, correction=correction)  # float[run batch]
             epoch_log["mean_reward"].append(rewards.mean(dim=(-2, -1)))
             epoch_log["reward_fraction"].append((rewards / optimum.unsqueeze(-1)).mean(dim=(-2, -1)))
             epoch_log["reward_std"].append(spread.mean(-1))
