@@ -140,11 +140,19 @@ def samples_text(records: Records, run: int = 0) -> str:
     return "\n".join(lines)
 
 
+def _umask_mode(full: int) -> int:
+    """`full` (0o666 for files, 0o777 for folders) less the process umask, as open() and mkdir() apply it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return full & ~umask
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write to a temporary file beside `path`, then rename over it."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, _umask_mode(0o666))  # mkstemp makes 0600; the result is an ordinary file
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -177,6 +185,7 @@ class RunFolder:
         self.check()
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = Path(tempfile.mkdtemp(dir=self.out.parent, prefix=f".{self.out.name}.", suffix=".partial"))
+        self.tmp.chmod(_umask_mode(0o777))  # mkdtemp makes 0700; the run folder is an ordinary folder
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> None:
