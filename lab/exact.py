@@ -133,9 +133,12 @@ def parameter_vector(policy: nn.Module) -> list[tuple[str, Tensor]]:
 
 
 def flat_grad(value: Tensor, policy: nn.Module, create_graph: bool = False) -> Tensor:
-    """The gradient of a scalar with respect to all parameters, flattened: float[params]."""
+    """The gradient of a scalar with respect to all parameters, flattened: float[params].
+
+    The graph is kept, so several gradients of one forward pass can be compared.
+    """
     params = [p for _, p in parameter_vector(policy)]
-    grads = torch.autograd.grad(value, params, create_graph=create_graph, allow_unused=True)
+    grads = torch.autograd.grad(value, params, retain_graph=True, create_graph=create_graph, allow_unused=True)
     return torch.cat([(torch.zeros_like(p) if g is None else g).flatten() for p, g in zip(params, grads)])
 
 

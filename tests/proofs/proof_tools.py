@@ -1,0 +1,105 @@
+"""Shared inputs and checks for the proofs: random toy policies, reward tables, tolerances.
+
+A toy is a `Policy` in float64 drawn from a seeded `torch.Generator`, a few prompts and a
+reward table float[batch n] over `lab.exact.all_responses` (integers, so ties and
+constant groups occur, or continuous values). Hypothesis draws the seed, the shapes and G.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from lab.exact import all_log_probs, all_responses, flat_grad, expected_reward
+from lab.policy import Policy
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How close two exact float64 results must be; `differs` is the margin a counterexample needs."""
+
+    rtol: float = 1e-9
+    atol: float = 1e-10
+    differs: float = 1e-4
+
+
+TOL = Tolerance()
+
+
+def close(a: torch.Tensor, b: torch.Tensor, tol: Tolerance = TOL) -> bool:
+    return torch.allclose(a, b.to(a), rtol=tol.rtol, atol=tol.atol)
+
+
+def angle_deg(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The angle between two flat vectors, in degrees."""
+    cosine = (a @ b) / (a.norm() * b.norm())
+    return math.degrees(math.acos(float(cosine.clamp(-1, 1))))
+
+
+@dataclass
+class Toy:
+    policy: Policy
+    prompts: torch.Tensor  # int[batch pos]
+    rewards: torch.Tensor  # float[batch n]
+    generator: torch.Generator
+
+    @property
+    def vocab_size(self) -> int:
+        return self.policy.vocab_size
+
+    @property
+    def length(self) -> int:
+        return self.policy.response_length
+
+    def probs(self) -> torch.Tensor:
+        return all_log_probs(self.policy, self.prompts).exp().detach()
+
+    def grad_j(self) -> torch.Tensor:
+        """grad J per prompt by autograd of the exact J: float[batch params]."""
+        return torch.stack([
+            flat_grad(expected_reward(self.policy, self.prompts[b:b + 1], self.rewards[b:b + 1]).sum(), self.policy)
+            for b in range(len(self.prompts))])
+
+
+def make_toy(seed: int, vocab_size: int = 3, length: int = 2, prompt_length: int = 2, batch: int = 2,
+             dim: int = 3, integer_rewards: bool = True, logit_scale: float = 1.0) -> Toy:
+    """A random float64 toy from one seed (parameters, prompts and reward table all from it)."""
+    generator = torch.Generator().manual_seed(seed)
+    policy = Policy(vocab_size, prompt_length, length, dim=dim, generator=generator).double()
+    with torch.no_grad():  # a larger scale gives peakier, less uniform policies
+        policy.embedding.mul_(logit_scale)
+    prompts = torch.randint(vocab_size, (batch, prompt_length), generator=generator)
+    n = len(all_responses(vocab_size, length))
+    if integer_rewards:
+        rewards = torch.randint(0, 4, (batch, n), generator=generator).double()
+    else:
+        rewards = torch.rand(batch, n, generator=generator, dtype=torch.float64) * 4 - 1
+    return Toy(policy, prompts, rewards, generator)
+
+
+@st.composite
+def toys(draw, min_length: int = 1, max_length: int = 2, max_vocab: int = 3) -> Toy:
+    """Random toys with at most max_vocab ** max_length responses per prompt."""
+    return make_toy(
+        seed=draw(st.integers(0, 2**31 - 1)),
+        vocab_size=draw(st.integers(2, max_vocab)),
+        length=draw(st.integers(min_length, max_length)),
+        prompt_length=draw(st.integers(1, 2)),
+        batch=draw(st.integers(1, 2)),
+        dim=draw(st.integers(2, 4)),
+        integer_rewards=draw(st.booleans()),
+        logit_scale=draw(st.sampled_from([0.5, 1.0, 2.0])),
+    )
+
+
+def assume_not_degenerate(toy: Toy, min_prob: float = 1e-4) -> None:
+    """A mutant can only be told apart where the policy still puts weight on every response."""
+    assume(float(toy.probs().min()) > min_prob)
+
+
+group_sizes = st.integers(2, 5)
+"""G, the responses per prompt, as in SPEC section 2."""
