@@ -1,0 +1,112 @@
+"""Multi-seed figures: mean curves with 95% bands, and the KL trade-off. Imports matplotlib.
+
+    band(epoch) = mean over seeds +- t_{0.975, n-1} * std over seeds / sqrt(n)     (lab.intervals)
+
+Every curve is the epoch's mean sample reward against the optimizer step at
+which that epoch's samples were drawn (the lecture's x axis); one thin line may
+mark a single seed (the lecture's seed 5).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from lab.intervals import LEVEL, t_quantile  # noqa: E402
+from lab.records import Records  # noqa: E402
+from lab.sweep import setting, setting_label  # noqa: E402
+
+
+def mean_band(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """curves float[seed epoch] -> mean, low, high float[epoch] (pointwise t-interval)."""
+    mean = curves.mean(axis=0)
+    n = curves.shape[0]
+    if n < 2:
+        return mean, mean, mean
+    half = t_quantile(1 - (1 - LEVEL) / 2, n - 1) * curves.std(axis=0, ddof=1) / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def _runs_by_point(records: Records, names: Sequence[str]) -> dict[tuple, list[int]]:
+    points: dict[tuple, list[int]] = {}
+    for run, config in enumerate(records.configs):
+        points.setdefault(setting(config, names), []).append(run)
+    return points
+
+
+def draw_curves(ax, records: Records, names: Sequence[str], metric: str = "mean_reward",
+                highlight_seed: int | None = None, runs: Sequence[int] | None = None) -> None:
+    """One mean curve with its band per grid point of `names` (optionally only among `runs`)."""
+    keep = set(range(records.num_runs) if runs is None else runs)
+    points = {p: [r for r in rs if r in keep] for p, rs in _runs_by_point(records, names).items()}
+    for color, (point, point_runs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4,
+                                          ((p, r) for p, r in points.items() if r)):
+        curves = records.epoch_metrics[metric][point_runs]
+        steps = np.arange(curves.shape[1]) * records.configs[point_runs[0]].steps
+        mean, low, high = mean_band(curves)
+        ax.plot(steps, mean, color=color, lw=1.6, label=f"{setting_label(names, point)} (n={len(point_runs)})")
+        ax.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
+        seeded = [r for r in point_runs if records.configs[r].seed == highlight_seed]
+        if seeded:
+            ax.plot(steps, records.epoch_metrics[metric][seeded[0]], color=color, lw=0.6, alpha=0.9, ls="-")
+    optimum = records.optimum[sorted(keep)].mean()
+    if metric == "mean_reward":
+        ax.axhline(optimum, color="k", lw=0.8, ls=":", label=f"optimum ({optimum:g})")
+    ax.set_xlabel("step")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+
+
+def plot_sweep(records: Records, names: Sequence[str], path: Path, title: str | None = None,
+               highlight_seed: int | None = None) -> Path:
+    """curves.png of `lab sweep`: mean sample reward per grid point with its 95% band."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    draw_curves(ax, records, names, highlight_seed=highlight_seed)
+    ax.set_title(title or f"mean reward, {LEVEL:.0%} t-band over seeds", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_panels(records: Records, panels: Sequence[tuple[str, Sequence[str], Sequence[int]]], path: Path,
+                suptitle: str, highlight_seed: int | None = None) -> Path:
+    """Several `draw_curves` panels side by side: (title, names, runs) each."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False)
+    for ax, (title, names, runs) in zip(axes[0], panels):
+        draw_curves(ax, records, names, highlight_seed=highlight_seed, runs=runs)
+        ax.set_title(title, fontsize=9)
+    fig.suptitle(suptitle, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_kl_tradeoff(betas: Sequence[float], reward: Sequence, kl: Sequence, path: Path, title: str) -> Path:
+    """Final mean reward against final KL to the reference, one point (with 95% intervals) per beta.
+
+    reward, kl: one `lab.intervals.Interval` per beta.
+    """
+    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+    for beta, r, k in zip(betas, reward, kl):
+        ax.errorbar(k.estimate, r.estimate, xerr=[[k.estimate - k.low], [k.high - k.estimate]],
+                    yerr=[[r.estimate - r.low], [r.high - r.estimate]], fmt="o", capsize=3, label=f"beta={beta:g}")
+    ax.set_xscale("symlog", linthresh=1e-2)
+    ax.set_xlabel("final KL to the reference (k3, per sequence)")
+    ax.set_ylabel("final mean reward")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
