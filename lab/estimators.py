@@ -88,9 +88,13 @@ def _closed_moments(probs: Tensor, rewards: Tensor, mode: DeltaMode, G: int) -> 
     return DeltaMoments(first, second)
 
 
+class EnumerationTooLarge(ValueError):
+    """An exact enumeration past `ExactLimits.max_enumerated` (callers may fall back to Monte Carlo)."""
+
+
 def _check_size(entries: int, what: str, limits: ExactLimits) -> None:
     if entries > limits.max_enumerated:
-        raise ValueError(f"exact {what} would build {entries:,} delta entries, past the limit "
+        raise EnumerationTooLarge(f"exact {what} would build {entries:,} delta entries, past the limit "
                          f"{limits.max_enumerated:,}; use a smaller G or a Monte Carlo estimate")
 
 
@@ -194,17 +198,27 @@ def _scores_and_moments(policy, prompts, reward, mode, group_size, std_eps, unbi
     return scores, probs, rewards, moments, mean
 
 
+def moments_from_scores(scores: Tensor, probs: Tensor, rewards: Tensor, moments: DeltaMoments,
+                        method: Method, gram: Tensor | None = None) -> GradientMoments:
+    """E[g], grad J and tr Cov[g] from scores float[batch n params], probs and rewards float[batch n].
+
+    `gram` (float[batch n n], S S^T) may be passed to reuse it across modes and group sizes.
+    """
+    mean = einsum(moments.first, scores, "batch n, batch n params -> batch params")
+    grad_j = einsum(probs * rewards, scores, "batch n, batch n params -> batch params")
+    gram = einsum(scores, scores, "batch n params, batch m params -> batch n m") if gram is None else gram
+    trace_cov = (moments.second * gram).sum(dim=(-2, -1)) - (mean**2).sum(-1)
+    return GradientMoments(mean, grad_j, trace_cov, method)
+
+
 def gradient_moments(policy: nn.Module, prompts: Tensor, reward: Reward, mode: DeltaMode | str,
                      group_size: int, std_eps: float = 1e-5, unbiased: bool = True,
                      method: Method | str = Method.auto, dtype: torch.dtype = torch.float64,
                      limits: ExactLimits = LIMITS) -> GradientMoments:
     """E[g], grad J and tr Cov[g] for every prompt (flat parameter order of `lab.exact.flat_grad`)."""
-    scores, probs, rewards, moments, mean = _scores_and_moments(
+    scores, probs, rewards, moments, _ = _scores_and_moments(
         policy, prompts, reward, mode, group_size, std_eps, unbiased, method, dtype, limits)
-    grad_j = einsum(probs * rewards, scores, "batch n, batch n params -> batch params")
-    gram = einsum(scores, scores, "batch n params, batch m params -> batch n m")
-    trace_cov = (moments.second * gram).sum(dim=(-2, -1)) - (mean**2).sum(-1)
-    return GradientMoments(mean, grad_j, trace_cov, resolve_method(mode, method))
+    return moments_from_scores(scores, probs, rewards, moments, resolve_method(mode, method))
 
 
 def gradient_covariance(policy: nn.Module, prompts: Tensor, reward: Reward, mode: DeltaMode | str,
