@@ -13,6 +13,7 @@ import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 RewardFn = Callable[[Tensor, Tensor], Tensor]
@@ -58,6 +59,24 @@ class Task:
         prompts = self.prompts if prompts is None else prompts
         best = self.targets(prompts).unsqueeze(-2)  # int[batch 1 pos]: a group of one
         return self.reward_fn(name)(prompts, best).squeeze(-1)
+
+
+def neighbour_rewards(reward: RewardFn, prompts: Tensor, responses: Tensor, vocab_size: int) -> Tensor:
+    """The reward of every single-token change of each prompt's response.
+
+        out[..., b, q, v] = R(x_b, y_b with position q set to token v)
+
+    prompts int[batch pos], responses int[... batch pos] (one per prompt) -> float[... batch pos vocab].
+    The entry v = y_q is R(x_b, y_b) itself. A response is a local optimum of the reward
+    (no single change improves it) when no entry exceeds that value.
+    """
+    *lead, batch, length = responses.shape
+    tokens = torch.arange(vocab_size, device=responses.device)
+    changed = torch.eye(length, dtype=torch.bool, device=responses.device)  # bool[q pos]: position q is changed
+    # candidates[..., b, q, v, :] = y_b with y_q := v
+    candidates = torch.where(changed[:, None, :], tokens[None, :, None], responses[..., None, None, :])
+    flat = candidates.reshape(*lead, batch, length * vocab_size, length)  # the (q, v) grid plays `trial`
+    return reward(prompts, flat).reshape(*lead, batch, length, vocab_size)
 
 
 def task_names() -> list[str]:
