@@ -1,12 +1,15 @@
 """Adam with a learning rate per run.
 
     m <- b1 m + (1 - b1) g            v <- b2 v + (1 - b2) g^2
-    theta <- theta - lr_r / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+    u <- m / (1 - b1^t) / (sqrt(v) / sqrt(1 - b2^t) + eps)
+    theta <- theta - lr_r * u
 
-The same arithmetic, in the same order, as `torch.optim.Adam` (no weight decay,
-no amsgrad), but `lr` is float[run] broadcast over each parameter's leading run
-axis, so a sweep over learning rates is still one batched update. Adam is
-elementwise, so runs never couple.
+torch's Adam (no weight decay, no amsgrad), but `lr` is float[run] broadcast over
+each parameter's leading run axis, so a sweep over learning rates is still one
+batched update. Adam is elementwise, so runs never couple. For speed, torch's
+fused Adam kernel (one pass over all tensors) computes -u into a scratch buffer
+with lr = 1, then each run's lr scales it; where that kernel is missing (torch
+< 2.4) the same formula runs as multi-tensor (_foreach) operations.
 """
 
 from __future__ import annotations
@@ -26,24 +29,32 @@ class RunAdam:
         self.t = 0
         self.m = [torch.zeros_like(p) for p in self.params]
         self.v = [torch.zeros_like(p) for p in self.params]
+        self.updates = [torch.zeros_like(p) for p in self.params]  # scratch: -u of the latest step
+        self.lr_views = [lr.view(-1, *[1] * (p.dim() - 1)) for p in self.params]  # float[run 1 ...]
+        self.fused = hasattr(torch, "_fused_adam_")
+        self.state_steps = [torch.zeros((), device=p.device) for p in self.params]  # the fused kernel's t
 
     @torch.no_grad()
     def step(self) -> None:
         self.t += 1
         b1, b2 = self.betas
-        bias1, bias2_sqrt = 1 - b1 ** self.t, math.sqrt(1 - b2 ** self.t)
         grads = [p.grad for p in self.params]
-        # torch's multi-tensor (_foreach) kernels, as torch.optim.Adam's foreach path uses:
-        # one call per operation for all parameters instead of one per parameter
-        torch._foreach_lerp_(self.m, grads, 1 - b1)
-        torch._foreach_mul_(self.v, b2)
-        torch._foreach_addcmul_(self.v, grads, grads, value=1 - b2)
-        denoms = torch._foreach_sqrt(self.v)
-        torch._foreach_div_(denoms, bias2_sqrt)
-        torch._foreach_add_(denoms, self.eps)
-        step_size = self.lr / bias1  # float[run]
-        steps = [step_size.view(-1, *[1] * (p.dim() - 1)) * m for p, m in zip(self.params, self.m)]
-        torch._foreach_addcdiv_(self.params, steps, denoms, value=-1.0)  # theta -= step * m / denom
+        if self.fused:
+            torch._foreach_zero_(self.updates)
+            torch._foreach_add_(self.state_steps, 1)
+            torch._fused_adam_(self.updates, grads, self.m, self.v, [], self.state_steps, lr=1.0, beta1=b1,
+                               beta2=b2, weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False)
+        else:
+            bias1, bias2_sqrt = 1 - b1 ** self.t, math.sqrt(1 - b2 ** self.t)
+            torch._foreach_lerp_(self.m, grads, 1 - b1)
+            torch._foreach_mul_(self.v, b2)
+            torch._foreach_addcmul_(self.v, grads, grads, value=1 - b2)
+            denoms = torch._foreach_sqrt(self.v)
+            torch._foreach_div_(denoms, bias2_sqrt)
+            torch._foreach_add_(denoms, self.eps)
+            self.updates = torch._foreach_div(self.m, denoms)
+            torch._foreach_mul_(self.updates, -1 / bias1)
+        torch._foreach_addcmul_(self.params, self.updates, self.lr_views)  # theta += lr_r * (-u)
 
     def zero_grad(self) -> None:
         for p in self.params:

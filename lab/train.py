@@ -116,8 +116,9 @@ def train(
             rewards = reward_groups.apply(lambda name, y: task.reward_fn(name)(prompts, y), responses)
             deltas = delta_groups.apply(  # float[run batch trial]
                 lambda mode, r: compute_deltas(r, mode, shared.std_eps, shared.std_unbiased), rewards)
-            old_log_probs = response_log_probs(logits, responses)  # float[run batch trial pos]
-            ref_log_probs = response_log_probs(reference(prompts), responses)
+            # contiguous: these meet every step's log-probs, and strided operands are slow to broadcast
+            old_log_probs = response_log_probs(logits, responses).contiguous()  # float[run batch trial pos]
+            ref_log_probs = response_log_probs(reference(prompts), responses).contiguous()
             # a single reward has no spread: std 0 for G = 1 (Bessel's correction would give NaN)
             correction = 1 if shared.std_unbiased and shared.group_size > 1 else 0
             spread = rewards.std(dim=-1, correction=correction)  # float[run batch]
