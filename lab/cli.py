@@ -287,6 +287,70 @@ def sweep(
         typer.echo(f"{len(configs)} runs in {records.seconds:.2f} s -> {folder.out}")
 
 
+@app.command()
+def diagnose(
+    reward: RewardOpt = Reward(DEFAULTS.reward),
+    delta: Annotated[list[DeltaMode] | None, typer.Option(
+        "--delta", help="repeatable: delta modes to diagnose (default all)")] = None,
+    group_size: Annotated[list[int] | None, typer.Option(
+        "--group-size", help="repeatable: group sizes G (default 2 3 4 5)")] = None,
+    dim: DimOpt = DEFAULTS.dim,
+    seed: Annotated[int, typer.Option(help="seed of the policy at initialisation (as in lab run)")] = DEFAULTS.seed,
+    from_run: Annotated[Path | None, typer.Option(
+        help="a lab run folder: diagnose its final policy (PATH/policy.pt) instead of the initialisation")] = None,
+    prompts: PromptsOpt = "lecture",
+    num_prompts: NumPromptsOpt = 3,
+    prompt_length: PromptLengthOpt = 3,
+    vocab_size: VocabOpt = sorting.LECTURE_VOCAB_SIZE,
+    prompt_seed: PromptSeedOpt = 0,
+    out: Annotated[Path | None, typer.Option(
+        help="figure of variance versus G (default runs/diagnose-<reward>-<prompts>-<policy>.png)")] = None,
+) -> None:
+    """Exact gradient bias (scale along grad J, angle to it) and variance of each delta mode, for G in a list."""
+    from lab import diagnose as diagnostics
+    from lab.policy import Policy, load_policy
+
+    try:
+        task = make_task(prompts, vocab_size, num_prompts, prompt_length, 0, prompt_seed)
+        if from_run is None:
+            policy = Policy(task.vocab_size, task.prompts.shape[1], task.response_length, dim,
+                            generator=torch.Generator().manual_seed(seed))
+            source = f"init-seed{seed}-dim{dim}"
+        else:
+            if not from_run.is_dir():
+                raise ValueError(f"--from-run {from_run}: no such run folder")
+            if not (from_run / "policy.pt").is_file():
+                raise ValueError(f"--from-run {from_run}: no policy.pt in it (a folder written by lab run)")
+            try:
+                policy = load_policy(from_run / "policy.pt")
+            except Exception as e:  # a damaged or foreign file: say which, not how torch failed
+                raise ValueError(f"--from-run {from_run}: cannot read policy.pt ({type(e).__name__})") from None
+            shape = (policy.vocab_size, policy.prompt_length, policy.response_length)
+            wanted = (task.vocab_size, task.prompts.shape[1], task.response_length)
+            if shape != wanted:
+                raise ValueError(f"--from-run {from_run}: its policy has (vocab, prompt length, response length) "
+                                 f"{shape}, the prompts need {wanted}; pass matching --prompts/--vocab-size")
+            source = from_run.resolve().name
+        modes = delta or list(DeltaMode)
+        sizes = group_size or list(diagnostics.DEFAULT_GROUP_SIZES)
+        rows = diagnostics.gradient_diagnostics(policy, task, reward.value, modes, sizes)
+        summary = diagnostics.objective_summary(policy, task, reward.value)
+    except USER_ERRORS as e:
+        fail(str(e))
+
+    from lab.plots import plot_variance_vs_group_size  # matplotlib only where a figure is made
+
+    label = prompts if prompts in sorting.PROMPT_SOURCES else "custom"
+    out = out or Path("runs") / f"diagnose-{reward.value}-{label}-{source}.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot_variance_vs_group_size(rows, out, title=f"{reward.value} reward, {label} prompts, {source}")
+    J = ", ".join(f"{j:.4f}" for j in summary["expected_reward"])
+    typer.echo(f"policy {source}; {reward.value} reward; exact J per prompt [{J}], "
+               f"|grad J| = {summary['grad_norm']:.4g}")
+    typer.echo(diagnostics.format_table(rows))
+    typer.echo(f"figure -> {out}")
+
+
 def main() -> None:
     """Console entry point (`lab`)."""
     torch.set_num_threads(1)  # tiny tensors: one thread beats the threading overhead

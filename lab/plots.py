@@ -7,6 +7,7 @@ panel appears when a KL penalty is on and a clip panel when the loss clips.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import matplotlib
@@ -61,3 +62,35 @@ def plot_run(records: Records, path: Path, run: int = 0, title: str | None = Non
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
+
+
+def plot_variance_vs_group_size(rows, path: Path, title: str | None = None) -> Path:
+    """Save tr Cov of each delta mode's gradient estimator against G (`lab.diagnose` rows) to `path`.
+
+    Log-scale variance; filled markers are exact, hollow ones Monte Carlo estimates. The PNG is
+    written beside `path` under a temporary name and renamed over it when complete.
+    """
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    for delta in dict.fromkeys(row.delta for row in rows):
+        mine = sorted((row for row in rows if row.delta == delta), key=lambda row: row.group_size)
+        line, = ax.plot([r.group_size for r in mine], [r.trace_cov for r in mine], label=delta, lw=1.2)
+        for r in mine:
+            ax.plot(r.group_size, r.trace_cov, "o", color=line.get_color(),
+                    markerfacecolor="none" if r.samples else line.get_color())
+    ax.set_yscale("log")
+    ax.set_xlabel("group size G")
+    ax.set_ylabel("tr Cov of the gradient estimator")
+    ax.set_xticks(sorted({row.group_size for row in rows}))
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, title="deltas (hollow: Monte Carlo)", title_fontsize=7)
+    ax.set_title(title or "variance of the policy-gradient estimator", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        plt.close(fig)
+    return path

@@ -1,0 +1,162 @@
+"""`lab.diagnose` and `lab diagnose`: exact bias and variance of every delta mode, and one-line errors."""
+
+import math
+import os
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from lab.cli import app
+from lab.diagnose import DiagnoseConfig, format_table, gradient_diagnostics, objective_summary
+from lab.estimators import gradient_moments
+from lab.exact import ExactLimits
+from lab.policy import Policy, save_policy
+from tasks import sorting
+
+MC_Z = 5.0
+"""Monte Carlo checks accept a deviation of at most this many standard errors (fixed seeds)."""
+
+
+@pytest.fixture(autouse=True)
+def in_tmp_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def lecture():
+    """The lecture's task and its policy at initialisation (seed 5, dim 10)."""
+    policy = Policy(5, 3, 3, dim=10, generator=torch.Generator().manual_seed(5))
+    return sorting.make_task(), policy
+
+
+def test_rows_give_exact_scale_and_angle_of_every_mode(lecture):
+    task, policy = lecture
+    rows = gradient_diagnostics(policy, task, "inclusion-ordering", group_sizes=(2, 3, 5))
+    assert [(r.delta, r.group_size) for r in rows] == [(m, G) for m in ("raw", "centered", "normalized", "max", "loo")
+                                                       for G in (2, 3, 5)]
+    for row in rows:
+        assert row.samples == 0 and row.method in ("closed", "values")
+        if row.delta in ("raw", "loo"):
+            assert row.scale == pytest.approx(1, abs=1e-9) and row.angle_deg < 1e-4
+        elif row.delta == "centered":
+            assert row.scale == pytest.approx((row.group_size - 1) / row.group_size, abs=1e-9)
+            assert row.angle_deg < 1e-4
+        else:  # normalized and max: biased, not parallel to grad J (SPEC claim 5)
+            assert row.angle_deg > 0.5
+
+
+def test_variance_is_the_batch_estimators_trace_of_covariance(lecture):
+    """tr Cov of the mean over prompts of independent groups: (1/B^2) sum_b tr Cov[g_b]."""
+    task, policy = lecture
+    rows = gradient_diagnostics(policy, task, "distance", modes=["normalized", "loo"], group_sizes=(4,))
+    for row in rows:
+        per_prompt = gradient_moments(policy, task.prompts, sorting.distance_reward, row.delta, 4).trace_cov
+        assert row.trace_cov == pytest.approx(float(per_prompt.sum()) / 9, rel=1e-9)
+    loo = {r.group_size: r.trace_cov for r in gradient_diagnostics(policy, task, "distance", ["loo"], (2, 3, 4, 5))}
+    assert all(loo[G] > loo[G + 1] for G in (2, 3, 4))  # more samples per group, less variance
+
+
+def test_past_the_enumeration_limit_rows_fall_back_to_a_labelled_monte_carlo_estimate(lecture):
+    """Monte Carlo rows say so; over 8 independent repetitions they agree with the exact numbers to 5 SE."""
+    task, policy = lecture
+    exact = gradient_diagnostics(policy, task, "inclusion-ordering", ["max"], (3,))[0]
+    config = DiagnoseConfig(monte_carlo_groups=2000, limits=ExactLimits(max_enumerated=10))
+    repeats = [gradient_diagnostics(policy, task, "inclusion-ordering", ["max"], (3,),
+                                    generator=torch.Generator().manual_seed(k), config=config)[0] for k in range(8)]
+    assert all(r.method == "monte-carlo" and r.samples == 2000 for r in repeats)
+    assert "monte-carlo (2000 groups/prompt)" in format_table(repeats)
+    for name in ("trace_cov", "scale"):
+        values = torch.tensor([getattr(r, name) for r in repeats], dtype=torch.float64)
+        standard_error = float(values.std()) / math.sqrt(len(values))
+        assert abs(float(values.mean()) - getattr(exact, name)) < MC_Z * standard_error
+    linear = gradient_diagnostics(policy, task, "inclusion-ordering", ["loo"], (3,), config=config)[0]
+    assert linear.method == "closed"  # closed forms never need the fallback
+
+
+def test_bad_modes_and_group_sizes_are_refused(lecture):
+    task, policy = lecture
+    with pytest.raises(ValueError, match="unknown delta mode"):
+        gradient_diagnostics(policy, task, "distance", ["median"])
+    with pytest.raises(ValueError, match="at least 2"):
+        gradient_diagnostics(policy, task, "distance", ["centered"], (1,))
+    with pytest.raises(ValueError, match=">= 1"):
+        gradient_diagnostics(policy, task, "distance", ["raw"], (0,))
+    with pytest.raises(ValueError, match="unknown reward"):
+        gradient_diagnostics(policy, task, "nonsense")
+
+
+def test_objective_summary_reports_the_exact_expected_reward(lecture):
+    task, policy = lecture
+    summary = objective_summary(policy, task, "distance")
+    assert len(summary["expected_reward"]) == 3 and summary["grad_norm"] > 0
+    assert 0 < min(summary["expected_reward"]) and max(summary["expected_reward"]) < 3
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["diagnose", *args])
+
+
+def assert_one_line_error(result, *fragments: str):
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.output
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_cli_prints_the_table_and_saves_the_figure_atomically(tmp_path):
+    result = invoke("--delta", "loo", "--delta", "normalized", "--group-size", "2", "--group-size", "3",
+                    "--out", str(tmp_path / "figs" / "v.png"))
+    assert result.exit_code == 0, result.output
+    table = [line for line in result.output.splitlines() if line.startswith(("loo", "normalized"))]
+    assert len(table) == 4
+    assert table[0].split()[:3] == ["loo", "2", "1.0000"]
+    assert (tmp_path / "figs" / "v.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert os.listdir(tmp_path / "figs") == ["v.png"]  # no temporary file left
+
+
+def test_cli_default_figure_path_names_the_setting():
+    result = invoke("--delta", "raw", "--group-size", "2", "--reward", "distance")
+    assert result.exit_code == 0, result.output
+    assert os.listdir("runs") == ["diagnose-distance-lecture-init-seed5-dim10.png"]
+
+
+def test_cli_from_run_diagnoses_the_saved_policy(tmp_path, lecture):
+    task, _ = lecture
+    trained = Policy(5, 3, 3, dim=4, generator=torch.Generator().manual_seed(9))
+    (tmp_path / "myrun").mkdir()
+    save_policy(trained, tmp_path / "myrun" / "policy.pt")
+    result = invoke("--from-run", str(tmp_path / "myrun"), "--delta", "max", "--group-size", "3",
+                    "--out", str(tmp_path / "f.png"))
+    assert result.exit_code == 0, result.output
+    assert "policy myrun" in result.output
+    expected = gradient_diagnostics(trained, task, "inclusion-ordering", ["max"], (3,))[0]
+    row = next(line for line in result.output.splitlines() if line.startswith("max"))
+    assert float(row.split()[2]) == pytest.approx(expected.scale, abs=1e-4)
+
+
+def test_cli_from_run_errors_are_one_line(tmp_path):
+    assert_one_line_error(invoke("--from-run", str(tmp_path / "missing")), "no such run folder")
+    (tmp_path / "empty").mkdir()
+    assert_one_line_error(invoke("--from-run", str(tmp_path / "empty")), "no policy.pt")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "policy.pt").write_text("not a policy")
+    assert_one_line_error(invoke("--from-run", str(tmp_path / "broken")), "cannot read policy.pt")
+    (tmp_path / "other").mkdir()
+    save_policy(Policy(4, 3, 3, dim=4), tmp_path / "other" / "policy.pt")
+    assert_one_line_error(invoke("--from-run", str(tmp_path / "other")), "(4, 3, 3)", "(5, 3, 3)")
+    assert not os.path.exists("runs")  # nothing written on an error
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--delta", "centered", "--group-size", "1"], "at least 2"),
+    (["--group-size", "0"], ">= 1"),
+    (["--prompts", "random", "--prompt-length", "6"], "4096"),
+    (["--delta", "median"], "--delta"),
+    (["--prompts", "[[1,2],[3]]"], "different lengths"),
+])
+def test_cli_bad_settings_are_one_line_errors(args, fragment):
+    assert_one_line_error(invoke(*args), fragment)
+    assert not os.path.exists("runs")
