@@ -351,6 +351,54 @@ def diagnose(
     typer.echo(f"figure -> {out}")
 
 
+@app.command()
+def reproduce(
+    seeds: Annotated[int, typer.Option(help="seeds 0..N-1 per setting")] = 20,
+    out: Annotated[Path, typer.Option(help="folder to regenerate (replaced as a whole)")] = Path("figures"),
+    device: DeviceOpt = Device.auto,
+    quiet: QuietOpt = False,
+) -> None:
+    """Regenerate figures/: the lecture's experiments and their neighbours over seeds, and RESULTS.md."""
+    import time
+
+    from lab import reproduce as rep
+
+    start = time.perf_counter()
+    try:
+        if seeds <= rep.LECTURE_SEED:
+            raise ConfigError(f"--seeds must be > {rep.LECTURE_SEED} so that the lecture's seed "
+                              f"{rep.LECTURE_SEED} is among them, got {seeds}")
+        torch_device = resolve_device(device)
+    except USER_ERRORS as e:
+        fail(str(e))
+    reproduction = run_with_progress(quiet, "reproduce", rep.LECTURE.epochs, lambda progress: rep.run_reproduction(
+        seeds, device=torch_device, progress=progress))
+    with RunFolder(out, force=True) as tmp:
+        paths = rep.write_figures(reproduction, tmp)
+    if not quiet:
+        typer.echo(f"{reproduction.records.num_runs} runs, {len(paths)} files -> {out}/ "
+                   f"in {time.perf_counter() - start:.1f} s (training {reproduction.records.seconds:.1f} s)")
+
+
+@app.command()
+def bench(
+    sizes: Annotated[list[int] | None, typer.Option("--runs", help="repeatable: sweep sizes R")] = None,
+    threads: Annotated[int, typer.Option(help="torch CPU threads (set explicitly; 1 is fastest here)")] = 1,
+    repeats: Annotated[int, typer.Option(help="single runs averaged for the one-at-a-time baselines")] = 3,
+) -> None:
+    """Time the lecture's setting: the lecture-style loop, one run alone, and sweeps of R runs (CPU, CUDA)."""
+    from lab.bench import SIZES, bench_report
+    from lab.bench import bench as run_bench
+
+    try:
+        if threads <= 0 or repeats <= 0 or any(r <= 0 for r in sizes or []):
+            raise ConfigError("--threads, --repeats and every --runs must be positive integers")
+    except USER_ERRORS as e:
+        fail(str(e))
+    devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    typer.echo(bench_report(run_bench(sizes or SIZES, devices, threads, repeats)))
+
+
 def main() -> None:
     """Console entry point (`lab`)."""
     torch.set_num_threads(1)  # tiny tensors: one thread beats the threading overhead

@@ -78,35 +78,36 @@ def plot_sweep(records: Records, names: Sequence[str], path: Path, title: str | 
 
 
 def plot_panels(records: Records, panels: Sequence[tuple[str, Sequence[str], Sequence[int]]], path: Path,
-                suptitle: str, highlight_seed: int | None = None) -> Path:
-    """Several `draw_curves` panels side by side: (title, names, runs) each."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False)
+                suptitle: str, metric: str = "mean_reward", highlight_seed: int | None = None) -> Path:
+    """Several `draw_curves` panels side by side: (title, names, runs) each, sharing the y axis."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.9), squeeze=False, sharey=True)
     for ax, (title, names, runs) in zip(axes[0], panels):
-        draw_curves(ax, records, names, highlight_seed=highlight_seed, runs=runs)
+        draw_curves(ax, records, names, metric=metric, highlight_seed=highlight_seed, runs=runs)
         ax.set_title(title, fontsize=9)
     fig.suptitle(suptitle, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return Path(path)
 
 
-def plot_kl_tradeoff(betas: Sequence[float], reward: Sequence, kl: Sequence, path: Path, title: str) -> Path:
-    """Final mean reward against final KL to the reference, one point (with 95% intervals) per beta.
-
-    reward, kl: one `lab.intervals.Interval` per beta.
-    """
-    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+def plot_kl_tradeoff(records: Records, names: Sequence[str], runs: Sequence[int], betas: Sequence[float],
+                     reward: Sequence, kl: Sequence, path: Path, title: str) -> Path:
+    """Left: reward curves per beta. Right: final mean reward against final KL to the reference,
+    one point per beta with 95% t-intervals on both axes (reward, kl: `lab.intervals.Interval` per beta)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.4, 4.0))
+    draw_curves(left, records, names, runs=runs)
     for beta, r, k in zip(betas, reward, kl):
-        ax.errorbar(k.estimate, r.estimate, xerr=[[k.estimate - k.low], [k.high - k.estimate]],
-                    yerr=[[r.estimate - r.low], [r.high - r.estimate]], fmt="o", capsize=3, label=f"beta={beta:g}")
-    ax.set_xscale("symlog", linthresh=1e-2)
-    ax.set_xlabel("final KL to the reference (k3, per sequence)")
-    ax.set_ylabel("final mean reward")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+        right.errorbar(k.estimate, r.estimate, xerr=[[k.estimate - k.low], [k.high - k.estimate]],
+                       yerr=[[r.estimate - r.low], [r.high - r.estimate]], fmt="o", capsize=3,
+                       label=f"beta={beta:g}")
+    right.set_xscale("symlog", linthresh=1e-2)
+    right.set_xlabel("KL to the reference (k3 per sequence), mean over the last reference period")
+    right.set_ylabel("final mean reward")
+    right.grid(alpha=0.3)
+    right.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return Path(path)

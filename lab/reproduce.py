@@ -1,0 +1,123 @@
+"""`lab reproduce`: the lecture's experiments and their neighbours, N seeds each, into figures/.
+
+    for every setting s of every experiment:  runs s x seeds 0..N-1   (lecture settings otherwise)
+    figure = mean curve per setting + 95% t-band over seeds (+ seed 5 thin, as the lecture ran it)
+
+Every run shares the lecture's shapes (100 epochs x 10 steps, G = 10), so all
+settings of all experiments train as one batched computation; settings that
+appear in several experiments train once. `figures/RESULTS.md` is written from
+the same records by `lab.results`. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from lab.config import TrainConfig
+from lab.records import Records, write_text_atomic
+from lab.sweep import run_sweep
+from tasks.sorting import make_task
+
+LECTURE = TrainConfig()
+"""The lecture's settings: 100 epochs x 10 steps, G = 10, Adam lr 1e-3, inclusion-ordering, naive loss."""
+
+LECTURE_SEED = 5
+SEEDS = 20
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One figure: settings (overrides of LECTURE) compared over seeds, told apart by `names`."""
+
+    name: str
+    title: str
+    names: tuple[str, ...]
+    settings: tuple[dict, ...]
+    metric: str = "mean_reward"
+    panels: bool = False
+    """one panel per setting (with the seed-5 curve) plus an overlay, instead of the overlay alone"""
+
+
+EXPERIMENTS = (
+    Experiment("lecture_deltas", "The lecture's three experiments (naive loss, inclusion-ordering)", ("delta",),
+               ({"delta": "raw"}, {"delta": "centered"}, {"delta": "normalized"}), panels=True),
+    Experiment("losses", "Loss modes (centered deltas)", ("loss",),
+               tuple({"delta": "centered", "loss": m} for m in ("naive", "unclipped", "clipped"))),
+    Experiment("baselines", "Deltas beyond the lecture's three: group max and leave-one-out", ("delta",),
+               tuple({"delta": d} for d in ("raw", "centered", "max", "loo"))),
+    Experiment("rewards", "Both rewards, as a fraction of the optimum", ("reward", "delta"),
+               tuple({"reward": r, "delta": d} for r in ("distance", "inclusion-ordering")
+                     for d in ("raw", "centered")), metric="reward_fraction"),
+    Experiment("kl", "KL penalty to a reference refreshed every 10 epochs (centered deltas)", ("kl",),
+               tuple({"delta": "centered", "kl": b} for b in (0.0, 0.01, 0.1, 1.0))),
+)
+
+
+@dataclass
+class Reproduction:
+    """All runs of all experiments, and which runs make up each (experiment, setting)."""
+
+    records: Records
+    seeds: int
+    runs: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    """(experiment name, setting index) -> run indices, in seed order"""
+
+    def setting_runs(self, experiment: Experiment) -> list[list[int]]:
+        return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
+
+
+def config_of(overrides: dict, seed: int, base: TrainConfig = LECTURE) -> TrainConfig:
+    return base.replace(**overrides, seed=seed)
+
+
+def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: torch.device | str = "cpu",
+                     progress: Callable[[int, int], None] | None = None,
+                     experiments: tuple[Experiment, ...] = EXPERIMENTS) -> Reproduction:
+    """Train every distinct config of every experiment once (one batch when shapes agree)."""
+    configs: list[TrainConfig] = []
+    index: dict[TrainConfig, int] = {}
+    runs = {}
+    for experiment in experiments:
+        for i, overrides in enumerate(experiment.settings):
+            runs[experiment.name, i] = []
+            for seed in range(seeds):
+                config = config_of(overrides, seed, base)
+                if config not in index:
+                    index[config] = len(configs)
+                    configs.append(config)
+                runs[experiment.name, i].append(index[config])
+    records = run_sweep(make_task(), configs, device=device, progress=progress)
+    return Reproduction(records, seeds, runs)
+
+
+def write_figures(reproduction: Reproduction, out: Path,
+                  experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[Path]:
+    """Every experiment's PNG and RESULTS.md into `out` (an existing folder); returns the paths."""
+    from lab import figures  # matplotlib only where figures are made
+    from lab.results import kl_points, results_markdown
+
+    records, paths = reproduction.records, []
+    for experiment in experiments:
+        groups = reproduction.setting_runs(experiment)
+        path = Path(out) / f"{experiment.name}.png"
+        subtitle = (f"{experiment.title}; {reproduction.seeds} seeds, mean and 95% t-band"
+                    + (f", seed {LECTURE_SEED} thin" if experiment.panels else ""))
+        if experiment.name == "kl":
+            betas, reward, kl = kl_points(records, experiment, groups)
+            figures.plot_kl_tradeoff(records, experiment.names, [r for g in groups for r in g],
+                                     betas, reward, kl, path, subtitle)
+        else:
+            overlay = ("all settings", experiment.names, [r for g in groups for r in g])
+            panels = ([(f"{experiment.names[0]}={s[experiment.names[0]]}", experiment.names, g)
+                       for s, g in zip(experiment.settings, groups)] + [overlay]
+                      if experiment.panels else [overlay])
+            figures.plot_panels(records, panels, path, subtitle, metric=experiment.metric,
+                                highlight_seed=LECTURE_SEED if experiment.panels else None)
+        paths.append(path)
+    results = Path(out) / "RESULTS.md"
+    write_text_atomic(results, results_markdown(reproduction, experiments))
+    return [*paths, results]

@@ -1,0 +1,170 @@
+"""figures/RESULTS.md, written from a reproduction's records: tables, verdicts on the lecture's claims.
+
+Verdict rules (all intervals 95%: Student t for means, Welch t for differences
+of means, Wilson for fractions; lab.intervals):
+- "X is higher than Y":   holds if the interval of mean(X) - mean(Y) lies above 0,
+                          does not hold if it lies below 0, else inconclusive.
+- "X makes little difference to Y": holds if that interval lies inside +-MARGIN x optimum,
+                          does not hold if it lies wholly outside, else inconclusive.
+- "runs get stuck" (end with a greedy response not optimal on some prompt):
+                          holds if the Wilson interval of the stuck fraction lies above STUCK_SHARE,
+                          does not hold if below, else inconclusive.
+- "X does not learn well": holds if the Wilson interval of the fraction of runs optimal on every
+                          prompt lies below 1/2, does not hold if above, else inconclusive.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from lab.intervals import Interval, difference_interval, mean_interval, wilson_interval
+from lab.sweep import optimal_everywhere
+
+MARGIN = 0.05
+"""'little difference': within 5% of the optimum reward."""
+STUCK_SHARE = 0.10
+"""'gets stuck': more than one run in ten ends away from the optimum."""
+TOP_RESPONSES = 3
+"""How many of the most common final responses of stuck runs to list per prompt."""
+
+
+def _by_sign(interval: Interval) -> str:
+    return "holds" if interval.low > 0 else "does not hold" if interval.high < 0 else "inconclusive"
+
+
+def _equivalent(interval: Interval, margin: float) -> str:
+    if -margin <= interval.low and interval.high <= margin:
+        return "holds"
+    return "does not hold" if interval.low > margin or interval.high < -margin else "inconclusive"
+
+
+def _above(interval: Interval, share: float) -> str:
+    return "holds" if interval.low > share else "does not hold" if interval.high < share else "inconclusive"
+
+
+def _fraction(interval: Interval) -> str:
+    return f"{interval.estimate:.0%} [{interval.low:.0%}, {interval.high:.0%}]"
+
+
+def kl_points(records, experiment, groups):
+    """betas, final-reward intervals and final-KL intervals of the KL experiment."""
+    betas = [s["kl"] for s in experiment.settings]
+    reward = [mean_interval(records.final("mean_reward")[g]) for g in groups]
+    kl = [mean_interval(final_kl(records)[g]) for g in groups]
+    return betas, reward, kl
+
+
+def final_kl(records) -> np.ndarray:
+    """float[run]: the k3 KL to the reference averaged over the steps of the last reference period
+    (the last step alone depends on how far into its period it falls)."""
+    config = records.configs[0]
+    period_steps = max(config.kl_period, 1) * config.steps
+    return records.step_metrics["kl"][:, -period_steps:].mean(axis=1)
+
+
+def _setting_text(experiment, overrides: dict) -> str:
+    return ", ".join(f"{n}={overrides.get(n, '')}" for n in experiment.names)
+
+
+def _experiment_table(records, experiment, groups, seed_of) -> list[str]:
+    final, optimal = records.final(experiment.metric), optimal_everywhere(records)
+    kl, with_kl = final_kl(records), "kl" in experiment.names
+    lines = [f"| setting | final {experiment.metric.replace('_', ' ')} [95% t] | seed 5 | "
+             "optimal on every prompt [95% Wilson] |" + (" KL to the reference, last period [95% t] |" if with_kl else ""),
+             "| --- | --- | --- | --- |" + (" --- |" if with_kl else "")]
+    for overrides, runs in zip(experiment.settings, groups):
+        seed5 = [r for r in runs if seed_of(r) == 5]
+        lines.append(f"| {_setting_text(experiment, overrides)} | {mean_interval(final[runs]).text(3)} | "
+                     f"{final[seed5[0]]:.3f} | {_fraction(wilson_interval(int(optimal[runs].sum()), len(runs)))} |"
+                     + (f" {mean_interval(kl[runs]).text(4)} |" if with_kl else ""))
+    return lines
+
+
+def _claims(records, lecture, groups, optimum: float) -> list[str]:
+    final, optimal = records.final("mean_reward"), optimal_everywhere(records)
+    raw, centered, normalized = groups
+    stuck = lambda runs: wilson_interval(int((~optimal[runs]).sum()), len(runs))  # noqa: E731
+    solved_raw = wilson_interval(int(optimal[raw].sum()), len(raw))
+    help_diff = difference_interval(final[centered], final[raw])
+    norm_diff = difference_interval(final[normalized], final[centered])
+    everything = [r for g in groups for r in g]
+    rows = [
+        ("Raw rewards do not learn sorting well, even on the training prompts.",
+         "fraction of raw runs optimal on every prompt below 1/2", _fraction(solved_raw),
+         "holds" if solved_raw.high < 0.5 else "does not hold" if solved_raw.low > 0.5 else "inconclusive"),
+        ("Centered rewards help (compared with raw).", "final mean reward, centered - raw, above 0",
+         help_diff.text(3), _by_sign(help_diff)),
+        ("Centered rewards still get stuck in local optima.",
+         f"fraction of centered runs not optimal on every prompt above {STUCK_SHARE:.0%}",
+         _fraction(stuck(centered)), _above(stuck(centered), STUCK_SHARE)),
+        ("Normalizing by the std makes little difference (compared with centered).",
+         f"final mean reward, normalized - centered, within +-{MARGIN:.0%} of the optimum "
+         f"(+-{MARGIN * optimum:.2f})", norm_diff.text(3), _equivalent(norm_diff, MARGIN * optimum)),
+        ("RL is easy to get stuck.", f"fraction of all runs of the three experiments not optimal on every prompt "
+         f"above {STUCK_SHARE:.0%}", _fraction(stuck(everything)), _above(stuck(everything), STUCK_SHARE)),
+    ]
+    lines = ["| the lecture says | decided by (rule in `lab/results.py`) | 95% interval | verdict |",
+             "| --- | --- | --- | --- |"]
+    lines += [f"| {claim} | {rule} | {numbers} | **{verdict}** |" for claim, rule, numbers, verdict in rows]
+    return lines
+
+
+def _stuck_responses(records, lecture, groups) -> list[str]:
+    greedy = records.greedy_responses
+    prompts = records.prompts.tolist()
+    lines = ["| setting | prompt | runs wrong on it | most common final greedy responses there (runs) |",
+             "| --- | --- | --- | --- |"]
+    for overrides, runs in zip(lecture.settings, groups):
+        for b, prompt in enumerate(prompts):  # sorted(prompt) is the unique optimum on these prompts
+            wrong = [r for r in runs if tuple(greedy[r, b].tolist()) != tuple(sorted(prompt))]
+            common = Counter(tuple(greedy[r, b].tolist()) for r in wrong).most_common(TOP_RESPONSES)
+            text = ", ".join(f"{list(resp)} ({n})" for resp, n in common) or "-"
+            lines.append(f"| {_setting_text(lecture, overrides)} | {prompt} | {len(wrong)} of {len(runs)} | {text} |")
+    return lines
+
+
+def results_markdown(reproduction, experiments) -> str:
+    """The whole RESULTS.md text; every number comes from `reproduction.records`."""
+    records, seeds = reproduction.records, reproduction.seeds
+    seed_of = lambda run: records.configs[run].seed  # noqa: E731
+    config = records.configs[0]
+    lecture = experiments[0]
+    lecture_groups = reproduction.setting_runs(lecture)
+    optimum = float(records.optimum[lecture_groups[0]].mean())
+    out = ["# Results: the lecture's experiments over seeds",
+           "",
+           f"Generated by `lab reproduce` (do not edit): {seeds} seeds (0..{seeds - 1}) per setting, "
+           f"{records.num_runs} distinct runs trained as one batched computation. Settings unless stated: "
+           f"{config.epochs} epochs x {config.steps} steps, G = {config.group_size}, Adam lr {config.lr:g}, "
+           "the lecture's prompts [[1,0,2],[3,2,4],[1,2,3]]. 'Final' = the last epoch (mean reward of its "
+           "samples) or the last step (KL). 'Optimal on every prompt' = the final greedy (argmax) response "
+           "reaches the optimum reward on all three prompts. Intervals: 95% Student t over seeds for means, "
+           "Welch t for differences, Wilson for fractions. 'seed 5' is the lecture's single seed.",
+           "", "## The lecture's claims against the data", ""]
+    out += _claims(records, lecture, lecture_groups, optimum)
+    out += ["", "Verdict rules: see the docstring of `lab/results.py` "
+            f"(little difference = within {MARGIN:.0%} of the optimum; stuck = greedy response not optimal on "
+            f"some prompt at the end; 'gets stuck' holds when the stuck share is above {STUCK_SHARE:.0%} with 95% "
+            "confidence). Not decided by these data: that a group whose rewards are all equal gives no update "
+            "(exact by construction, `tests/test_deltas.py`), and Dr. GRPO's length bias, which cannot arise at "
+            "fixed length (SPEC claim 16, `tests/proofs`).", ""]
+    for experiment in experiments:
+        groups = reproduction.setting_runs(experiment)
+        out += [f"## {experiment.title}", "", f"![{experiment.name}]({experiment.name}.png)", ""]
+        out += _experiment_table(records, experiment, groups, seed_of)
+        out.append("")
+    out += ["## What the lecture did not show: where runs get stuck", "",
+            "Per setting of the lecture's three experiments, the prompts on which runs end with a wrong "
+            "greedy response, and the responses they end on:", ""]
+    out += _stuck_responses(records, lecture, lecture_groups)
+    final_greedy = records.epoch_metrics["greedy_reward"][:, -1]
+    out += ["", "Final greedy reward (mean over the three prompts, optimum "
+            f"{optimum:g}) per run, lecture experiments:", "",
+            "| setting | distribution of final greedy reward (value: runs) |", "| --- | --- |"]
+    for overrides, runs in zip(lecture.settings, lecture_groups):
+        counts = sorted(Counter(np.round(final_greedy[runs], 3).tolist()).items(), reverse=True)
+        out.append(f"| {_setting_text(lecture, overrides)} | "
+                   + ", ".join(f"{value:g}: {n}" for value, n in counts) + " |")
+    return "\n".join(out) + "\n"
