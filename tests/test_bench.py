@@ -1,0 +1,29 @@
+"""`lab bench` (a benchmark, not a test of speed): the structure of its result, at a tiny size."""
+
+import torch
+
+from lab.bench import bench, bench_report
+from lab.config import TrainConfig
+from lab.lecture_loop import lecture_train
+
+
+def test_bench_reports_every_size_with_consistent_ratios():
+    threads = torch.get_num_threads()
+    result = bench(sizes=(1, 3), repeats=1, threads=1, config=TrainConfig(epochs=2, steps=2))
+    assert torch.get_num_threads() == threads  # the thread count is restored
+    assert result.threads == 1 and [r.runs for r in result.rows] == [1, 3]
+    for row in result.rows:
+        assert row.runs_per_second == row.runs / row.seconds
+        assert row.speedup_vs_lecture == row.runs * result.lecture_seconds_per_run / row.seconds
+        assert row.speedup_vs_one_at_a_time == row.runs * result.single_run_seconds["cpu"] / row.seconds
+    report = bench_report(result)
+    assert "set_num_threads(1)" in report and "lecture" in report and len(report.splitlines()) == 4 + 1 + 2
+
+
+def test_the_lecture_loop_learns_its_reward_like_the_lab():
+    """The baseline is a real training loop: over the lecture's 1000 steps the mean reward rises."""
+    log = lecture_train(TrainConfig(delta="centered", seed=5))
+    assert len(log) == 1000
+    first = sum(r["mean_reward"] for r in log[:100]) / 100
+    last = sum(r["mean_reward"] for r in log[-100:]) / 100
+    assert last > first + 0.5
