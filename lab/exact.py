@@ -165,6 +165,16 @@ def exact_kl(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
     return (log_probs.exp() * (log_probs - ref_log_probs)).sum(dim=-1)
 
 
+def sequence_kl(policy: nn.Module, reference: nn.Module, prompts: Tensor,
+                dtype: torch.dtype | None = None) -> Tensor:
+    """KL(pi_policy(. | x) || pi_reference(. | x)) over whole responses: float[batch].
+
+    Positions are independent given the prompt, so it is the sum of the per-position KLs
+    (`exact_kl`); for example the drift of a trained policy from its initialisation.
+    """
+    return exact_kl(position_log_probs(policy, prompts, dtype), position_log_probs(reference, prompts, dtype)).sum(-1)
+
+
 def expected_kl_estimate(
     estimator: KLEstimator | str,
     log_probs: Tensor,
