@@ -45,7 +45,7 @@ import torch
 
 import lab.losses
 from lab import Policy, TrainConfig, compute_deltas, compute_loss, train
-from lab.exact import exact_kl, position_log_probs
+from lab.exact import sequence_kl
 from lab.intervals import mean_interval
 from lab.kl import freeze, k3, kl_estimate
 from lab.policy import policy_from_state
@@ -93,8 +93,7 @@ def drift_from_start(records):
                        generator=torch.Generator().manual_seed(config.seed))
         final = policy_from_state(records.state, run)
         with torch.no_grad():
-            per_position = exact_kl(position_log_probs(final, task.prompts), position_log_probs(start, task.prompts))
-        drifts.append(per_position.sum(-1).mean().item())
+            drifts.append(sequence_kl(final, start, task.prompts).mean().item())
     return np.array(drifts)
 
 
