@@ -94,6 +94,8 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if not -2**63 <= self.seed < 2**64:  # what torch.Generator.manual_seed accepts
+            raise ConfigError(f"seed must be an integer from -2**63 to 2**64 - 1 (torch's range), got {self.seed!r}")
         if not 0 < self.lr < math.inf:
             raise ConfigError(f"lr must be > 0 and finite, got {self.lr!r}")
         if not 0 < self.clip_eps < 1:

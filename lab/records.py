@@ -177,6 +177,8 @@ class RunFolder:
         self.out, self.force = Path(out), force
 
     def check(self) -> None:
+        if self.out.exists() and not self.out.is_dir():  # --force replaces run folders, never other files
+            raise FileExistsError(f"{self.out} exists and is not a folder; choose another --out")
         if self.out.exists() and not self.force:
             raise FileExistsError(f"run folder {self.out} already exists; pass --force to replace it "
                                   "or --out to choose another")

@@ -179,6 +179,8 @@ def task_from_spec(
             raise ValueError(f"{name} must be a positive integer, got {value}")
     if heldout < 0:
         raise ValueError(f"the number of held-out prompts must be >= 0, got {heldout}")
+    if not -2**63 <= prompt_seed < 2**64:  # what torch.Generator.manual_seed accepts
+        raise ValueError(f"the prompt seed must be an integer from -2**63 to 2**64 - 1, got {prompt_seed}")
     generator = torch.Generator().manual_seed(prompt_seed)
     if spec == "lecture":
         prompts = lecture_prompts()

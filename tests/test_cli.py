@@ -191,6 +191,8 @@ BAD_INPUT = [
     (["--prompts", "[[0.5,1]]"], "not a list of non-empty integer lists"),
     (["--prompts", "random", "--vocab-size", "2", "--prompt-length", "1", "--num-prompts", "3"], "cannot draw 3"),
     (["--heldout", "-1"], "held-out"),
+    (["--seed", str(2**64)], "seed must be an integer from -2**63 to 2**64 - 1"),
+    (["--prompt-seed", str(-2**63 - 1)], "prompt seed must be an integer"),
     (["--epochs", "many"], "--epochs"),
     (["--lr", "fast"], "--lr"),
     (["--seed", "1.5"], "--seed"),
@@ -224,6 +226,14 @@ def test_existing_run_folder_needs_force(tmp_path):
     result = invoke(*SHORT, "--quiet", "--force", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert contents(tmp_path) == {"run"} and contents(out) == RUN_FILES
+
+
+def test_an_out_path_that_is_a_file_is_refused_even_with_force(tmp_path):
+    """Issue 2 point 8: --force replaces a run folder, never some other file, and leaves no partial folder."""
+    (tmp_path / "notes.txt").write_text("not a run")
+    for force in ([], ["--force"]):
+        assert_one_line_error(invoke(*SHORT, *force, "--out", str(tmp_path / "notes.txt")), "is not a folder")
+        assert contents(tmp_path) == {"notes.txt"} and (tmp_path / "notes.txt").read_text() == "not a run"
 
 
 def test_an_exception_during_training_leaves_no_run_folder(tmp_path, monkeypatch):

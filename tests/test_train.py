@@ -216,6 +216,7 @@ def test_bad_batches_and_rewards_are_rejected():
     (dict(kl=math.inf), "kl \\(beta\\) must be"),
     (dict(kl=math.nan), "kl \\(beta\\) must be"),
     (dict(kl_period=-1), "kl_period must be >= 0"),
+    (dict(seed=2**64), "seed must be an integer from -2\\*\\*63"),
     (dict(delta="normalized", group_size=1), "needs group_size >= 2"),
     (dict(delta="loo", group_size=1), "needs group_size >= 2"),
     (dict(delta="mean"), "unknown delta 'mean'; choose one of: raw, centered, normalized, max, loo"),
