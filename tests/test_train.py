@@ -238,3 +238,53 @@ def test_config_defaults_are_the_lectures():
     assert TrainConfig.from_dict(c.to_dict()) == c
     with pytest.raises(ConfigError, match="unknown config fields: colour"):
         TrainConfig.from_dict({"colour": 1})
+
+
+def test_the_loop_matches_a_plain_reimplementation_of_spec_section_1():
+    """SPEC 1 "The loop", rewritten here with a plain Policy, torch.optim.Adam and the formulas inline:
+    sample G per prompt from the run's generator, score, center, freeze old and reference log-probs,
+    then `steps` clipped + beta * k3 steps on the batch. Every recorded step metric and the samples agree."""
+    task = make_task()
+    config = TrainConfig(epochs=2, steps=3, seed=2, delta="centered", loss="clipped", clip_eps=0.05, kl=0.2,
+                         kl_period=1, lr=0.01, sample_every=1)
+    records = train(task, config)
+    g = torch.Generator().manual_seed(config.seed)
+    policy = Policy(task.vocab_size, 3, 3, config.dim, generator=g)
+    adam = torch.optim.Adam(policy.parameters(), lr=config.lr)
+    prompts, eps, beta = task.prompts, config.clip_eps, config.kl
+    expected = {name: [] for name in ("loss", "pg_loss", "kl", "ratio_mean", "ratio_max", "clip_fraction", "entropy")}
+    for epoch in range(config.epochs):
+        with torch.no_grad():
+            ref_log_softmax = torch.log_softmax(policy(prompts), -1)  # kl_period 1: refreshed every epoch
+            probs = torch.softmax(policy(prompts).double(), -1)
+            cdf = probs.cumsum(-1)  # float[batch pos vocab]
+            u = torch.rand(3, config.group_size, 3, generator=g, dtype=torch.float64)  # batch trial pos
+            responses = (cdf.unsqueeze(1) <= u.unsqueeze(-1)).sum(-1).clamp(max=task.vocab_size - 1)
+        np.testing.assert_array_equal(records.samples[epoch].responses[0], responses.numpy())
+        rewards = task.reward_fn(config.reward)(prompts, responses)
+        deltas = rewards - rewards.mean(-1, keepdim=True)
+        np.testing.assert_allclose(records.samples[epoch].deltas[0], deltas.numpy(), rtol=1e-6, atol=1e-6)
+        take = lambda log_softmax: log_softmax.unsqueeze(1).expand(3, config.group_size, 3, -1).gather(  # noqa: E731
+            -1, responses.unsqueeze(-1)).squeeze(-1)
+        old, ref = take(ref_log_softmax), take(ref_log_softmax)
+        d = deltas.unsqueeze(-1)
+        for _ in range(config.steps):
+            log_softmax = torch.log_softmax(policy(prompts), -1)
+            lp = take(log_softmax)
+            rho = torch.exp(lp - old)
+            pg = -torch.minimum(rho * d, rho.clamp(1 - eps, 1 + eps) * d).mean()
+            k3 = torch.exp(ref - lp) - (ref - lp) - 1
+            kl = k3.sum(-1).mean()
+            loss = pg + beta * kl
+            adam.zero_grad()
+            loss.backward()
+            adam.step()
+            clipped = ((rho < 1 - eps) & (d < 0)) | ((rho > 1 + eps) & (d > 0))
+            for name, value in (("loss", loss), ("pg_loss", pg), ("kl", kl), ("ratio_mean", rho.mean()),
+                                ("ratio_max", rho.max()), ("clip_fraction", clipped.float().mean()),
+                                ("entropy", -(log_softmax.exp() * log_softmax).sum(-1).mean())):
+                expected[name].append(value.item())
+    for name, values in expected.items():
+        np.testing.assert_allclose(records.step_metrics[name][0], values, rtol=1e-4, atol=1e-6, err_msg=name)
+    for name, p in policy.named_parameters():
+        torch.testing.assert_close(records.state[name][0], p.detach(), rtol=1e-4, atol=1e-5)
