@@ -147,43 +147,40 @@ for group_size in (2, 3, 5, 10):
 # $\lVert\nabla J\rVert^2$) and its *angle* to $\nabla J$.
 
 # %%
+from lab.diagnose import gradient_diagnostics
 from lab.estimators import gradient_moments
-from tasks.sorting import inclusion_ordering_reward
 
 task = make_task()  # the lecture's three prompts, vocabulary 0..4
 policy = Policy(task.vocab_size, 3, task.response_length, generator=torch.Generator().manual_seed(5))
+rows = gradient_diagnostics(policy, task, "inclusion-ordering", modes=("centered", "loo", "normalized", "max"),
+                            group_sizes=(2, 5, 10))
+print(f"{'mode':>10} {'G':>3}  {'scale':>6}  {'angle to grad J':>15}")
+for row in rows:
+    print(f"{row.delta:>10} {row.group_size:>3}  {row.scale:>6.3f}  {row.angle_deg:>11.2f} deg")
+    if row.delta == "centered":
+        assert abs(row.scale - (row.group_size - 1) / row.group_size) < 1e-9
+    if row.delta == "loo":
+        assert abs(row.scale - 1) < 1e-9 and row.angle_deg < 1e-3
+    if row.delta == "normalized":
+        assert row.angle_deg > 1.0  # biased in direction, not only in scale
 
-
-def degrees_between(a, b):
-    return torch.rad2deg(torch.arccos(torch.nn.functional.cosine_similarity(a, b, dim=-1).clamp(-1, 1)))
-
-
-print(f"{'mode':>10} {'G':>3}  {'scale per prompt':>22}  {'angle per prompt':>22}  angle, all prompts")
-for mode in ("centered", "loo", "normalized", "max"):
-    for group_size in (2, 5, 10):
-        moments = gradient_moments(policy, task.prompts, inclusion_ordering_reward, mode, group_size)
-        grad_j, mean = moments.grad_j, moments.mean  # float[batch params] each: grad J and E[g]
-        scale = (mean * grad_j).sum(-1) / (grad_j * grad_j).sum(-1)
-        angle = degrees_between(mean, grad_j)
-        total_angle = degrees_between(mean.sum(0), grad_j.sum(0))  # the batch's update vs grad of sum J
-        print(f"{mode:>10} {group_size:>3}  {np.array2string(scale.numpy(), precision=3):>22}  "
-              f"{np.array2string(angle.numpy(), precision=2):>22}  {total_angle.item():8.2f} deg")
-        if mode == "centered":
-            assert torch.allclose(scale, torch.full_like(scale, (group_size - 1) / group_size))
-        if mode == "loo":
-            assert torch.allclose(scale, torch.ones_like(scale)) and total_angle < 1e-3
-        if mode == "normalized":
-            assert total_angle > 1.0  # biased in direction, not only in scale
+# the same expectation prompt by prompt: E[g_b] projected on grad J_b
+moments = gradient_moments(policy, task.prompts, task.reward_fn("inclusion-ordering"), "normalized", 10)
+per_prompt = (moments.mean * moments.grad_j).sum(-1) / (moments.grad_j ** 2).sum(-1)  # float[batch]
+print("normalized, G = 10, scale along each prompt's own grad J:", per_prompt.numpy().round(3))
 
 # %% [markdown]
-# The exact numbers confirm the algebra and show what it does not cover:
+# The exact numbers (of the update summed over the three prompts) confirm the algebra and show
+# what it does not cover:
 #
 # - `centered` has scale exactly $(G-1)/G$ (0.5, 0.8, 0.9) and angle 0; `loo` has scale 1 and angle 0.
-# - `normalized` points almost along $\nabla J$ for each prompt separately (the angle is a degree
-#   or two), but with a **different scale per prompt**: each group is divided by its own std, so a
-#   prompt whose group has little spread weighs more (claim 17, Dr. GRPO's difficulty bias).
-#   Summed over the prompts, the update is then a degree or more off the true gradient. Small here,
-#   but no theorem bounds it, and it changes as the policy does.
+# - `normalized` is off the true gradient by a degree or more, and its scale is not $(G-1)/G$ but
+#   grows with $G$ (a group's reward std is often below 1, and dividing by it inflates the deltas).
+#   Prompt by prompt, its expectation points almost along that prompt's own gradient, but with a
+#   **different scale per prompt**: each group is divided by its own std, so a prompt whose group
+#   has little spread weighs more (claim 17, Dr. GRPO's difficulty bias). Summing differently
+#   weighted prompts tilts the update. Small here, but no theorem bounds it, and it changes as the
+#   policy does.
 # - `max` is further off still: it throws away the information in every non-best response.
 #
 # Biased does not mean useless: a consistent tilt of a few degrees still climbs. It means the
@@ -306,7 +303,8 @@ for ax, title in zip(axes, titles):
 axes[1].set_yscale("log")
 axes[0].legend()
 fig.tight_layout()
-print("final surrogate loss per mode:", dict(zip([c.loss.value for c in reuse], records.final("pg_loss"))))
+print("final surrogate loss per mode:",
+      ", ".join(f"{c.loss.value} {value:.3f}" for c, value in zip(reuse, records.final("pg_loss"))))
 
 # %% [markdown]
 # Reading the curves (the clip fraction counts tokens beyond the band on the side their delta
