@@ -44,21 +44,33 @@ def init_parameters(
     }
 
 
+def embed(embedding: Tensor, prompts: Tensor) -> Tensor:
+    """Rows of E for every prompt token: float[... vocab dim] -> float[... (batch pos) dim].
+
+    `prompts` is int[batch pos] shared by every leading index (a sweep's runs all see
+    the same prompts), or int[... batch pos] with the embedding's leading axes.
+    An index lookup, not a one-hot matmul: its backward is one scatter-add instead of
+    a batched matmul (about 20x cheaper at 500 runs).
+    """
+    if prompts.dim() == 2:
+        return embedding.index_select(-2, prompts.flatten())
+    index = prompts.flatten(-2).unsqueeze(-1).expand(*prompts.shape[:-2], -1, embedding.shape[-1])
+    return embedding.expand(*index.shape[:-2], *embedding.shape[-2:]).gather(-2, index)
+
+
 def policy_logits(embedding: Tensor, encode: Tensor, decode: Tensor, prompts: Tensor) -> Tensor:
     """Logits of every response position.
 
     embedding float[... vocab dim], encode float[... pos dim dim], decode float[... pos dim dim],
     prompts int[... batch pos]  ->  float[... batch pos vocab] (pos = response positions).
     """
-    vocab_size, dim = embedding.shape[-2:]
+    dim = embedding.shape[-1]
     batch, pos = prompts.shape[-2:]
     response_length = decode.shape[-3]
-    # A one-hot matmul instead of indexing keeps the optional run axis trivial.
     # Each einsum is computed as one matmul per run (same sums, far less per-call
     # overhead than einsum's dispatch); the einops pattern is kept beside it.
-    one_hot = nn.functional.one_hot(prompts, vocab_size).to(embedding.dtype)
-    # "... batch pos vocab, ... vocab dim -> ... batch pos dim"
-    x = one_hot.flatten(-3, -2) @ embedding  # float[... (batch pos) dim]
+    # "... vocab dim, ... batch pos -> ... batch pos dim": a row lookup, E[x_p]
+    x = embed(embedding, prompts)  # float[... (batch pos) dim]
     # "... batch pos dim_in, ... pos dim_in dim -> ... batch dim": one sum over (pos dim_in)
     h = x.reshape(*x.shape[:-2], batch, pos * dim) @ encode.flatten(-3, -2)  # float[... batch dim]
     # "... batch dim_in, ... pos dim_in dim -> ... batch pos dim": all positions in one product
@@ -126,8 +138,7 @@ class PolicyStack(nn.Module):
         return self.embedding.shape[0]
 
     def forward(self, prompts: Tensor) -> Tensor:
-        if prompts.dim() == 2:  # the same prompts for every run
-            prompts = prompts.expand(self.num_runs, *prompts.shape)
+        # int[batch pos] prompts are shared by every run; int[run batch pos] gives each its own
         return policy_logits(self.embedding, self.encode, self.decode, prompts)
 
     def unstack(self, run: int) -> Policy:

@@ -29,7 +29,7 @@ from lab.losses import clip_fractions, compute_loss, ratios
 from lab.optim import RunAdam
 from lab.policy import PolicyStack
 from lab.records import EPOCH_METRICS, STEP_METRICS, Records, Samples
-from lab.rollout import (entropy_from_log_softmax, gather_log_probs, greedy_responses, response_log_probs,
+from lab.rollout import (entropy_from_log_softmax, gather_log_probs, greedy_responses, log_softmax, response_log_probs,
                          sample_responses)
 from tasks import Task
 
@@ -133,8 +133,8 @@ def train(
 
         step_log_softmax, step_log_probs, step_pg_loss = [], [], []
         for _ in range(steps):
-            log_softmax = torch.log_softmax(policy(prompts), dim=-1)  # float[run batch pos vocab]
-            log_probs = gather_log_probs(log_softmax, responses)  # float[run batch trial pos]
+            log_softmaxes = log_softmax(policy(prompts))  # float[run batch pos vocab]
+            log_probs = gather_log_probs(log_softmaxes, responses)  # float[run batch trial pos]
             pg_loss = loss_groups.apply(  # float[run]
                 lambda mode, lp, d, old, eps: compute_loss(lp, d, mode, old, eps),
                 log_probs, deltas, old_log_probs, clip_eps)
@@ -143,7 +143,7 @@ def train(
             optimizer.zero_grad()
             loss.sum().backward()  # runs share no parameter, so each gets its own gradient
             optimizer.step()
-            step_log_softmax.append(log_softmax.detach())
+            step_log_softmax.append(log_softmaxes.detach())
             step_log_probs.append(log_probs.detach())
             step_pg_loss.append(pg_loss.detach())
 
