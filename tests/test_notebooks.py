@@ -93,18 +93,39 @@ def test_readme_links_the_notebooks_in_order():
 
 
 @pytest.fixture(scope="module")
-def kernel_specs(tmp_path_factory) -> KernelSpecManager:
+def kernel_specs(tmp_path_factory):
     """A kernelspec that launches *this* interpreter, in a private folder searched alone.
 
     `ipykernel.kernelspec.install` writes `argv = [sys.executable, -m, ipykernel_launcher, ...]`;
     restricting the spec manager to that folder means no user-level or system `python3`
-    kernel (possibly another environment) can be picked up instead.
+    kernel (possibly another environment) can be picked up instead. Connection files go to a
+    private runtime folder too, so a read-only home does not matter.
     """
     prefix = tmp_path_factory.mktemp("kernel")
     install_kernelspec(kernel_name=KERNEL_NAME, prefix=str(prefix), display_name="grpo-lab tests")
     specs = KernelSpecManager(kernel_dirs=[str(prefix / "share" / "jupyter" / "kernels")])
     assert specs.get_kernel_spec(KERNEL_NAME).argv[0] == sys.executable
-    return specs
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JUPYTER_RUNTIME_DIR", str(prefix / "runtime"))
+        yield specs
+
+
+def execute(notebook, kernel_specs, timeout_s: float) -> None:
+    """Run every cell in a fresh kernel from `kernel_specs`; the whole run must fit in `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    NotebookClient(
+        notebook,
+        km=KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=kernel_specs),
+        timeout_func=lambda cell: max(1, int(deadline - time.monotonic())),
+        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},  # run from notebooks/, as Jupyter would
+    ).execute()
+
+
+def test_the_kernel_is_the_interpreter_running_the_tests(kernel_specs):
+    """The notebooks run on sys.executable (this environment's lab and torch), not another Python."""
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import sys; print(sys.executable)")])
+    execute(notebook, kernel_specs, NOTEBOOK_TIMEOUT_S)
+    assert notebook.cells[0].outputs[0]["text"].strip() == sys.executable
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -114,15 +135,8 @@ def test_notebook_runs_top_to_bottom(path, kernel_specs):
     The budget is enforced as a timeout: each cell may use only what is left of it.
     """
     notebook = nbformat.read(path, as_version=4)
-    deadline = time.monotonic() + NOTEBOOK_TIMEOUT_S
-    client = NotebookClient(
-        notebook,
-        km=KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=kernel_specs),
-        timeout_func=lambda cell: max(1, int(deadline - time.monotonic())),
-        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},  # run from notebooks/, as Jupyter would
-    )
     start = time.monotonic()
-    client.execute()
+    execute(notebook, kernel_specs, NOTEBOOK_TIMEOUT_S)
     print(f"{path.stem}: {time.monotonic() - start:.1f} s")
     figures = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs
                if "image/png" in o.get("data", {})]
