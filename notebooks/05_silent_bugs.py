@@ -266,7 +266,8 @@ print("final reward / optimum: lab", mean_interval(correct.final("reward_fractio
 # **Question.** Random updates would make the reward wander. This one falls steadily, on every
 # seed. So the broken update is *systematically* anti-aligned with $\nabla J$. The deltas are still
 # the right numbers: centered, summing to zero in each group. What can be wrong about them, if not
-# their values? (Print `broken.samples[0]` for one prompt and compare the rewards with the deltas.)
+# their values? (Compare `broken.samples[0].rewards[0, 0]` with `broken.samples[0].deltas[0, 0]`:
+# run 0, prompt 0, its group of 10.)
 
 # %% [markdown]
 # <details><summary><b>Solution (click to open)</b></summary>
