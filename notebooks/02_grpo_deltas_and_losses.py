@@ -235,8 +235,10 @@ fig.tight_layout()
 #   losses make the *same* update.
 # - The naive loss has no ratio in it: its gradient is $\delta$ whatever the policy has become. It
 #   keeps pushing the same tokens with the same force for as many steps as you reuse the batch.
-# - The unclipped loss weighs the gradient by $\rho$ (importance sampling), so it is the correct
-#   policy gradient of the *current* policy, estimated from old samples; but nothing stops it.
+# - The unclipped loss weighs the gradient by $\rho$ (importance sampling), so it follows the
+#   policy gradient of the *current* policy, estimated from old samples (to first order: a
+#   per-token ratio, as in PPO and GRPO, stands in for the whole response's weight
+#   $\prod_q \rho_q$). But nothing stops it.
 # - The clipped objective is never above the unclipped one (the min) and equals it inside the band.
 #   It goes **flat** once $\rho$ has left the band *on the side the delta pushes toward*
 #   ($\rho > 1+\varepsilon$ with $\delta>0$, $\rho < 1-\varepsilon$ with $\delta<0$): those tokens
