@@ -14,14 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # files only
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from lab.intervals import LEVEL, t_quantile  # noqa: E402
-from lab.records import Records  # noqa: E402
-from lab.sweep import setting, setting_label  # noqa: E402
+from lab.intervals import LEVEL, t_quantile
+from lab.records import Records
+from lab.sweep import setting, setting_label
 
 
 def mean_band(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -46,7 +44,7 @@ def draw_curves(ax, records: Records, names: Sequence[str], metric: str = "mean_
     """One mean curve with its band per grid point of `names` (optionally only among `runs`)."""
     keep = set(range(records.num_runs) if runs is None else runs)
     points = {p: [r for r in rs if r in keep] for p, rs in _runs_by_point(records, names).items()}
-    for color, (point, point_runs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4,
+    for color, (point, point_runs) in zip(matplotlib.rcParams["axes.prop_cycle"].by_key()["color"] * 4,
                                           ((p, r) for p, r in points.items() if r)):
         curves = records.epoch_metrics[metric][point_runs]
         steps = np.arange(curves.shape[1]) * records.configs[point_runs[0]].steps
@@ -68,26 +66,26 @@ def draw_curves(ax, records: Records, names: Sequence[str], metric: str = "mean_
 def plot_sweep(records: Records, names: Sequence[str], path: Path, title: str | None = None,
                highlight_seed: int | None = None) -> Path:
     """curves.png of `lab sweep`: mean sample reward per grid point with its 95% band."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.subplots()
     draw_curves(ax, records, names, highlight_seed=highlight_seed)
     ax.set_title(title or f"mean reward, {LEVEL:.0%} t-band over seeds", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return Path(path)
 
 
 def plot_panels(records: Records, panels: Sequence[tuple[str, Sequence[str], Sequence[int]]], path: Path,
                 suptitle: str, metric: str = "mean_reward", highlight_seed: int | None = None) -> Path:
     """Several `draw_curves` panels side by side: (title, names, runs) each, sharing the y axis."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.9), squeeze=False, sharey=True)
+    fig = Figure(figsize=(4.6 * len(panels), 3.9))
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
     for ax, (title, names, runs) in zip(axes[0], panels):
         draw_curves(ax, records, names, metric=metric, highlight_seed=highlight_seed, runs=runs)
         ax.set_title(title, fontsize=9)
     fig.suptitle(suptitle, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return Path(path)
 
 
@@ -95,7 +93,8 @@ def plot_kl_tradeoff(records: Records, names: Sequence[str], runs: Sequence[int]
                      reward: Sequence, kl: Sequence, path: Path, title: str) -> Path:
     """Left: reward curves per beta. Right: final mean reward against final KL to the reference,
     one point per beta with 95% t-intervals on both axes (reward, kl: `lab.intervals.Interval` per beta)."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10.4, 4.0))
+    fig = Figure(figsize=(10.4, 4.0))
+    left, right = fig.subplots(1, 2)
     draw_curves(left, records, names, runs=runs)
     for beta, r, k in zip(betas, reward, kl):
         right.errorbar(k.estimate, r.estimate, xerr=[[k.estimate - k.low], [k.high - k.estimate]],
@@ -109,5 +108,4 @@ def plot_kl_tradeoff(records: Records, names: Sequence[str], runs: Sequence[int]
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return Path(path)

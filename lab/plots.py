@@ -1,4 +1,4 @@
-"""Learning-curve figures. The only module of the library that imports matplotlib.
+"""Figures of single runs and of `lab diagnose` (matplotlib is imported here and in lab/figures.py only).
 
 A run's figure follows the lecture's (train loss and mean reward against the
 optimizer step), adds the greedy response's reward and marks the optimum; a KL
@@ -10,13 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # files only: no display needed, none assumed
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from lab.records import Records  # noqa: E402
+from lab.records import Records
 
 
 def _epoch_steps(records: Records, run: int) -> np.ndarray:
@@ -33,7 +30,8 @@ def plot_run(records: Records, path: Path, run: int = 0, title: str | None = Non
         panels.append("kl")
     if config.loss.value == "clipped":
         panels.append("clip")
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    fig = Figure(figsize=(4.2 * len(panels), 3.4))
+    axes = fig.subplots(1, len(panels), squeeze=False)
     steps = np.arange(records.step_metrics["loss"].shape[1])
     epoch_steps = _epoch_steps(records, run)
     optimum = records.optimum[run].mean()
@@ -60,7 +58,6 @@ def plot_run(records: Records, path: Path, run: int = 0, title: str | None = Non
                           f"{config.reward} reward, seed {config.seed}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return Path(path)
 
 
@@ -70,7 +67,8 @@ def plot_variance_vs_group_size(rows, path: Path, title: str | None = None) -> P
     Log-scale variance; filled markers are exact, hollow ones Monte Carlo estimates. The PNG is
     written beside `path` under a temporary name and renamed over it when complete.
     """
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    fig = Figure(figsize=(5.6, 3.8))
+    ax = fig.subplots()
     for delta in dict.fromkeys(row.delta for row in rows):
         mine = sorted((row for row in rows if row.delta == delta), key=lambda row: row.group_size)
         line, = ax.plot([r.group_size for r in mine], [r.trace_cov for r in mine], label=delta, lw=1.2)
@@ -92,5 +90,4 @@ def plot_variance_vs_group_size(rows, path: Path, title: str | None = None) -> P
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-        plt.close(fig)
     return path

@@ -52,7 +52,6 @@ from lab.rollout import response_log_probs, sample_responses
 from lab.sweep import build_grid, run_sweep
 from tasks.sorting import make_task
 
-# %matplotlib inline
 
 torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible
 np.set_printoptions(precision=4, suppress=True)
@@ -74,9 +73,6 @@ def log_prob_table(some_policy):
 
 
 # %% [markdown]
-# (`lab.figures` selects matplotlib's file-only backend when imported; `%matplotlib inline`
-# above brings the notebook's inline figures back.)
-#
 # ## 1. The estimators as values, on samples from the current policy
 #
 # A family of references at growing distance from $\pi_\theta$: the same random direction in

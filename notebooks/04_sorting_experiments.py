@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -40,16 +45,12 @@ from lab.sweep import build_grid, optimal_everywhere, run_sweep, summarise, summ
 from tasks import neighbour_rewards
 from tasks.sorting import make_task, task_from_spec
 
-# %matplotlib inline
 
 torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible
 np.set_printoptions(precision=3, suppress=True)
 task = make_task()  # the lecture's prompts [[1,0,2], [3,2,4], [1,2,3]], vocabulary 0..4
 
 # %% [markdown]
-# (`lab.figures` selects matplotlib's file-only backend when imported, for the command line; the
-# `%matplotlib inline` line above switches a notebook back to inline figures.)
-#
 # ## 1. One run, the lecture's way
 #
 # `TrainConfig()` holds the lecture's settings: 100 epochs of 10 optimizer steps, $G = 10$
