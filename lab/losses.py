@@ -112,9 +112,17 @@ def clip_fractions(
     high: rho > 1 + eps with delta > 0 (pushed up far enough already).
     Returns two float[...] (means over batch, trial, pos).
     """
-    rho = ratios(log_probs.detach(), old_log_probs)
+    return clip_fractions_from_ratios(ratios(log_probs.detach(), old_log_probs), deltas, clip_eps)
+
+
+def clip_fractions_from_ratios(rho: Tensor, deltas: Tensor, clip_eps: float | Tensor) -> tuple[Tensor, Tensor]:
+    """`clip_fractions` from precomputed ratios float[... batch trial pos] (reused by the loop)."""
     eps = _as_leading(clip_eps, rho)
-    token_deltas = deltas.unsqueeze(-1)
-    low = (rho < 1 - eps) & (token_deltas < 0)
-    high = (rho > 1 + eps) & (token_deltas > 0)
-    return low.float().mean(dim=TOKEN_AXES), high.float().mean(dim=TOKEN_AXES)
+    tokens = rho.shape[-3] * rho.shape[-2] * rho.shape[-1]
+    # count each response's tokens outside the band first, then keep the counts on the side its
+    # delta's sign makes clipped: the sign test is per response, not per token (no token-sized mask)
+    below = (rho < 1 - eps).sum(dim=-1)  # int[... batch trial]
+    above = (rho > 1 + eps).sum(dim=-1)
+    low = (below * (deltas < 0)).sum(dim=(-2, -1)) / tokens  # float[...]
+    high = (above * (deltas > 0)).sum(dim=(-2, -1)) / tokens
+    return low, high

@@ -24,13 +24,13 @@ from torch import Tensor
 
 from lab.config import TrainConfig, check_batchable
 from lab.deltas import compute_deltas
+from lab.fused import policy_log_probs
 from lab.kl import freeze, kl_estimate, reference_due
-from lab.losses import clip_fractions, compute_loss, ratios
+from lab.losses import clip_fractions_from_ratios, compute_loss
 from lab.optim import RunAdam
 from lab.policy import PolicyStack
 from lab.records import EPOCH_METRICS, STEP_METRICS, Records, Samples
-from lab.rollout import (entropy_from_log_softmax, gather_log_probs, greedy_responses, log_softmax, response_log_probs,
-                         sample_responses)
+from lab.rollout import entropy_from_log_softmax, greedy_responses, response_log_probs, sample_responses
 from tasks import Task
 
 
@@ -53,12 +53,13 @@ class RunGroups:
         return torch.cat(parts)[self.inverse]
 
 
-def _greedy_metrics(task: Task, logits: Tensor, prompts: Tensor, rewards: RunGroups, optimum: Tensor):
+def _greedy_metrics(task: Task, logits: Tensor, prompts: Tensor, targets: Tensor, rewards: RunGroups,
+                    optimum: Tensor):
     """Reward, fraction of optimum and exact accuracy of each run's argmax responses, float[run] each."""
     greedy = greedy_responses(logits)  # int[run batch pos]
     reward = rewards.apply(lambda name, y: task.reward_fn(name)(prompts, y.unsqueeze(-2)), greedy)
     reward = reward.squeeze(-1)  # float[run batch]
-    exact = (greedy == task.targets(prompts)).all(dim=-1).float()  # float[run batch]
+    exact = (greedy == targets).all(dim=-1).float()  # float[run batch]
     return reward.mean(-1), (reward / optimum).mean(-1), exact.mean(-1), greedy
 
 
@@ -100,25 +101,26 @@ def train(
     optimum = torch.stack([task.optimum(c.reward, prompts) for c in configs]).float()  # float[run batch]
     eval_optimum = (None if eval_prompts is None else
                     torch.stack([task.optimum(c.reward, eval_prompts) for c in configs]).float())
+    targets = task.targets(prompts)  # int[batch pos]
+    eval_targets = None if eval_prompts is None else task.targets(eval_prompts)
 
     step_log = {name: [] for name in STEP_METRICS}
     epoch_log = {name: [] for name in EPOCH_METRICS}
     samples: list[Samples] = []
     nan = torch.full((runs,), float("nan"), device=device)
     start = time.perf_counter()
+    with torch.no_grad():
+        logits = policy(prompts)  # float[run batch pos vocab]; later epochs reuse the greedy evaluation's
 
     for epoch in range(shared.epochs):
-        if reference_due(epoch, shared.kl_period):
+        fresh_reference = reference_due(epoch, shared.kl_period)
+        if fresh_reference:
             reference = freeze(policy)
         with torch.no_grad():
-            logits = policy(prompts)  # float[run batch pos vocab]
             responses = sample_responses(logits, shared.group_size, list(generators))  # int[run batch trial pos]
             rewards = reward_groups.apply(lambda name, y: task.reward_fn(name)(prompts, y), responses)
             deltas = delta_groups.apply(  # float[run batch trial]
                 lambda mode, r: compute_deltas(r, mode, shared.std_eps, shared.std_unbiased), rewards)
-            # contiguous: these meet every step's log-probs, and strided operands are slow to broadcast
-            old_log_probs = response_log_probs(logits, responses).contiguous()  # float[run batch trial pos]
-            ref_log_probs = response_log_probs(reference(prompts), responses).contiguous()
             # a single reward has no spread: std 0 for G = 1 (Bessel's correction would give NaN)
             correction = 1 if shared.std_unbiased and shared.group_size > 1 else 0
             spread = rewards.std(dim=-1, correction=correction)  # float[run batch]
@@ -132,9 +134,17 @@ def train(
                                    deltas.cpu().numpy()))
 
         step_log_softmax, step_log_probs, step_pg_loss = [], [], []
-        for _ in range(steps):
-            log_softmaxes = log_softmax(policy(prompts))  # float[run batch pos vocab]
-            log_probs = gather_log_probs(log_softmaxes, responses)  # float[run batch trial pos]
+        for step in range(steps):
+            # one autograd node from parameters to per-token log-probs (lab.fused; equal to the plain path)
+            log_probs, log_softmaxes = policy_log_probs(  # float[run batch trial pos], float[run batch pos vocab]
+                policy.embedding, policy.encode, policy.decode, prompts, responses)
+            if step == 0:
+                # the first step's policy is the sampling policy, so its log-probs are the old ones; a
+                # reference frozen this epoch is that same policy, so it needs no forward pass either
+                old_log_probs = log_probs.detach()
+                with torch.no_grad():
+                    ref_log_probs = (old_log_probs if fresh_reference else
+                                     response_log_probs(reference(prompts), responses))
             pg_loss = loss_groups.apply(  # float[run]
                 lambda mode, lp, d, old, eps: compute_loss(lp, d, mode, old, eps),
                 log_probs, deltas, old_log_probs, clip_eps)
@@ -143,7 +153,7 @@ def train(
             optimizer.zero_grad()
             loss.sum().backward()  # runs share no parameter, so each gets its own gradient
             optimizer.step()
-            step_log_softmax.append(log_softmaxes.detach())
+            step_log_softmax.append(log_softmaxes)
             step_log_probs.append(log_probs.detach())
             step_pg_loss.append(pg_loss.detach())
 
@@ -151,8 +161,8 @@ def train(
             log_probs = torch.stack(step_log_probs)  # float[step run batch trial pos]
             pg_loss = torch.stack(step_pg_loss)  # float[step run]
             kl = kl_estimate(log_probs, ref_log_probs)  # float[step run], k3
-            rho = ratios(log_probs, old_log_probs)
-            low, high = clip_fractions(log_probs, old_log_probs, deltas, clip_eps)
+            rho = torch.exp(log_probs - old_log_probs)  # float[step run batch trial pos], lab.losses.ratios
+            low, high = clip_fractions_from_ratios(rho, deltas, clip_eps)
             values = dict(loss=pg_loss + beta * kl, pg_loss=pg_loss, kl=kl,
                           ratio_mean=rho.mean(dim=(-3, -2, -1)), ratio_max=rho.amax(dim=(-3, -2, -1)),
                           clip_fraction=low + high, clip_low_fraction=low, clip_high_fraction=high,
@@ -161,8 +171,9 @@ def train(
                 step_log[name].append(values[name])
 
         with torch.no_grad():
-            logits = policy(prompts)
-            reward, fraction, accuracy, greedy = _greedy_metrics(task, logits, prompts, reward_groups, optimum)
+            logits = policy(prompts)  # also the next epoch's sampling logits: the policy is unchanged until then
+            reward, fraction, accuracy, greedy = _greedy_metrics(task, logits, prompts, targets, reward_groups,
+                                                                 optimum)
             epoch_log["greedy_reward"].append(reward)
             epoch_log["greedy_fraction"].append(fraction)
             epoch_log["greedy_accuracy"].append(accuracy)
@@ -170,7 +181,7 @@ def train(
                 held_reward, held_accuracy = nan, nan
             else:
                 held_reward, _, held_accuracy, _ = _greedy_metrics(
-                    task, policy(eval_prompts), eval_prompts, reward_groups, eval_optimum)
+                    task, policy(eval_prompts), eval_prompts, eval_targets, reward_groups, eval_optimum)
             epoch_log["heldout_greedy_reward"].append(held_reward)
             epoch_log["heldout_greedy_accuracy"].append(held_accuracy)
         if progress is not None:
