@@ -73,7 +73,7 @@ class _PolicyLogProbs(torch.autograd.Function):
         # the input layer: every prompt token's gradient back to its row, then the output layer's
         grad_embedding = torch.zeros_like(embedding).index_add_(1, tokens, grad_x).add_(grad_output)
         grad_encode = grad_a.view(runs, -1, dim, dim)
-        grad_decode = grad_d.view(runs, dim, response_length, dim).transpose(1, 2).contiguous()
+        grad_decode = grad_d.view(runs, dim, response_length, dim).transpose(1, 2)  # autograd lays it out
         return grad_embedding, grad_encode, grad_decode, None, None
 
 

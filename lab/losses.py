@@ -19,6 +19,7 @@ Any leading axes (such as `run`) are kept: the mean is over the last three.
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 
 import torch
@@ -49,7 +50,7 @@ def ratios(log_probs: Tensor, old_log_probs: Tensor) -> Tensor:
 
 
 def _naive(log_probs, token_deltas, old_log_probs, clip_eps):
-    return -(log_probs * token_deltas)
+    return log_probs * -token_deltas  # = -(l * d) exactly; the sign on d keeps a node out of the graph
 
 
 def _unclipped(log_probs, token_deltas, old_log_probs, clip_eps):
@@ -116,13 +117,20 @@ def clip_fractions(
 
 
 def clip_fractions_from_ratios(rho: Tensor, deltas: Tensor, clip_eps: float | Tensor) -> tuple[Tensor, Tensor]:
-    """`clip_fractions` from precomputed ratios float[... batch trial pos] (reused by the loop)."""
+    """`clip_fractions` from precomputed ratios float[... batch trial pos] (reused by the loop).
+
+    rho may carry extra leading axes beyond the deltas' (the loop passes float[step run batch trial pos]).
+    """
     eps = _as_leading(clip_eps, rho)
-    tokens = rho.shape[-3] * rho.shape[-2] * rho.shape[-1]
-    # count each response's tokens outside the band first, then keep the counts on the side its
-    # delta's sign makes clipped: the sign test is per response, not per token (no token-sized mask)
-    below = (rho < 1 - eps).sum(dim=-1)  # int[... batch trial]
-    above = (rho > 1 + eps).sum(dim=-1)
-    low = (below * (deltas < 0)).sum(dim=(-2, -1)) / tokens  # float[...]
-    high = (above * (deltas > 0)).sum(dim=(-2, -1)) / tokens
-    return low, high
+    side = deltas.unsqueeze(-1)  # float[... batch trial 1]
+    never = torch.zeros((), dtype=rho.dtype, device=rho.device)  # a bound rho (>= 0) never falls below
+    # each response's bound on its clipping side; on the other side a bound no ratio crosses
+    low_bound = torch.where(side < 0, 1 - eps, never)  # float[... batch trial 1]
+    high_bound = torch.where(side > 0, 1 + eps, never + math.inf)
+    # laid out over pos like one slice of rho, the bounds meet rho in one contiguous pass (broadcast
+    # over pos inside a token-sized comparison, it runs as many short strided loops)
+    like = rho[(0,) * (rho.dim() - side.dim())]  # float[... batch trial pos]
+    low = (rho < torch.empty_like(like).copy_(low_bound.expand_as(like))).sum(dim=TOKEN_AXES)
+    high = (rho > torch.empty_like(like).copy_(high_bound.expand_as(like))).sum(dim=TOKEN_AXES)
+    tokens = like.shape[-3] * like.shape[-2] * like.shape[-1]
+    return low / tokens, high / tokens

@@ -24,6 +24,8 @@ class RunAdam:
     def __init__(self, params: list[Tensor], lr: Tensor, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:
         self.params = list(params)
+        # the same storage without autograd: updating these in place needs no torch.no_grad() per step
+        self.values = [p.detach() for p in self.params]
         self.lr = lr  # float[run]
         self.betas, self.eps = betas, eps
         self.t = 0
@@ -32,16 +34,17 @@ class RunAdam:
         self.updates = [torch.zeros_like(p) for p in self.params]  # scratch: -u of the latest step
         self.lr_views = [lr.view(-1, *[1] * (p.dim() - 1)) for p in self.params]  # float[run 1 ...]
         self.fused = hasattr(torch, "_fused_adam_")
-        self.state_steps = [torch.zeros((), device=p.device) for p in self.params]  # the fused kernel's t
+        # the fused kernel reads t from one tensor per parameter; they all share one (one add per step)
+        self.state_step = torch.zeros((), device=lr.device)
+        self.state_steps = [self.state_step] * len(self.params)
 
-    @torch.no_grad()
     def step(self) -> None:
         self.t += 1
         b1, b2 = self.betas
         grads = [p.grad for p in self.params]
         if self.fused:
             torch._foreach_zero_(self.updates)
-            torch._foreach_add_(self.state_steps, 1)
+            self.state_step.add_(1)
             torch._fused_adam_(self.updates, grads, self.m, self.v, [], self.state_steps, lr=1.0, beta1=b1,
                                beta2=b2, weight_decay=0.0, eps=self.eps, amsgrad=False, maximize=False)
         else:
@@ -54,7 +57,7 @@ class RunAdam:
             torch._foreach_add_(denoms, self.eps)
             self.updates = torch._foreach_div(self.m, denoms)
             torch._foreach_mul_(self.updates, -1 / bias1)
-        torch._foreach_addcmul_(self.params, self.updates, self.lr_views)  # theta += lr_r * (-u)
+        torch._foreach_addcmul_(self.values, self.updates, self.lr_views)  # theta += lr_r * (-u)
 
     def zero_grad(self) -> None:
         for p in self.params:

@@ -30,7 +30,7 @@ from lab.losses import clip_fractions_from_ratios, compute_loss
 from lab.optim import RunAdam
 from lab.policy import PolicyStack
 from lab.records import EPOCH_METRICS, STEP_METRICS, Records, Samples
-from lab.rollout import entropy_from_log_softmax, greedy_responses, response_log_probs, sample_responses
+from lab.rollout import entropy_from_log_softmax, greedy_responses, sample_responses
 from tasks import Task
 
 
@@ -92,7 +92,8 @@ def train(
                          list(generators))
     per_run = lambda name, dtype=torch.float32: torch.tensor(  # noqa: E731
         [getattr(c, name) for c in configs], device=device, dtype=dtype)
-    optimizer = RunAdam(list(policy.parameters()), per_run("lr"), shared.adam_betas, shared.adam_eps)
+    parameters = [policy.embedding, policy.encode, policy.decode]  # float[run ...] each
+    optimizer = RunAdam(parameters, per_run("lr"), shared.adam_betas, shared.adam_eps)
     beta, clip_eps = per_run("kl"), per_run("clip_eps")
     any_kl = any(c.kl > 0 for c in configs)
     reward_groups = RunGroups([c.reward for c in configs], device)
@@ -108,6 +109,7 @@ def train(
     epoch_log = {name: [] for name in EPOCH_METRICS}
     samples: list[Samples] = []
     nan = torch.full((runs,), float("nan"), device=device)
+    ones = torch.ones(runs, device=device)
     start = time.perf_counter()
     with torch.no_grad():
         logits = policy(prompts)  # float[run batch pos vocab]; later epochs reuse the greedy evaluation's
@@ -137,31 +139,36 @@ def train(
         for step in range(steps):
             # one autograd node from parameters to per-token log-probs (lab.fused; equal to the plain path)
             log_probs, log_softmaxes = policy_log_probs(  # float[run batch trial pos], float[run batch pos vocab]
-                policy.embedding, policy.encode, policy.decode, prompts, responses)
+                *parameters, prompts, responses)
             if step == 0:
                 # the first step's policy is the sampling policy, so its log-probs are the old ones; a
                 # reference frozen this epoch is that same policy, so it needs no forward pass either
                 old_log_probs = log_probs.detach()
                 with torch.no_grad():
                     ref_log_probs = (old_log_probs if fresh_reference else
-                                     response_log_probs(reference(prompts), responses))
+                                     policy_log_probs(reference.embedding, reference.encode, reference.decode,
+                                                      prompts, responses)[0])
             pg_loss = loss_groups.apply(  # float[run]
                 lambda mode, lp, d, old, eps: compute_loss(lp, d, mode, old, eps),
                 log_probs, deltas, old_log_probs, clip_eps)
             # beta = 0 everywhere adds exactly nothing to the gradient: leave the KL out of the graph
             loss = pg_loss + beta * kl_estimate(log_probs, ref_log_probs) if any_kl else pg_loss
             optimizer.zero_grad()
-            loss.sum().backward()  # runs share no parameter, so each gets its own gradient
+            # d(sum of the runs' losses)/d(loss_r) = 1: each run gets exactly its own gradient (no parameter
+            # is shared); seeding backward with those ones skips a sum and its backward node
+            loss.backward(ones)
             optimizer.step()
             step_log_softmax.append(log_softmaxes)
-            step_log_probs.append(log_probs.detach())
+            step_log_probs.append(log_probs.detach().transpose(-1, -2))  # float[run batch pos trial], contiguous
             step_pg_loss.append(pg_loss.detach())
 
         with torch.no_grad():  # the steps' metrics (each measured before its step's update), all at once
-            log_probs = torch.stack(step_log_probs)  # float[step run batch trial pos]
+            # stacked in the fused path's memory order (pos before trial) and viewed back as [... trial pos]:
+            # old and reference log-probs share that order, so each token-sized operation is one pass
+            log_probs = torch.stack(step_log_probs).transpose(-1, -2)  # float[step run batch trial pos]
             pg_loss = torch.stack(step_pg_loss)  # float[step run]
             kl = kl_estimate(log_probs, ref_log_probs)  # float[step run], k3
-            rho = torch.exp(log_probs - old_log_probs)  # float[step run batch trial pos], lab.losses.ratios
+            rho = (log_probs - old_log_probs).exp_()  # float[step run batch trial pos], lab.losses.ratios
             low, high = clip_fractions_from_ratios(rho, deltas, clip_eps)
             values = dict(loss=pg_loss + beta * kl, pg_loss=pg_loss, kl=kl,
                           ratio_mean=rho.mean(dim=(-3, -2, -1)), ratio_max=rho.amax(dim=(-3, -2, -1)),
