@@ -35,6 +35,8 @@ class _PolicyLogProbs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, embedding, encode, decode, prompts, responses):
+        # `.mT` is the transpose of the last two axes (a view); each op is tiny, so Python's per-call
+        # cost matters: shapes come from one place and no call is repeated
         runs, vocab, dim = embedding.shape
         batch, prompt_length = prompts.shape
         response_length = decode.shape[1]
@@ -44,10 +46,10 @@ class _PolicyLogProbs(torch.autograd.Function):
         h = torch.bmm(x, a)  # float[run batch dim]
         d = decode.transpose(1, 2).reshape(runs, dim, response_length * dim)  # float[run dim (pos dim)]
         z = torch.bmm(h, d).view(runs, batch * response_length, dim)  # float[run (batch pos) dim]
-        logits = torch.bmm(z, embedding.transpose(1, 2)).view(runs, batch, response_length, vocab)
+        logits = torch.bmm(z, embedding.mT).view(runs, batch, response_length, vocab)
         log_softmax = logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True))  # float[run batch pos vocab]
-        index = responses.transpose(-1, -2)  # int[run batch pos trial]
-        log_probs = log_softmax.gather(-1, index).transpose(-1, -2)  # float[run batch trial pos]
+        index = responses.mT  # int[run batch pos trial]
+        log_probs = log_softmax.gather(-1, index).mT  # float[run batch trial pos]
         ctx.save_for_backward(embedding, a, d, x, h, z, log_softmax, index, tokens)
         ctx.mark_non_differentiable(log_softmax)
         return log_probs, log_softmax
@@ -55,21 +57,21 @@ class _PolicyLogProbs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_log_probs, _grad_log_softmax):
         embedding, a, d, x, h, z, log_softmax, index, tokens = ctx.saved_tensors
-        runs, vocab, dim = embedding.shape
-        batch, response_length = log_softmax.shape[1:3]
+        runs, batch, response_length, vocab = log_softmax.shape
+        dim = embedding.shape[-1]
         # the scatter-add over trials: every trial that drew token v adds its gradient to v
-        grad_ls = torch.zeros_like(log_softmax).scatter_add_(-1, index, grad_log_probs.transpose(-1, -2))
+        grad_ls = torch.zeros_like(log_softmax).scatter_add_(-1, index, grad_log_probs.mT)
         # log-softmax Jacobian: g - p * sum_v g, with p = exp(log_softmax); written as autograd
         # rounds it (g minus the product, matmuls in its operand order, the input layer's rows summed
         # from zero), so the gradient is bitwise the plain path's and a run keeps its exact trajectory
         grad_logits = grad_ls.sub_(log_softmax.exp().mul_(grad_ls.sum(-1, keepdim=True)))
         grad_logits = grad_logits.view(runs, batch * response_length, vocab)  # float[run (batch pos) vocab]
-        grad_output = torch.bmm(z.transpose(1, 2), grad_logits).transpose(1, 2)  # float[run vocab dim]
+        grad_output = torch.bmm(z.mT, grad_logits).mT  # float[run vocab dim]
         grad_z = torch.bmm(grad_logits, embedding).view(runs, batch, response_length * dim)
-        grad_d = torch.bmm(h.transpose(1, 2), grad_z)  # float[run dim (pos dim)]
-        grad_h = torch.bmm(grad_z, d.transpose(1, 2))  # float[run batch dim]
-        grad_a = torch.bmm(x.transpose(1, 2), grad_h)  # float[run (pos dim) dim]
-        grad_x = torch.bmm(grad_h, a.transpose(1, 2)).view(runs, -1, dim)  # float[run (batch pos) dim]
+        grad_d = torch.bmm(h.mT, grad_z)  # float[run dim (pos dim)]
+        grad_h = torch.bmm(grad_z, d.mT)  # float[run batch dim]
+        grad_a = torch.bmm(x.mT, grad_h)  # float[run (pos dim) dim]
+        grad_x = torch.bmm(grad_h, a.mT).view(runs, -1, dim)  # float[run (batch pos) dim]
         # the input layer: every prompt token's gradient back to its row, then the output layer's
         grad_embedding = torch.zeros_like(embedding).index_add_(1, tokens, grad_x).add_(grad_output)
         grad_encode = grad_a.view(runs, -1, dim, dim)

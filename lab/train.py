@@ -53,14 +53,25 @@ class RunGroups:
         return torch.cat(parts)[self.inverse]
 
 
-def _greedy_metrics(task: Task, logits: Tensor, prompts: Tensor, targets: Tensor, rewards: RunGroups,
+def _sample_metrics(rewards: Tensor, optimum: Tensor, correction: int) -> dict[str, Tensor]:
+    """The sampled groups' metrics from rewards float[run epoch batch trial]: float[run epoch] each."""
+    spread = rewards.std(dim=-1, correction=correction)  # float[run epoch batch]
+    return dict(mean_reward=rewards.mean(dim=(-2, -1)),
+                reward_fraction=(rewards / optimum[:, None, :, None]).mean(dim=(-2, -1)),
+                reward_std=spread.mean(-1),
+                zero_std_fraction=(rewards.amax(-1) == rewards.amin(-1)).float().mean(-1))
+
+
+def _greedy_metrics(task: Task, greedy: Tensor, prompts: Tensor, targets: Tensor, rewards: RunGroups,
                     optimum: Tensor):
-    """Reward, fraction of optimum and exact accuracy of each run's argmax responses, float[run] each."""
-    greedy = greedy_responses(logits)  # int[run batch pos]
+    """Reward, fraction of optimum and exact accuracy of argmax responses int[run epoch batch pos].
+
+    Returns three float[run epoch].
+    """
     reward = rewards.apply(lambda name, y: task.reward_fn(name)(prompts, y.unsqueeze(-2)), greedy)
-    reward = reward.squeeze(-1)  # float[run batch]
-    exact = (greedy == targets).all(dim=-1).float()  # float[run batch]
-    return reward.mean(-1), (reward / optimum).mean(-1), exact.mean(-1), greedy
+    reward = reward.squeeze(-1)  # float[run epoch batch]
+    exact = (greedy == targets).all(dim=-1).float()  # float[run epoch batch]
+    return reward.mean(-1), (reward / optimum.unsqueeze(-2)).mean(-1), exact.mean(-1)
 
 
 def train(
@@ -106,9 +117,11 @@ def train(
     eval_targets = None if eval_prompts is None else task.targets(eval_prompts)
 
     step_log = {name: [] for name in STEP_METRICS}
-    epoch_log = {name: [] for name in EPOCH_METRICS}
+    # per epoch only what the epoch metrics need; they are computed for all epochs at once after the loop
+    epoch_rewards, epoch_greedy, epoch_heldout_greedy = [], [], []
     samples: list[Samples] = []
-    nan = torch.full((runs,), float("nan"), device=device)
+    # a single reward has no spread: std 0 for G = 1 (Bessel's correction would give NaN)
+    correction = 1 if shared.std_unbiased and shared.group_size > 1 else 0
     ones = torch.ones(runs, device=device)
     start = time.perf_counter()
     with torch.no_grad():
@@ -123,14 +136,7 @@ def train(
             rewards = reward_groups.apply(lambda name, y: task.reward_fn(name)(prompts, y), responses)
             deltas = delta_groups.apply(  # float[run batch trial]
                 lambda mode, r: compute_deltas(r, mode, shared.std_eps, shared.std_unbiased), rewards)
-            # a single reward has no spread: std 0 for G = 1 (Bessel's correction would give NaN)
-            correction = 1 if shared.std_unbiased and shared.group_size > 1 else 0
-            spread = rewards.std(dim=-1, correction=correction)  # float[run batch]
-            epoch_log["mean_reward"].append(rewards.mean(dim=(-2, -1)))
-            epoch_log["reward_fraction"].append((rewards / optimum.unsqueeze(-1)).mean(dim=(-2, -1)))
-            epoch_log["reward_std"].append(spread.mean(-1))
-            epoch_log["zero_std_fraction"].append(
-                (rewards.amax(-1) == rewards.amin(-1)).float().mean(-1))
+        epoch_rewards.append(rewards)
         if epoch % shared.sample_every == 0 or epoch == shared.epochs - 1:
             samples.append(Samples(epoch, responses.cpu().numpy(), rewards.cpu().numpy(),
                                    deltas.cpu().numpy()))
@@ -179,20 +185,24 @@ def train(
 
         with torch.no_grad():
             logits = policy(prompts)  # also the next epoch's sampling logits: the policy is unchanged until then
-            reward, fraction, accuracy, greedy = _greedy_metrics(task, logits, prompts, targets, reward_groups,
-                                                                 optimum)
-            epoch_log["greedy_reward"].append(reward)
-            epoch_log["greedy_fraction"].append(fraction)
-            epoch_log["greedy_accuracy"].append(accuracy)
-            if eval_prompts is None:
-                held_reward, held_accuracy = nan, nan
-            else:
-                held_reward, _, held_accuracy, _ = _greedy_metrics(
-                    task, policy(eval_prompts), eval_prompts, eval_targets, reward_groups, eval_optimum)
-            epoch_log["heldout_greedy_reward"].append(held_reward)
-            epoch_log["heldout_greedy_accuracy"].append(held_accuracy)
+            epoch_greedy.append(greedy_responses(logits))  # int[run batch pos]
+            if eval_prompts is not None:
+                epoch_heldout_greedy.append(greedy_responses(policy(eval_prompts)))
         if progress is not None:
             progress(epoch + 1, shared.epochs)
+
+    with torch.no_grad():  # the epochs' sample and greedy metrics, all at once
+        epoch_log = _sample_metrics(torch.stack(epoch_rewards, dim=1), optimum, correction)
+        greedy = torch.stack(epoch_greedy, dim=1)  # int[run epoch batch pos]
+        (epoch_log["greedy_reward"], epoch_log["greedy_fraction"],
+         epoch_log["greedy_accuracy"]) = _greedy_metrics(task, greedy, prompts, targets, reward_groups, optimum)
+        if eval_prompts is None:
+            nan = torch.full((runs, shared.epochs), float("nan"), device=device)
+            epoch_log["heldout_greedy_reward"], epoch_log["heldout_greedy_accuracy"] = nan, nan
+        else:
+            held_reward, _, held_accuracy = _greedy_metrics(task, torch.stack(epoch_heldout_greedy, dim=1),
+                                                            eval_prompts, eval_targets, reward_groups, eval_optimum)
+            epoch_log["heldout_greedy_reward"], epoch_log["heldout_greedy_accuracy"] = held_reward, held_accuracy
 
     to_numpy = lambda log, join: {k: join(v).cpu().float().numpy() for k, v in log.items()}  # noqa: E731
     return Records(
@@ -200,9 +210,9 @@ def train(
         prompts=task.prompts.cpu().numpy(),
         optimum=optimum.cpu().numpy(),
         step_metrics=to_numpy(step_log, lambda v: torch.cat(v).T),  # [step run] per epoch -> [run step]
-        epoch_metrics=to_numpy(epoch_log, lambda v: torch.stack(v, dim=1)),
+        epoch_metrics={name: epoch_log[name].cpu().float().numpy() for name in EPOCH_METRICS},
         samples=samples,
         state={name: p.detach().cpu().clone() for name, p in policy.named_parameters()},
-        greedy_responses=greedy.cpu().numpy(),
+        greedy_responses=epoch_greedy[-1].cpu().numpy(),
         seconds=time.perf_counter() - start,
     )
