@@ -229,6 +229,8 @@ def sweep(
     lr: LrsOpt = None,
     group_size: GroupsOpt = None,
     seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
+    threads: Annotated[int | None, typer.Option(
+        help="torch CPU threads (default: 1, or all cores for 100 runs or more; see lab bench)")] = None,
     kl_period: KLPeriodOpt = DEFAULTS.kl_period,
     epochs: EpochsOpt = DEFAULTS.epochs,
     steps: StepsOpt = DEFAULTS.steps,
@@ -261,12 +263,21 @@ def sweep(
         label = "-".join(f"{n.replace('_', '')}" for n in names) or "-".join(default_run_name(configs[0]).split("-")[:3])
         folder = RunFolder(out or Path("runs") / f"sweep-{label}-{seeds}seeds", force)
         folder.check()
+        if threads is not None and threads <= 0:
+            raise ConfigError(f"--threads must be a positive integer, got {threads}")
     except USER_ERRORS as e:
         fail(str(e))
 
-    total = sum(configs[b[0]].epochs for b in sweeps.batches(configs))
-    records = run_with_progress(quiet, f"{len(configs)} runs", total, lambda progress: sweeps.run_sweep(
-        task, configs, device=torch_device, progress=progress))
+    from lab.bench import sweep_threads
+
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads or sweep_threads(len(configs)))  # tiny runs: 1; hundreds of runs: all cores
+    try:
+        total = sum(configs[b[0]].epochs for b in sweeps.batches(configs))
+        records = run_with_progress(quiet, f"{len(configs)} runs", total, lambda progress: sweeps.run_sweep(
+            task, configs, device=torch_device, progress=progress))
+    finally:
+        torch.set_num_threads(previous_threads)
     summaries = sweeps.summarise(records, names)
 
     from lab.figures import plot_sweep  # matplotlib only where a figure is made
@@ -383,20 +394,23 @@ def reproduce(
 @app.command()
 def bench(
     sizes: Annotated[list[int] | None, typer.Option("--runs", help="repeatable: sweep sizes R")] = None,
-    threads: Annotated[int, typer.Option(help="torch CPU threads (set explicitly; 1 is fastest here)")] = 1,
-    repeats: Annotated[int, typer.Option(help="single runs averaged for the one-at-a-time baselines")] = 3,
+    threads: Annotated[list[int] | None, typer.Option(
+        help="repeatable: torch CPU threads of the lab's runs (default: 1 and all cores, each reported)")] = None,
+    repeats: Annotated[int, typer.Option(help="timings per measurement; the best counts")] = 3,
 ) -> None:
     """Time the lecture's setting: the lecture-style loop, one run alone, and sweeps of R runs (CPU, CUDA)."""
-    from lab.bench import SIZES, bench_report
+    from lab.bench import ALL_CORES, SIZES, bench_report, lecture_baseline
     from lab.bench import bench as run_bench
 
     try:
-        if threads <= 0 or repeats <= 0 or any(r <= 0 for r in sizes or []):
+        if repeats <= 0 or any(n <= 0 for n in [*(sizes or []), *(threads or [])]):
             raise ConfigError("--threads, --repeats and every --runs must be positive integers")
     except USER_ERRORS as e:
         fail(str(e))
     devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
-    typer.echo(bench_report(run_bench(sizes or SIZES, devices, threads, repeats)))
+    lecture = lecture_baseline(repeats=repeats)  # once, at 1 thread and all cores: its fastest is the baseline
+    for count in dict.fromkeys(threads or [1, ALL_CORES]):
+        typer.echo(bench_report(run_bench(sizes or SIZES, devices, count, repeats, lecture_seconds=lecture)))
 
 
 def main() -> None:
