@@ -34,6 +34,12 @@ from lab.rollout import entropy_from_log_softmax, greedy_responses, sample_respo
 from tasks import Task
 
 
+METRIC_BLOCK_TOKENS = 2**20
+"""Step metrics are computed for blocks of epochs holding about this many tokens (steps x runs x batch
+x trial x pos): a short run's metrics then take a few dozen kernels in all instead of per epoch,
+while a large sweep's blocks stay a few MB. Only speed depends on it."""
+
+
 class RunGroups:
     """Runs grouped by one per-run setting, to apply each setting's function to its runs only."""
 
@@ -51,6 +57,23 @@ class RunGroups:
             return fn(self.groups[0][0], *tensors)
         parts = [fn(key, *(t[idx] for t in tensors)) for key, idx in self.groups]
         return torch.cat(parts)[self.inverse]
+
+
+def _step_metrics(log_probs: Tensor, old_log_probs: Tensor, ref_log_probs: Tensor, log_softmax: Tensor,
+                  pg_loss: Tensor, deltas: Tensor, beta: Tensor, clip_eps: Tensor) -> dict[str, Tensor]:
+    """Every step metric of a block of epochs, each float[step epoch run].
+
+    log_probs float[step epoch run batch trial pos] (each measured before its step's update),
+    log_softmax float[step epoch run batch pos vocab], pg_loss float[step epoch run]; the epochs'
+    old_log_probs, ref_log_probs float[epoch run batch trial pos] and deltas float[epoch run batch trial].
+    """
+    kl = kl_estimate(log_probs, ref_log_probs)  # k3
+    rho = (log_probs - old_log_probs).exp_()  # lab.losses.ratios
+    low, high = clip_fractions_from_ratios(rho, deltas, clip_eps)
+    return dict(loss=pg_loss + beta * kl, pg_loss=pg_loss, kl=kl,
+                ratio_mean=rho.mean(dim=(-3, -2, -1)), ratio_max=rho.amax(dim=(-3, -2, -1)),
+                clip_fraction=low + high, clip_low_fraction=low, clip_high_fraction=high,
+                entropy=entropy_from_log_softmax(log_softmax).mean(dim=(-2, -1)))
 
 
 def _sample_metrics(rewards: Tensor, optimum: Tensor, correction: int) -> dict[str, Tensor]:
@@ -117,6 +140,11 @@ def train(
     eval_targets = None if eval_prompts is None else task.targets(eval_prompts)
 
     step_log = {name: [] for name in STEP_METRICS}
+    tokens_per_epoch = steps * runs * prompts.shape[0] * shared.group_size * task.response_length
+    block = max(1, min(shared.epochs, METRIC_BLOCK_TOKENS // tokens_per_epoch))  # epochs per metric block
+    # the block's tensors: per step index, one entry per epoch (so that stacking puts step outermost)
+    block_log_probs, block_log_softmax, block_pg_loss = ([[] for _ in range(steps)] for _ in range(3))
+    block_old, block_ref, block_deltas = [], [], []
     # per epoch only what the epoch metrics need; they are computed for all epochs at once after the loop
     epoch_rewards, epoch_greedy, epoch_heldout_greedy = [], [], []
     samples: list[Samples] = []
@@ -141,7 +169,6 @@ def train(
             samples.append(Samples(epoch, responses.cpu().numpy(), rewards.cpu().numpy(),
                                    deltas.cpu().numpy()))
 
-        step_log_softmax, step_log_probs, step_pg_loss = [], [], []
         for step in range(steps):
             # one autograd node from parameters to per-token log-probs (lab.fused; equal to the plain path)
             log_probs, log_softmaxes = policy_log_probs(  # float[run batch trial pos], float[run batch pos vocab]
@@ -164,24 +191,28 @@ def train(
             # is shared); seeding backward with those ones skips a sum and its backward node
             loss.backward(ones)
             optimizer.step()
-            step_log_softmax.append(log_softmaxes)
-            step_log_probs.append(log_probs.detach().transpose(-1, -2))  # float[run batch pos trial], contiguous
-            step_pg_loss.append(pg_loss.detach())
+            block_log_softmax[step].append(log_softmaxes)
+            block_log_probs[step].append(log_probs.detach().mT)  # float[run batch pos trial], contiguous
+            block_pg_loss[step].append(pg_loss.detach())
+        block_old.append(old_log_probs.mT)
+        block_ref.append(ref_log_probs.mT)
+        block_deltas.append(deltas)
 
-        with torch.no_grad():  # the steps' metrics (each measured before its step's update), all at once
-            # stacked in the fused path's memory order (pos before trial) and viewed back as [... trial pos]:
-            # old and reference log-probs share that order, so each token-sized operation is one pass
-            log_probs = torch.stack(step_log_probs).transpose(-1, -2)  # float[step run batch trial pos]
-            pg_loss = torch.stack(step_pg_loss)  # float[step run]
-            kl = kl_estimate(log_probs, ref_log_probs)  # float[step run], k3
-            rho = (log_probs - old_log_probs).exp_()  # float[step run batch trial pos], lab.losses.ratios
-            low, high = clip_fractions_from_ratios(rho, deltas, clip_eps)
-            values = dict(loss=pg_loss + beta * kl, pg_loss=pg_loss, kl=kl,
-                          ratio_mean=rho.mean(dim=(-3, -2, -1)), ratio_max=rho.amax(dim=(-3, -2, -1)),
-                          clip_fraction=low + high, clip_low_fraction=low, clip_high_fraction=high,
-                          entropy=entropy_from_log_softmax(torch.stack(step_log_softmax)).mean(dim=(-2, -1)))
-            for name in STEP_METRICS:
-                step_log[name].append(values[name])
+        if len(block_deltas) == block or epoch == shared.epochs - 1:
+            with torch.no_grad():  # the block's step metrics, all at once
+                stack = lambda per_step: torch.stack([t for ts in per_step for t in ts]).unflatten(  # noqa: E731
+                    0, (steps, len(block_deltas)))  # float[step epoch ...]
+                # log-probs are kept in the fused path's memory order (pos before trial) and viewed back
+                # as [... trial pos]: every token-sized operation is then one contiguous pass
+                values = _step_metrics(stack(block_log_probs).mT, torch.stack(block_old).mT,
+                                       torch.stack(block_ref).mT, stack(block_log_softmax), stack(block_pg_loss),
+                                       torch.stack(block_deltas), beta, clip_eps)
+            for name in STEP_METRICS:  # float[step epoch run] -> float[(epoch step) run]
+                step_log[name].append(values[name].transpose(0, 1).flatten(0, 1))
+            for lists in (block_log_probs, block_log_softmax, block_pg_loss):
+                for per_epoch in lists:
+                    per_epoch.clear()
+            block_old, block_ref, block_deltas = [], [], []
 
         with torch.no_grad():
             logits = policy(prompts)  # also the next epoch's sampling logits: the policy is unchanged until then
@@ -209,7 +240,7 @@ def train(
         configs=configs,
         prompts=task.prompts.cpu().numpy(),
         optimum=optimum.cpu().numpy(),
-        step_metrics=to_numpy(step_log, lambda v: torch.cat(v).T),  # [step run] per epoch -> [run step]
+        step_metrics=to_numpy(step_log, lambda v: torch.cat(v).T),  # [step run] per block -> [run step]
         epoch_metrics={name: epoch_log[name].cpu().float().numpy() for name in EPOCH_METRICS},
         samples=samples,
         state={name: p.detach().cpu().clone() for name, p in policy.named_parameters()},
