@@ -20,19 +20,34 @@ import torch
 from torch import Tensor
 
 
+def memory_order(t: Tensor) -> list[int] | None:
+    """The axis order in which t is laid out in memory (largest stride first), or None if it is t's own.
+
+    A parameter stored permuted (PolicyStack.decode) is viewed in that order, where it is contiguous:
+    torch's fused Adam would otherwise copy it in and out on every step. Gradients share the
+    parameter's layout (autograd's layout contract), so the same view fits them.
+    """
+    order = sorted(range(t.dim()), key=lambda axis: -t.stride(axis))
+    return None if order == list(range(t.dim())) else order
+
+
 class RunAdam:
     def __init__(self, params: list[Tensor], lr: Tensor, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8) -> None:
         self.params = list(params)
-        # the same storage without autograd: updating these in place needs no torch.no_grad() per step
-        self.values = [p.detach() for p in self.params]
+        self.orders = [memory_order(p) for p in self.params]
+        self.permuted = [(i, order) for i, order in enumerate(self.orders) if order is not None]
+        # the same storage without autograd (so updating it in place needs no torch.no_grad() per step),
+        # each viewed in its memory order
+        self.values = [self._view(p.detach(), order) for p, order in zip(self.params, self.orders)]
         self.lr = lr  # float[run]
         self.betas, self.eps = betas, eps
         self.t = 0
-        self.m = [torch.zeros_like(p) for p in self.params]
-        self.v = [torch.zeros_like(p) for p in self.params]
-        self.updates = [torch.zeros_like(p) for p in self.params]  # scratch: -u of the latest step
-        self.lr_views = [lr.view(-1, *[1] * (p.dim() - 1)) for p in self.params]  # float[run 1 ...]
+        self.m = [torch.zeros_like(p) for p in self.values]
+        self.v = [torch.zeros_like(p) for p in self.values]
+        self.updates = [torch.zeros_like(p) for p in self.values]  # scratch: -u of the latest step
+        # the run axis has the largest stride, so it stays first in every view
+        self.lr_views = [lr.view(-1, *[1] * (p.dim() - 1)) for p in self.values]  # float[run 1 ...]
         self.fused = hasattr(torch, "_fused_adam_")
         # the fused kernel reads t from one tensor per parameter; they all share one (one add per step)
         self.state_step = torch.zeros((), device=lr.device)
@@ -42,6 +57,8 @@ class RunAdam:
         self.t += 1
         b1, b2 = self.betas
         grads = [p.grad for p in self.params]
+        for i, order in self.permuted:
+            grads[i] = grads[i].permute(order)
         if self.fused:
             torch._foreach_zero_(self.updates)
             self.state_step.add_(1)
@@ -58,6 +75,10 @@ class RunAdam:
             self.updates = torch._foreach_div(self.m, denoms)
             torch._foreach_mul_(self.updates, -1 / bias1)
         torch._foreach_addcmul_(self.values, self.updates, self.lr_views)  # theta += lr_r * (-u)
+
+    @staticmethod
+    def _view(t: Tensor, order: list[int] | None) -> Tensor:
+        return t if order is None else t.permute(order)
 
     def zero_grad(self) -> None:
         for p in self.params:

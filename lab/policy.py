@@ -131,7 +131,10 @@ class PolicyStack(nn.Module):
         per_run = [init_parameters(vocab_size, prompt_length, response_length, dim, g) for g in generators]
         self.embedding = nn.Parameter(torch.stack([p["embedding"] for p in per_run]))  # float[run vocab dim]
         self.encode = nn.Parameter(torch.stack([p["encode"] for p in per_run]))  # float[run pos dim dim]
-        self.decode = nn.Parameter(torch.stack([p["decode"] for p in per_run]))  # float[run pos dim dim]
+        decode = torch.stack([p["decode"] for p in per_run])  # float[run pos dim dim]
+        # kept in memory as [run dim pos dim]: the decode matrix [dim (pos dim)] of every product
+        # (policy_logits, lab.fused) is then a view, and its gradient needs no transposed copy
+        self.decode = nn.Parameter(decode.transpose(1, 2).contiguous().transpose(1, 2))
 
     @property
     def num_runs(self) -> int:

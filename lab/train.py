@@ -243,7 +243,8 @@ def train(
         step_metrics=to_numpy(step_log, lambda v: torch.cat(v).T),  # [step run] per block -> [run step]
         epoch_metrics={name: epoch_log[name].cpu().float().numpy() for name in EPOCH_METRICS},
         samples=samples,
-        state={name: p.detach().cpu().clone() for name, p in policy.named_parameters()},
+        state={name: p.detach().cpu().clone(memory_format=torch.contiguous_format)
+               for name, p in policy.named_parameters()},
         greedy_responses=epoch_greedy[-1].cpu().numpy(),
         seconds=time.perf_counter() - start,
     )

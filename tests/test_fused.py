@@ -85,3 +85,31 @@ def test_fused_path_refuses_prompts_per_run():
     params = parameters(2, 5, 3, 3, 4, torch.float32, seed=0)
     with pytest.raises(ValueError, match="shared by every run"):
         policy_log_probs(*params, torch.zeros(2, 3, 3, dtype=torch.long), torch.zeros(2, 3, 2, 3, dtype=torch.long))
+
+
+def test_policy_stack_layout_gives_the_same_log_probs_gradients_and_adam_steps():
+    """PolicyStack keeps decode in memory as [run dim pos dim] (so no product copies it) and RunAdam views
+    each parameter in its memory order: values, gradients and Adam's steps are bitwise those of the
+    contiguous layout (the training loop, SPEC section 1, is unchanged by where the numbers live)."""
+    from lab.optim import RunAdam
+    from lab.policy import PolicyStack
+
+    generators = lambda: [torch.Generator().manual_seed(s) for s in range(3)]  # noqa: E731
+    stack = PolicyStack(5, 3, 3, 10, generators())
+    assert not stack.decode.is_contiguous() and stack.decode.transpose(1, 2).is_contiguous()
+    contiguous = [p.detach().clone(memory_format=torch.contiguous_format).requires_grad_()
+                  for p in (stack.embedding, stack.encode, stack.decode)]
+    stacked = [stack.embedding, stack.encode, stack.decode]
+    g = torch.Generator().manual_seed(2)
+    prompts = torch.randint(5, (3, 3), generator=g)
+    responses = torch.randint(5, (3, 3, 10, 3), generator=g)
+    weights = torch.randn(3, 3, 10, 3, generator=g)
+    optimizers = [RunAdam(params, torch.tensor([1e-2, 3e-2, 1e-1])) for params in (stacked, contiguous)]
+    for _ in range(3):
+        for params, optimizer in zip((stacked, contiguous), optimizers):
+            optimizer.zero_grad()
+            (weights * policy_log_probs(*params, prompts, responses)[0]).sum().backward()
+            optimizer.step()
+        for a, b in zip(stacked, contiguous):
+            assert a.grad.stride() == a.stride()  # the gradient has the parameter's layout
+            assert torch.equal(a.grad, b.grad) and torch.equal(a, b)
