@@ -70,6 +70,18 @@ def mean_interval(values, level: float = LEVEL) -> Interval:
     return Interval(mean, mean - half, mean + half, n)
 
 
+def median_quartiles(values) -> Interval:
+    """The median over seeds with the 25% and 75% quantiles as low and high.
+
+    Not a confidence interval: the spread of a positive, heavily skewed quantity (a KL across
+    seeds, many runs exactly 0 once their groups stop varying), for which a t-interval of the
+    mean reaches below zero.
+    """
+    values = np.asarray(values, dtype=float)
+    low, median, high = np.quantile(values, [0.25, 0.5, 0.75])
+    return Interval(float(median), float(low), float(high), len(values))
+
+
 def wilson_interval(successes: int, n: int, level: float = LEVEL) -> Interval:
     """Wilson score interval for a fraction successes / n."""
     z = NormalDist().inv_cdf(1 - (1 - level) / 2)

@@ -25,6 +25,8 @@ STEP_METRICS = {
     "pg_loss": "the surrogate alone (naive / unclipped / clipped)",
     "kl": "k3 estimate of KL(pi_theta || pi_ref) per sequence on the epoch's samples "
           "(recorded also when beta = 0; TRL `kl`, verl `actor/kl_loss`, CleanRL `approx_kl`)",
+    "kl_exact": "exact KL(pi_theta || pi_ref) per sequence, summed over positions and averaged over prompts: "
+                "what `kl` estimates, without its heavy tail (the toy's factorised policy makes it cheap)",
     "ratio_mean": "mean of pi_theta / pi_old over tokens (1 on an epoch's first step)",
     "ratio_max": "largest pi_theta / pi_old over tokens",
     "clip_fraction": "tokens whose clipped term has no gradient, as if eps applied in every loss mode "

@@ -27,6 +27,8 @@ LECTURE = TrainConfig()
 
 LECTURE_SEED = 5
 SEEDS = 20
+KL_WEIGHTS = (0.0, 0.01, 0.1, 1.0)
+"""beta values of the KL experiments (0 = no penalty, the reference is still tracked)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class Experiment:
     metric: str = "mean_reward"
     panels: bool = False
     """one panel per setting (with the seed-5 curve) plus an overlay, instead of the overlay alone"""
+    tradeoff: bool = False
+    """a KL experiment: curves beside final reward against the exact KL to the reference"""
 
 
 EXPERIMENTS = (
@@ -53,7 +57,9 @@ EXPERIMENTS = (
                tuple({"reward": r, "delta": d} for r in ("distance", "inclusion-ordering")
                      for d in ("raw", "centered")), metric="reward_fraction"),
     Experiment("kl", "KL penalty to a reference refreshed every 10 epochs (centered deltas)", ("kl",),
-               tuple({"delta": "centered", "kl": b} for b in (0.0, 0.01, 0.1, 1.0))),
+               tuple({"delta": "centered", "kl": b} for b in KL_WEIGHTS), tradeoff=True),
+    Experiment("kl_frozen", "KL penalty to the initial policy, frozen (kl_period 0, centered deltas)", ("kl",),
+               tuple({"delta": "centered", "kl": b, "kl_period": 0} for b in KL_WEIGHTS), tradeoff=True),
 )
 
 
@@ -106,7 +112,7 @@ def write_figures(reproduction: Reproduction, out: Path,
         path = Path(out) / f"{experiment.name}.png"
         subtitle = (f"{experiment.title}; {reproduction.seeds} seeds, mean and 95% t-band"
                     + (f", seed {LECTURE_SEED} thin" if experiment.panels else ""))
-        if experiment.name == "kl":
+        if experiment.tradeoff:
             betas, reward, kl = kl_points(records, experiment, groups)
             figures.plot_kl_tradeoff(records, experiment.names, [r for g in groups for r in g],
                                      betas, reward, kl, path, subtitle)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -26,18 +25,13 @@ from lab.config import TrainConfig, check_batchable
 from lab.deltas import compute_deltas
 from lab.fused import policy_log_probs
 from lab.kl import freeze, kl_estimate, reference_due
-from lab.losses import clip_fractions_from_ratios, compute_loss
+from lab.losses import compute_loss
+from lab.metrics import StepMetricBlock, block_epochs, greedy_metrics, sample_metrics
 from lab.optim import RunAdam
 from lab.policy import PolicyStack
 from lab.records import EPOCH_METRICS, STEP_METRICS, Records, Samples
-from lab.rollout import entropy_from_log_softmax, greedy_responses, sample_responses
+from lab.rollout import greedy_responses, sample_responses
 from tasks import Task
-
-
-METRIC_BLOCK_TOKENS = 2**20
-"""Step metrics are computed for blocks of epochs holding about this many tokens (steps x runs x batch
-x trial x pos): a short run's metrics then take a few dozen kernels in all instead of per epoch,
-while a large sweep's blocks stay a few MB. Only speed depends on it."""
 
 
 class RunGroups:
@@ -57,44 +51,6 @@ class RunGroups:
             return fn(self.groups[0][0], *tensors)
         parts = [fn(key, *(t[idx] for t in tensors)) for key, idx in self.groups]
         return torch.cat(parts)[self.inverse]
-
-
-def _step_metrics(log_probs: Tensor, old_log_probs: Tensor, ref_log_probs: Tensor, log_softmax: Tensor,
-                  pg_loss: Tensor, deltas: Tensor, beta: Tensor, clip_eps: Tensor) -> dict[str, Tensor]:
-    """Every step metric of a block of epochs, each float[step epoch run].
-
-    log_probs float[step epoch run batch trial pos] (each measured before its step's update),
-    log_softmax float[step epoch run batch pos vocab], pg_loss float[step epoch run]; the epochs'
-    old_log_probs, ref_log_probs float[epoch run batch trial pos] and deltas float[epoch run batch trial].
-    """
-    kl = kl_estimate(log_probs, ref_log_probs)  # k3
-    rho = (log_probs - old_log_probs).exp_()  # lab.losses.ratios
-    low, high = clip_fractions_from_ratios(rho, deltas, clip_eps)
-    return dict(loss=pg_loss + beta * kl, pg_loss=pg_loss, kl=kl,
-                ratio_mean=rho.mean(dim=(-3, -2, -1)), ratio_max=rho.amax(dim=(-3, -2, -1)),
-                clip_fraction=low + high, clip_low_fraction=low, clip_high_fraction=high,
-                entropy=entropy_from_log_softmax(log_softmax).mean(dim=(-2, -1)))
-
-
-def _sample_metrics(rewards: Tensor, optimum: Tensor, correction: int) -> dict[str, Tensor]:
-    """The sampled groups' metrics from rewards float[run epoch batch trial]: float[run epoch] each."""
-    spread = rewards.std(dim=-1, correction=correction)  # float[run epoch batch]
-    return dict(mean_reward=rewards.mean(dim=(-2, -1)),
-                reward_fraction=(rewards / optimum[:, None, :, None]).mean(dim=(-2, -1)),
-                reward_std=spread.mean(-1),
-                zero_std_fraction=(rewards.amax(-1) == rewards.amin(-1)).float().mean(-1))
-
-
-def _greedy_metrics(task: Task, greedy: Tensor, prompts: Tensor, targets: Tensor, rewards: RunGroups,
-                    optimum: Tensor):
-    """Reward, fraction of optimum and exact accuracy of argmax responses int[run epoch batch pos].
-
-    Returns three float[run epoch].
-    """
-    reward = rewards.apply(lambda name, y: task.reward_fn(name)(prompts, y.unsqueeze(-2)), greedy)
-    reward = reward.squeeze(-1)  # float[run epoch batch]
-    exact = (greedy == targets).all(dim=-1).float()  # float[run epoch batch]
-    return reward.mean(-1), (reward / optimum.unsqueeze(-2)).mean(-1), exact.mean(-1)
 
 
 def train(
@@ -137,14 +93,17 @@ def train(
     eval_optimum = (None if eval_prompts is None else
                     torch.stack([task.optimum(c.reward, eval_prompts) for c in configs]).float())
     targets = task.targets(prompts)  # int[batch pos]
+
+    def score(some_prompts: Tensor, greedy: Tensor) -> Tensor:
+        """Each run's reward of argmax responses int[run epoch batch pos]: float[run epoch batch]."""
+        return reward_groups.apply(lambda name, y: task.reward_fn(name)(some_prompts, y.unsqueeze(-2)),
+                                   greedy).squeeze(-1)
+
     eval_targets = None if eval_prompts is None else task.targets(eval_prompts)
 
     step_log = {name: [] for name in STEP_METRICS}
     tokens_per_epoch = steps * runs * prompts.shape[0] * shared.group_size * task.response_length
-    block = max(1, min(shared.epochs, METRIC_BLOCK_TOKENS // tokens_per_epoch))  # epochs per metric block
-    # the block's tensors: per step index, one entry per epoch (so that stacking puts step outermost)
-    block_log_probs, block_log_softmax, block_pg_loss = ([[] for _ in range(steps)] for _ in range(3))
-    block_old, block_ref, block_deltas = [], [], []
+    block = StepMetricBlock(steps, block_epochs(shared.epochs, tokens_per_epoch))
     # per epoch only what the epoch metrics need; they are computed for all epochs at once after the loop
     epoch_rewards, epoch_greedy, epoch_heldout_greedy = [], [], []
     samples: list[Samples] = []
@@ -178,9 +137,10 @@ def train(
                 # reference frozen this epoch is that same policy, so it needs no forward pass either
                 old_log_probs = log_probs.detach()
                 with torch.no_grad():
-                    ref_log_probs = (old_log_probs if fresh_reference else
-                                     policy_log_probs(reference.embedding, reference.encode, reference.decode,
-                                                      prompts, responses)[0])
+                    ref_log_probs, ref_log_softmax = (
+                        (old_log_probs, log_softmaxes.detach()) if fresh_reference else
+                        policy_log_probs(reference.embedding, reference.encode, reference.decode,
+                                         prompts, responses))
             pg_loss = loss_groups.apply(  # float[run]
                 lambda mode, lp, d, old, eps: compute_loss(lp, d, mode, old, eps),
                 log_probs, deltas, old_log_probs, clip_eps)
@@ -191,28 +151,11 @@ def train(
             # is shared); seeding backward with those ones skips a sum and its backward node
             loss.backward(ones)
             optimizer.step()
-            block_log_softmax[step].append(log_softmaxes)
-            block_log_probs[step].append(log_probs.detach().mT)  # float[run batch pos trial], contiguous
-            block_pg_loss[step].append(pg_loss.detach())
-        block_old.append(old_log_probs.mT)
-        block_ref.append(ref_log_probs.mT)
-        block_deltas.append(deltas)
-
-        if len(block_deltas) == block or epoch == shared.epochs - 1:
-            with torch.no_grad():  # the block's step metrics, all at once
-                stack = lambda per_step: torch.stack([t for ts in per_step for t in ts]).unflatten(  # noqa: E731
-                    0, (steps, len(block_deltas)))  # float[step epoch ...]
-                # log-probs are kept in the fused path's memory order (pos before trial) and viewed back
-                # as [... trial pos]: every token-sized operation is then one contiguous pass
-                values = _step_metrics(stack(block_log_probs).mT, torch.stack(block_old).mT,
-                                       torch.stack(block_ref).mT, stack(block_log_softmax), stack(block_pg_loss),
-                                       torch.stack(block_deltas), beta, clip_eps)
-            for name in STEP_METRICS:  # float[step epoch run] -> float[(epoch step) run]
-                step_log[name].append(values[name].transpose(0, 1).flatten(0, 1))
-            for lists in (block_log_probs, block_log_softmax, block_pg_loss):
-                for per_epoch in lists:
-                    per_epoch.clear()
-            block_old, block_ref, block_deltas = [], [], []
+            block.add_step(step, log_probs, log_softmaxes, pg_loss)
+        block.end_epoch(old_log_probs, ref_log_probs, ref_log_softmax, deltas)
+        if block.full or epoch == shared.epochs - 1:
+            for name, values in block.flush(beta, clip_eps).items():  # float[(epoch step) run]
+                step_log[name].append(values)
 
         with torch.no_grad():
             logits = policy(prompts)  # also the next epoch's sampling logits: the policy is unchanged until then
@@ -223,16 +166,17 @@ def train(
             progress(epoch + 1, shared.epochs)
 
     with torch.no_grad():  # the epochs' sample and greedy metrics, all at once
-        epoch_log = _sample_metrics(torch.stack(epoch_rewards, dim=1), optimum, correction)
+        epoch_log = sample_metrics(torch.stack(epoch_rewards, dim=1), optimum, correction)
         greedy = torch.stack(epoch_greedy, dim=1)  # int[run epoch batch pos]
         (epoch_log["greedy_reward"], epoch_log["greedy_fraction"],
-         epoch_log["greedy_accuracy"]) = _greedy_metrics(task, greedy, prompts, targets, reward_groups, optimum)
+         epoch_log["greedy_accuracy"]) = greedy_metrics(score(prompts, greedy), greedy, targets, optimum)
         if eval_prompts is None:
             nan = torch.full((runs, shared.epochs), float("nan"), device=device)
             epoch_log["heldout_greedy_reward"], epoch_log["heldout_greedy_accuracy"] = nan, nan
         else:
-            held_reward, _, held_accuracy = _greedy_metrics(task, torch.stack(epoch_heldout_greedy, dim=1),
-                                                            eval_prompts, eval_targets, reward_groups, eval_optimum)
+            held = torch.stack(epoch_heldout_greedy, dim=1)
+            held_reward, _, held_accuracy = greedy_metrics(score(eval_prompts, held), held, eval_targets,
+                                                           eval_optimum)
             epoch_log["heldout_greedy_reward"], epoch_log["heldout_greedy_accuracy"] = held_reward, held_accuracy
 
     to_numpy = lambda log, join: {k: join(v).cpu().float().numpy() for k, v in log.items()}  # noqa: E731
