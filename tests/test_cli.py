@@ -15,7 +15,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import lab.cli
+import lab.cli.run_command
 import lab.plots
 from lab.cli import app
 from lab.config import TrainConfig
@@ -240,7 +240,7 @@ def test_an_exception_during_training_leaves_no_run_folder(tmp_path, monkeypatch
     """Issue 2 point 8: a run that fails while training writes nothing."""
     def broken(*args, **kwargs):
         raise RuntimeError("training failed")
-    monkeypatch.setattr(lab.cli, "train", broken)
+    monkeypatch.setattr(lab.cli.run_command, "train", broken)
     result = invoke(*SHORT, "--out", str(tmp_path / "run"))
     assert result.exit_code != 0 and isinstance(result.exception, RuntimeError)
     assert contents(tmp_path) == set()

@@ -160,3 +160,15 @@ def test_cli_from_run_errors_are_one_line(tmp_path):
 def test_cli_bad_settings_are_one_line_errors(args, fragment):
     assert_one_line_error(invoke(*args), fragment)
     assert not os.path.exists("runs")
+
+
+def test_cli_from_run_uses_the_prompts_the_run_was_trained_on(tmp_path):
+    """A run trained on its own prompts is diagnosed on them, without repeating --prompts."""
+    folder = tmp_path / "custom"
+    trained = CliRunner().invoke(app, ["run", "--prompts", "[[3,1,0,2],[2,2,0,1]]", "--vocab-size", "4",
+                                       "--epochs", "2", "--steps", "2", "--out", str(folder), "--quiet"])
+    assert trained.exit_code == 0, trained.output
+    result = invoke("--from-run", str(folder), "--delta", "raw", "--group-size", "2", "--out", str(tmp_path / "f.png"))
+    assert result.exit_code == 0, result.output
+    per_prompt = result.output.split("exact J per prompt [", 1)[1].split("]", 1)[0].split(", ")
+    assert len(per_prompt) == 2  # the run's two prompts, not the lecture's three

@@ -1,0 +1,65 @@
+"""`lab reproduce` (figures/ from scratch) and `lab bench` (speed against the lecture-style loop)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+
+from lab.cli.app import USER_ERRORS, app, fail, run_with_progress
+from lab.cli.options import DeviceOpt, QuietOpt
+from lab.config import ConfigError, Device, resolve_device
+from lab.records import RunFolder
+
+
+@app.command()
+def reproduce(
+    seeds: Annotated[int, typer.Option(help="seeds 0..N-1 per setting")] = 20,
+    out: Annotated[Path, typer.Option(help="folder to regenerate (replaced as a whole)")] = Path("figures"),
+    device: DeviceOpt = Device.auto,
+    quiet: QuietOpt = False,
+) -> None:
+    """Regenerate figures/: the lecture's experiments and their neighbours over seeds, and RESULTS.md."""
+    import time
+
+    from lab import reproduce as rep
+
+    start = time.perf_counter()
+    try:
+        if seeds <= rep.LECTURE_SEED:
+            raise ConfigError(f"--seeds must be > {rep.LECTURE_SEED} so that the lecture's seed "
+                              f"{rep.LECTURE_SEED} is among them, got {seeds}")
+        torch_device = resolve_device(device)
+    except USER_ERRORS as e:
+        fail(str(e))
+    reproduction = run_with_progress(quiet, "reproduce", rep.LECTURE.epochs, lambda progress: rep.run_reproduction(
+        seeds, device=torch_device, progress=progress))
+    with RunFolder(out, force=True) as tmp:
+        paths = rep.write_figures(reproduction, tmp)
+    if not quiet:
+        typer.echo(f"{reproduction.records.num_runs} runs, {len(paths)} files -> {out}/ "
+                   f"in {time.perf_counter() - start:.1f} s (training {reproduction.records.seconds:.1f} s)")
+
+
+@app.command()
+def bench(
+    sizes: Annotated[list[int] | None, typer.Option("--runs", help="repeatable: sweep sizes R")] = None,
+    threads: Annotated[list[int] | None, typer.Option(
+        help="repeatable: torch CPU threads of the lab's runs (default: 1 and all cores, each reported)")] = None,
+    repeats: Annotated[int, typer.Option(help="timings per measurement; the best counts")] = 3,
+) -> None:
+    """Time the lecture's setting: the lecture-style loop, one run alone, and sweeps of R runs (CPU, CUDA)."""
+    from lab.bench import ALL_CORES, SIZES, bench_report, lecture_baseline
+    from lab.bench import bench as run_bench
+
+    try:
+        if repeats <= 0 or any(n <= 0 for n in [*(sizes or []), *(threads or [])]):
+            raise ConfigError("--threads, --repeats and every --runs must be positive integers")
+    except USER_ERRORS as e:
+        fail(str(e))
+    devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    lecture = lecture_baseline(repeats=repeats)  # once, at 1 thread and all cores: its fastest is the baseline
+    for count in dict.fromkeys(threads or [1, ALL_CORES]):
+        typer.echo(bench_report(run_bench(sizes or SIZES, devices, count, repeats, lecture_seconds=lecture)))

@@ -1,0 +1,143 @@
+"""`lab run`: one run -> runs/<settings>-seed<k>/ (config.json, metrics.csv, samples.txt, summary.json, policy.pt, curves.png)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+
+from lab.cli.app import DEFAULTS, USER_ERRORS, app, fail, run_with_progress
+from lab.cli.options import (
+    ClipOpt,
+    DeltaOpt,
+    DeviceOpt,
+    DimOpt,
+    EpochsOpt,
+    ForceOpt,
+    GroupOpt,
+    HeldoutOpt,
+    KLOpt,
+    KLPeriodOpt,
+    LossOpt,
+    LrOpt,
+    NumPromptsOpt,
+    PromptLengthOpt,
+    PromptSeedOpt,
+    PromptsOpt,
+    QuietOpt,
+    Reward,
+    RewardOpt,
+    StepsOpt,
+    VocabOpt,
+    make_task,
+)
+from lab.config import Device, TrainConfig, resolve_device
+from lab.policy import policy_from_state, save_policy
+from lab.records import (
+    RunFolder,
+    metrics_csv,
+    samples_text,
+    write_json_atomic,
+    write_text_atomic,
+)
+from lab.train import train
+from tasks import sorting
+
+
+def default_run_name(config: TrainConfig) -> str:
+    """`<delta>-<loss>-<reward>`, then every other setting that differs from the lecture's, then the seed."""
+    parts = [config.delta.value, config.loss.value, config.reward]
+    for name, value in config.to_dict().items():
+        if name in ("delta", "loss", "reward", "seed") or value == DEFAULTS.to_dict()[name]:
+            continue
+        parts.append(f"{name.replace('_', '')}{value:g}" if isinstance(value, float) else f"{name}{value}")
+    return "-".join(parts) + f"-seed{config.seed}"
+
+
+@app.command()
+def run(
+    delta: DeltaOpt = DEFAULTS.delta,
+    loss: LossOpt = DEFAULTS.loss,
+    reward: RewardOpt = Reward(DEFAULTS.reward),
+    kl: KLOpt = DEFAULTS.kl,
+    kl_period: KLPeriodOpt = DEFAULTS.kl_period,
+    clip_eps: ClipOpt = DEFAULTS.clip_eps,
+    epochs: EpochsOpt = DEFAULTS.epochs,
+    steps: StepsOpt = DEFAULTS.steps,
+    group_size: GroupOpt = DEFAULTS.group_size,
+    lr: LrOpt = DEFAULTS.lr,
+    dim: DimOpt = DEFAULTS.dim,
+    seed: Annotated[int, typer.Option(help="seed of the run's generator (init and sampling)")] = DEFAULTS.seed,
+    prompts: PromptsOpt = "lecture",
+    num_prompts: NumPromptsOpt = 3,
+    prompt_length: PromptLengthOpt = 3,
+    vocab_size: VocabOpt = sorting.LECTURE_VOCAB_SIZE,
+    heldout: HeldoutOpt = 0,
+    prompt_seed: PromptSeedOpt = 0,
+    device: DeviceOpt = Device.auto,
+    out: Annotated[Path | None, typer.Option(help="run folder (default runs/<settings>-seed<k>)")] = None,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Train one run and write config.json, metrics.csv, samples.txt, summary.json and curves.png."""
+    try:
+        config = TrainConfig(epochs=epochs, steps=steps, group_size=group_size, lr=lr, seed=seed, dim=dim,
+                             reward=reward.value, delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
+                             kl_period=kl_period)
+        prompt_options = dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts,
+                              prompt_length=prompt_length, heldout=heldout, prompt_seed=prompt_seed)
+        task = make_task(**prompt_options)
+        torch_device = resolve_device(device)
+        folder = RunFolder(out or Path("runs") / default_run_name(config), force)
+        folder.check()
+    except USER_ERRORS as e:
+        fail(str(e))
+
+    records = run_with_progress(quiet, "training", config.epochs, lambda progress: train(
+        task, config, device=torch_device, progress=progress))
+
+    from lab.plots import plot_run  # matplotlib only where a figure is made
+
+    summary = {
+        "final_mean_reward": float(records.final("mean_reward")[0]),
+        "optimum": float(records.optimum[0].mean()),
+        "final_greedy_reward": float(records.final("greedy_reward")[0]),
+        "final_greedy_accuracy": float(records.final("greedy_accuracy")[0]),
+        "final_greedy_responses": records.greedy_responses[0].tolist(),
+        "seconds": records.seconds,
+    }
+    with folder as tmp:
+        write_json_atomic(tmp / "config.json", {
+            "command": "run",
+            "config": config.to_dict(),
+            "task": {"name": task.name, "prompts": task.prompts.tolist(), "vocab_size": task.vocab_size,
+                     "eval_prompts": None if task.eval_prompts is None else task.eval_prompts.tolist()},
+            "device": str(torch_device),
+            "torch": torch.__version__,
+            "prompt_options": prompt_options,
+            "rerun": rerun_command(config, prompt_options, torch_device),
+        })
+        write_text_atomic(tmp / "metrics.csv", metrics_csv(records))
+        write_text_atomic(tmp / "samples.txt", samples_text(records))
+        write_json_atomic(tmp / "summary.json", summary)
+        save_policy(policy_from_state(records.state), tmp / "policy.pt")
+        plot_run(records, tmp / "curves.png")
+    if not quiet:
+        accuracy = summary["final_greedy_accuracy"]
+        typer.echo(f"final mean reward {summary['final_mean_reward']:.3f} / {summary['optimum']:g}, "
+                   f"greedy accuracy {accuracy:.0%} ({round(accuracy * len(task.prompts))}/{len(task.prompts)} "
+                   f"prompts sorted), {records.seconds:.2f} s -> {folder.out}")
+
+
+def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.device) -> str:
+    """A `lab run` command line that reproduces this run exactly."""
+    settings = {k: v for k, v in config.to_dict().items() if k in RUN_OPTIONS}
+    args = [f"--{k.replace('_', '-')} {v}" for k, v in {**settings, **prompt_options}.items() if k != "prompts"]
+    return f"lab run --prompts '{prompt_options['prompts']}' " + " ".join(args) + f" --device {device.type}"
+
+
+RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "clip_eps", "epochs", "steps", "group_size",
+               "lr", "dim", "seed")
+"""TrainConfig fields that `lab run` exposes as options."""

@@ -1,0 +1,118 @@
+"""`lab sweep`: a grid of settings x seeds as batched runs, into one folder."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+
+from lab.cli.app import DEFAULTS, USER_ERRORS, app, fail, run_with_progress
+from lab.cli.options import (
+    ClipsOpt,
+    DeltasOpt,
+    DeviceOpt,
+    DimOpt,
+    EpochsOpt,
+    ForceOpt,
+    GroupsOpt,
+    HeldoutOpt,
+    KLPeriodOpt,
+    KLsOpt,
+    LossesOpt,
+    LrsOpt,
+    NumPromptsOpt,
+    PromptLengthOpt,
+    PromptSeedOpt,
+    PromptsOpt,
+    QuietOpt,
+    RewardsOpt,
+    StepsOpt,
+    VocabOpt,
+    make_task,
+)
+from lab.cli.run_command import default_run_name
+from lab.config import ConfigError, Device, TrainConfig, resolve_device
+from lab.records import RunFolder, metrics_csv, write_json_atomic, write_text_atomic
+from tasks import sorting
+
+
+@app.command()
+def sweep(
+    delta: DeltasOpt = None,
+    loss: LossesOpt = None,
+    reward: RewardsOpt = None,
+    kl: KLsOpt = None,
+    clip_eps: ClipsOpt = None,
+    lr: LrsOpt = None,
+    group_size: GroupsOpt = None,
+    seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
+    threads: Annotated[int | None, typer.Option(
+        help="torch CPU threads (default: 1, or all cores for 100 runs or more; see lab bench)")] = None,
+    kl_period: KLPeriodOpt = DEFAULTS.kl_period,
+    epochs: EpochsOpt = DEFAULTS.epochs,
+    steps: StepsOpt = DEFAULTS.steps,
+    dim: DimOpt = DEFAULTS.dim,
+    prompts: PromptsOpt = "lecture",
+    num_prompts: NumPromptsOpt = 3,
+    prompt_length: PromptLengthOpt = 3,
+    vocab_size: VocabOpt = sorting.LECTURE_VOCAB_SIZE,
+    heldout: HeldoutOpt = 0,
+    prompt_seed: PromptSeedOpt = 0,
+    device: DeviceOpt = Device.auto,
+    out: Annotated[Path | None, typer.Option(help="sweep folder (default runs/sweep-<grid>-<N>seeds)")] = None,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Train a grid of settings x seeds as batched runs; write config.json, metrics.csv, summary.csv, curves.png."""
+    from lab import sweep as sweeps
+
+    given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
+             "clip_eps": clip_eps, "lr": lr, "group_size": group_size}
+    try:
+        grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
+        base = TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period)
+        configs = sweeps.build_grid(base, grid, seeds)
+        names = [name for name, values in grid.items() if len(values) > 1]
+        prompt_options = dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts,
+                              prompt_length=prompt_length, heldout=heldout, prompt_seed=prompt_seed)
+        task = make_task(**prompt_options)
+        torch_device = resolve_device(device)
+        label = "-".join(f"{n.replace('_', '')}" for n in names) or "-".join(default_run_name(configs[0]).split("-")[:3])
+        folder = RunFolder(out or Path("runs") / f"sweep-{label}-{seeds}seeds", force)
+        folder.check()
+        if threads is not None and threads <= 0:
+            raise ConfigError(f"--threads must be a positive integer, got {threads}")
+    except USER_ERRORS as e:
+        fail(str(e))
+
+    from lab.bench import sweep_threads
+
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads or sweep_threads(len(configs)))  # tiny runs: 1; hundreds of runs: all cores
+    try:
+        total = sum(configs[b[0]].epochs for b in sweeps.batches(configs))
+        records = run_with_progress(quiet, f"{len(configs)} runs", total, lambda progress: sweeps.run_sweep(
+            task, configs, device=torch_device, progress=progress))
+    finally:
+        torch.set_num_threads(previous_threads)
+    summaries = sweeps.summarise(records, names)
+
+    from lab.figures import plot_sweep  # matplotlib only where a figure is made
+
+    with folder as tmp:
+        write_json_atomic(tmp / "config.json", {
+            "command": "sweep", "grid": {k: [v.value if isinstance(v, Enum) else v for v in vs]
+                                         for k, vs in grid.items()},
+            "seeds": list(range(seeds)), "base": base.to_dict(), "runs": len(configs),
+            "task": {"name": task.name, "prompts": task.prompts.tolist(), "vocab_size": task.vocab_size},
+            "device": str(torch_device), "torch": torch.__version__, "prompt_options": prompt_options,
+        })
+        write_text_atomic(tmp / "metrics.csv", metrics_csv(records, sweeps.extra_columns(records, sweeps.GRID_FIELDS)))
+        write_text_atomic(tmp / "summary.csv", sweeps.summary_csv(summaries, names))
+        plot_sweep(records, names, tmp / "curves.png")
+    if not quiet:
+        typer.echo(sweeps.summary_table(summaries, names))
+        typer.echo(f"{len(configs)} runs in {records.seconds:.2f} s -> {folder.out}")
