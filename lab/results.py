@@ -30,6 +30,10 @@ TOP_RESPONSES = 3
 """How many of the most common final responses of stuck runs to list per prompt."""
 
 
+LATE_EPOCHS = 10
+"""'The last epochs' of a run, for the share of groups that no longer carry a signal."""
+
+
 def _by_sign(interval: Interval) -> str:
     return "holds" if interval.low > 0 else "does not hold" if interval.high < 0 else "inconclusive"
 
@@ -168,4 +172,11 @@ def results_markdown(reproduction, experiments) -> str:
         counts = sorted(Counter(np.round(final_greedy[runs], 3).tolist()).items(), reverse=True)
         out.append(f"| {_setting_text(lecture, overrides)} | "
                    + ", ".join(f"{value:g}: {n}" for value, n in counts) + " |")
+    # why runs stay stuck: a group whose rewards are all equal gives zero deltas, so no update at all
+    zero = records.epoch_metrics["zero_std_fraction"][:, -LATE_EPOCHS:].mean(axis=1)
+    out += ["", f"Why they stay there: the fraction of groups whose rewards are all equal (no GRPO signal, "
+            f"`zero_std_fraction`), averaged over the last {LATE_EPOCHS} epochs, mean over seeds [95% t]:", "",
+            "| setting | groups with equal rewards, last epochs |", "| --- | --- |"]
+    for overrides, runs in zip(lecture.settings, lecture_groups):
+        out.append(f"| {_setting_text(lecture, overrides)} | {_fraction(mean_interval(zero[runs]))} |")
     return "\n".join(out) + "\n"
