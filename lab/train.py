@@ -93,13 +93,12 @@ def train(
     eval_optimum = (None if eval_prompts is None else
                     torch.stack([task.optimum(c.reward, eval_prompts) for c in configs]).float())
     targets = task.targets(prompts)  # int[batch pos]
+    eval_targets = None if eval_prompts is None else task.targets(eval_prompts)
 
     def score(some_prompts: Tensor, greedy: Tensor) -> Tensor:
         """Each run's reward of argmax responses int[run epoch batch pos]: float[run epoch batch]."""
         return reward_groups.apply(lambda name, y: task.reward_fn(name)(some_prompts, y.unsqueeze(-2)),
                                    greedy).squeeze(-1)
-
-    eval_targets = None if eval_prompts is None else task.targets(eval_prompts)
 
     step_log = {name: [] for name in STEP_METRICS}
     tokens_per_epoch = steps * runs * prompts.shape[0] * shared.group_size * task.response_length
