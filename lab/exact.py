@@ -41,9 +41,10 @@ class ExactLimits:
 
 LIMITS = ExactLimits()
 
-Reward = Callable[[Tensor, Tensor], Tensor] | Tensor
-"""A vectorized reward `(int[batch pos], int[... batch trial pos]) -> float[... batch trial]`,
-or a reward table float[batch n] giving R(x_b, y_i) for response i of `all_responses`."""
+Reward = Callable[[Tensor, Tensor], Tensor] | Tensor | str
+"""A vectorized reward `(int[batch pos], int[... batch trial pos]) -> float[... batch trial]`, the
+name of one the sorting task registers (`"distance"`), or a reward table float[batch n] giving
+R(x_b, y_i) for response i of `all_responses`."""
 
 
 def check_space(vocab_size: int, length: int, limits: ExactLimits = LIMITS) -> int:
@@ -106,6 +107,10 @@ def reward_table(prompts: Tensor, reward: Reward, vocab_size: int, length: int) 
     `reward` is a vectorized reward function or already a table float[batch n] (returned as is).
     """
     size = check_space(vocab_size, length)
+    if isinstance(reward, str):
+        from tasks.sorting import make_task  # the registry of reward names
+
+        reward = make_task().reward_fn(reward)
     if isinstance(reward, Tensor):
         if reward.shape != (prompts.shape[0], size):
             raise ValueError(f"a reward table must be float[batch n] = {(prompts.shape[0], size)}, "
@@ -122,6 +127,7 @@ def expected_reward(policy: nn.Module, prompts: Tensor, reward: Reward,
     `reward`: a vectorized reward function such as `tasks.sorting.distance_reward`, or a
     reward table float[batch n] over `all_responses(vocab, length)`.
     """
+    prompts = torch.as_tensor(prompts, dtype=torch.long)  # a list of lists is fine too
     log_probs = all_log_probs(policy, prompts, dtype)
     table = reward_table(prompts, reward, policy.vocab_size, policy.response_length)
     return (log_probs.exp() * table.to(log_probs)).sum(dim=-1)

@@ -176,3 +176,17 @@ def test_exact_kl_is_the_sequence_kl_summed_over_positions(toy):
                             position_log_probs(reference.policy, toy.prompts))
     assert close(per_position.sum(-1), sequence_kl)
     assert bool((per_position >= -1e-12).all())
+
+
+def test_expected_reward_takes_a_reward_name_and_list_prompts():
+    """`expected_reward(policy, [[1,0,2]], "distance")` is the same number as with the function and a tensor."""
+    from lab import Policy
+    from lab.exact import expected_reward
+    from tasks.sorting import distance_reward
+
+    policy = Policy(5, 3, 3, generator=torch.Generator().manual_seed(3))
+    by_name = expected_reward(policy, [[1, 0, 2], [3, 2, 4]], "distance")
+    by_function = expected_reward(policy, torch.tensor([[1, 0, 2], [3, 2, 4]]), distance_reward)
+    assert torch.equal(by_name, by_function)
+    with pytest.raises(ValueError, match="choose one of"):
+        expected_reward(policy, [[1, 0, 2]], "no-such-reward")
