@@ -12,8 +12,12 @@ what is allowed; nothing is left half-written.
 
 import torch
 
-from lab.cli import diagnose_command, reproduce_command, run_command, sweep_command  # noqa: F401 (register)
 from lab.cli.app import app
+
+# importing a command module registers its command; `lab --help` lists them in this order
+# isort: off
+from lab.cli import run_command, sweep_command, diagnose_command, reproduce_command  # noqa: E402, F401
+# isort: on
 
 
 def main() -> None:
