@@ -7,13 +7,12 @@ panel appears when a KL penalty is on and a clip panel when the loss clips.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from lab.records import Records
+from lab.records import Records, atomic_path
 
 
 def _epoch_steps(records: Records, run: int) -> np.ndarray:
@@ -83,11 +82,6 @@ def plot_variance_vs_group_size(rows, path: Path, title: str | None = None) -> P
     ax.legend(fontsize=8, title="deltas (hollow: Monte Carlo)", title_fontsize=7)
     ax.set_title(title or "variance of the policy-gradient estimator", fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
+    with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return Path(path)

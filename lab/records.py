@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,18 +160,30 @@ def _umask_mode(full: int) -> int:
     return full & ~umask
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename over it."""
+@contextmanager
+def atomic_path(path: Path):
+    """A temporary path beside `path` to write to; renamed over `path` when the block succeeds,
+    removed when it fails, so `path` never holds a half-written file.
+
+        with atomic_path(out) as tmp:
+            fig.savefig(tmp, format="png")
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
         os.chmod(tmp, _umask_mode(0o666))  # mkstemp makes 0600; the result is an ordinary file
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        yield Path(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename over it."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 def write_json_atomic(path: Path, data) -> None:

@@ -188,7 +188,7 @@ def task_from_spec(
         prompts = random_prompts(count, length, vocab_size, generator)
     else:
         prompts = _parse_prompt_list(spec)
-    validate_prompts(prompts, vocab_size)
+    validate_prompts(prompts, vocab_size)  # before the held-out draw relies on them (make_task checks again)
     eval_prompts = (random_prompts(heldout, prompts.shape[1], vocab_size, generator, exclude=prompts)
                     if heldout else None)
     return make_task(prompts, vocab_size, eval_prompts)
