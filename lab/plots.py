@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from lab.records import Records, atomic_path
+from lab.outputs import atomic_path
+from lab.records import Records
 
 
 def _epoch_steps(records: Records, run: int) -> np.ndarray:

@@ -2,22 +2,15 @@
 
 Records hold one row per (run, optimizer step). Per-epoch metrics (those of the
 epoch's samples and of the greedy evaluation) repeat on every step row of their
-epoch, so `metrics.csv` is one flat table. Files are written atomically: to a
-temporary name first, then renamed, so an interrupted run leaves no file that
-looks complete.
+epoch, so `metrics.csv` is one flat table. Files are written atomically
+(`lab.outputs`): an interrupted run leaves no file that looks complete.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
-import os
-import shutil
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -151,74 +144,3 @@ def samples_text(records: Records, run: int = 0) -> str:
                              f"  delta {snap.deltas[run, b, t]:+.4f}")
         lines.append("")
     return "\n".join(lines)
-
-
-def _umask_mode(full: int) -> int:
-    """`full` (0o666 for files, 0o777 for folders) less the process umask, as open() and mkdir() apply it."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return full & ~umask
-
-
-@contextmanager
-def atomic_path(path: Path):
-    """A temporary path beside `path` to write to; renamed over `path` when the block succeeds,
-    removed when it fails, so `path` never holds a half-written file.
-
-        with atomic_path(out) as tmp:
-            fig.savefig(tmp, format="png")
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        os.chmod(tmp, _umask_mode(0o666))  # mkstemp makes 0600; the result is an ordinary file
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename over it."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
-
-
-def write_json_atomic(path: Path, data) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
-
-
-class RunFolder:
-    """Build a result folder under a temporary name; it appears under its real name only when complete.
-
-        with RunFolder(out, force) as tmp:
-            (tmp / "metrics.csv").write_text(...)
-    On an exception the temporary folder is removed and `out` is untouched.
-    """
-
-    def __init__(self, out: Path, force: bool = False) -> None:
-        self.out, self.force = Path(out), force
-
-    def check(self) -> None:
-        if self.out.exists() and not self.out.is_dir():  # --force replaces run folders, never other files
-            raise FileExistsError(f"{self.out} exists and is not a folder; choose another --out")
-        if self.out.exists() and not self.force:
-            raise FileExistsError(f"run folder {self.out} already exists; pass --force to replace it "
-                                  "or --out to choose another")
-
-    def __enter__(self) -> Path:
-        self.check()
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(dir=self.out.parent, prefix=f".{self.out.name}.", suffix=".partial"))
-        self.tmp.chmod(_umask_mode(0o777))  # mkdtemp makes 0700; the run folder is an ordinary folder
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            return
-        if self.out.exists():
-            shutil.rmtree(self.out)
-        os.replace(self.tmp, self.out)

@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from lab.config import TrainConfig
-from lab.records import Records, write_text_atomic
+from lab.outputs import write_text_atomic
+from lab.records import Records
 from lab.sweep import run_sweep
 from tasks.sorting import make_task
 
@@ -98,6 +99,11 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                 runs[experiment.name, i].append(index[config])
     records = run_sweep(make_task(), configs, device=device, progress=progress)
     return Reproduction(records, seeds, runs)
+
+
+def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]:
+    """The files `write_figures` writes (checked before training, so a clash fails in seconds)."""
+    return [*(f"{e.name}.png" for e in experiments), "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,

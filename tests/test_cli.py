@@ -23,7 +23,7 @@ from lab.policy import load_policy
 from lab.records import METRIC_COLUMNS
 
 SHORT = ["--epochs", "2", "--steps", "2"]
-RUN_FILES = {"config.json", "metrics.csv", "samples.txt", "summary.json", "policy.pt", "curves.png"}
+RUN_FILES = {"config.json", "metrics.csv", "samples.txt", "summary.json", "policy.pt", "curves.png", ".lab-output"}
 
 
 @pytest.fixture(autouse=True)
@@ -217,15 +217,21 @@ def test_cuda_without_cuda_is_one_line_exit_2(tmp_path, monkeypatch):
 
 
 def test_existing_run_folder_needs_force(tmp_path):
-    """Issue 2 point 8: an existing run folder is refused without --force, untouched; --force replaces it."""
+    """Issue 2 point 8, issue 11: an existing run folder is refused without --force, untouched; --force
+    replaces a folder the lab wrote, and never one holding a file the lab did not write."""
     out = tmp_path / "run"
-    out.mkdir()
-    (out / "keep.txt").write_text("earlier results")
+    assert invoke(*SHORT, "--quiet", "--seed", "1", "--out", str(out)).exit_code == 0
+    first = (out / "metrics.csv").read_text()
     assert_one_line_error(invoke(*SHORT, "--out", str(out)), "already exists; pass --force")
-    assert contents(tmp_path) == {"run"} and (out / "keep.txt").read_text() == "earlier results"
+    assert (out / "metrics.csv").read_text() == first
     result = invoke(*SHORT, "--quiet", "--force", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert contents(tmp_path) == {"run"} and contents(out) == RUN_FILES
+    assert (out / "metrics.csv").read_text() != first  # seed 5 replaced seed 1
+
+    (out / "notes.txt").write_text("my notes")
+    assert_one_line_error(invoke(*SHORT, "--force", "--out", str(out)), "did not write")
+    assert (out / "notes.txt").read_text() == "my notes" and contents(out) == RUN_FILES | {"notes.txt"}
 
 
 def test_an_out_path_that_is_a_file_is_refused_even_with_force(tmp_path):
@@ -249,16 +255,16 @@ def test_an_exception_during_training_leaves_no_run_folder(tmp_path, monkeypatch
 def test_an_exception_while_writing_leaves_no_partial_folder_and_keeps_the_old_one(tmp_path, monkeypatch):
     """Issue 2 point 8: results appear only complete; a failure mid-write leaves the previous folder as it was."""
     out = tmp_path / "run"
-    out.mkdir()
-    (out / "keep.txt").write_text("earlier results")
+    assert invoke(*SHORT, "--quiet", "--out", str(out)).exit_code == 0
+    earlier = (out / "metrics.csv").read_text()
 
     def broken_plot(*args, **kwargs):
         raise RuntimeError("plotting failed")
     monkeypatch.setattr(lab.plots, "plot_run", broken_plot)
     result = invoke(*SHORT, "--quiet", "--force", "--out", str(out))
     assert isinstance(result.exception, RuntimeError)
-    assert contents(tmp_path) == {"run"} and contents(out) == {"keep.txt"}
-    assert (out / "keep.txt").read_text() == "earlier results"
+    assert contents(tmp_path) == {"run"} and contents(out) == RUN_FILES
+    assert (out / "metrics.csv").read_text() == earlier
 
 
 def test_help_lists_every_option_with_help_text():

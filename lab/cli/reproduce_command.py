@@ -11,13 +11,13 @@ import typer
 from lab.cli.app import USER_ERRORS, app, fail, run_with_progress
 from lab.cli.options import DeviceOpt, QuietOpt
 from lab.config import ConfigError, Device, resolve_device
-from lab.records import RunFolder
+from lab.outputs import OutputFiles
 
 
 @app.command()
 def reproduce(
     seeds: Annotated[int, typer.Option(help="seeds 0..N-1 per setting")] = 20,
-    out: Annotated[Path, typer.Option(help="folder to regenerate (replaced as a whole)")] = Path("figures"),
+    out: Annotated[Path, typer.Option(help="folder to write the figures and RESULTS.md into (only the lab's own files there are replaced)")] = Path("figures"),
     device: DeviceOpt = Device.auto,
     quiet: QuietOpt = False,
 ) -> None:
@@ -32,11 +32,13 @@ def reproduce(
             raise ConfigError(f"--seeds must be > {rep.LECTURE_SEED} so that the lecture's seed "
                               f"{rep.LECTURE_SEED} is among them, got {seeds}")
         torch_device = resolve_device(device)
+        files = OutputFiles(out, "reproduce")
+        files.check(rep.output_names())
     except USER_ERRORS as e:
         fail(str(e))
     reproduction = run_with_progress(quiet, "reproduce", rep.LECTURE.epochs, lambda progress: rep.run_reproduction(
         seeds, device=torch_device, progress=progress))
-    with RunFolder(out, force=True) as tmp:
+    with files.staging() as tmp:
         paths = rep.write_figures(reproduction, tmp)
     if not quiet:
         typer.echo(f"{reproduction.records.num_runs} runs, {len(paths)} files -> {out}/ "

@@ -35,13 +35,8 @@ from lab.cli.options import (
 )
 from lab.config import Device, TrainConfig, resolve_device
 from lab.policy import policy_from_state, save_policy
-from lab.records import (
-    RunFolder,
-    metrics_csv,
-    samples_text,
-    write_json_atomic,
-    write_text_atomic,
-)
+from lab.outputs import RunFolder, write_json_atomic, write_text_atomic
+from lab.records import metrics_csv, samples_text
 from lab.train import train
 from tasks import sorting
 
@@ -90,7 +85,7 @@ def run(
                               prompt_length=prompt_length, heldout=heldout, prompt_seed=prompt_seed)
         task = make_task(**prompt_options)
         torch_device = resolve_device(device)
-        folder = RunFolder(out or Path("runs") / default_run_name(config), force)
+        folder = RunFolder(out or Path("runs") / default_run_name(config), force, command="run")
         folder.check()
     except USER_ERRORS as e:
         fail(str(e))

@@ -35,7 +35,8 @@ from lab.cli.options import (
 )
 from lab.cli.run_command import default_run_name
 from lab.config import ConfigError, Device, TrainConfig, resolve_device
-from lab.records import RunFolder, metrics_csv, write_json_atomic, write_text_atomic
+from lab.outputs import RunFolder, write_json_atomic, write_text_atomic
+from lab.records import metrics_csv
 from tasks import sorting
 
 
@@ -81,7 +82,7 @@ def sweep(
         task = make_task(**prompt_options)
         torch_device = resolve_device(device)
         label = "-".join(f"{n.replace('_', '')}" for n in names) or "-".join(default_run_name(configs[0]).split("-")[:3])
-        folder = RunFolder(out or Path("runs") / f"sweep-{label}-{seeds}seeds", force)
+        folder = RunFolder(out or Path("runs") / f"sweep-{label}-{seeds}seeds", force, command="sweep")
         folder.check()
         if threads is not None and threads <= 0:
             raise ConfigError(f"--threads must be a positive integer, got {threads}")
