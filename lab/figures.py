@@ -10,6 +10,7 @@ mark a single seed (the lecture's seed 5).
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +33,19 @@ def mean_band(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return mean, mean - half, mean + half
 
 
+TITLE_FONTSIZE = 10
+"""points; with CHAR_WIDTH the basis of how many characters a title line may hold."""
+CHAR_WIDTH = 0.55
+"""average glyph width of the title font, as a fraction of its size (DejaVu Sans; generous)."""
+
+
+def fit_title(text: str, width_in: float, fontsize: float = TITLE_FONTSIZE) -> str:
+    """`text` wrapped into lines that fit a figure `width_in` inches wide: a centred title wider
+    than its figure loses both ends, and no layout engine wraps it."""
+    chars = max(20, int(width_in * 72 / (CHAR_WIDTH * fontsize)))
+    return "\n".join(textwrap.wrap(text, chars))
+
+
 def _runs_by_point(records: Records, names: Sequence[str]) -> dict[tuple, list[int]]:
     points: dict[tuple, list[int]] = {}
     for run, config in enumerate(records.configs):
@@ -40,8 +54,12 @@ def _runs_by_point(records: Records, names: Sequence[str]) -> dict[tuple, list[i
 
 
 def draw_curves(ax, records: Records, names: Sequence[str], metric: str = "mean_reward",
-                highlight_seed: int | None = None, runs: Sequence[int] | None = None) -> None:
-    """One mean curve with its band per grid point of `names` (optionally only among `runs`)."""
+                highlight_seed: int | None = None, runs: Sequence[int] | None = None,
+                legend_below: bool = False) -> None:
+    """One mean curve with its band per grid point of `names` (optionally only among `runs`).
+
+    `legend_below` puts the legend under the axes, where it cannot cover a curve (the figure's
+    layout engine must make room for it: `layout="constrained"`)."""
     keep = set(range(records.num_runs) if runs is None else runs)
     points = {p: [r for r in rs if r in keep] for p, rs in _runs_by_point(records, names).items()}
     for color, (point, point_runs) in zip(matplotlib.rcParams["axes.prop_cycle"].by_key()["color"] * 4,
@@ -60,7 +78,10 @@ def draw_curves(ax, records: Records, names: Sequence[str], metric: str = "mean_
     ax.set_xlabel("step")
     ax.set_ylabel(metric.replace("_", " "))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    if legend_below:
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+    else:
+        ax.legend(fontsize=7, loc="lower right")
 
 
 def plot_sweep(records: Records, names: Sequence[str], path: Path, title: str | None = None,
@@ -77,14 +98,16 @@ def plot_sweep(records: Records, names: Sequence[str], path: Path, title: str | 
 
 def plot_panels(records: Records, panels: Sequence[tuple[str, Sequence[str], Sequence[int]]], path: Path,
                 suptitle: str, metric: str = "mean_reward", highlight_seed: int | None = None) -> Path:
-    """Several `draw_curves` panels side by side: (title, names, runs) each, sharing the y axis."""
-    fig = Figure(figsize=(4.6 * len(panels), 3.9))
+    """Several `draw_curves` panels side by side: (title, names, runs) each, sharing the y axis;
+    every legend sits under its panel and the title is wrapped to the figure's width."""
+    width = 4.6 * len(panels) if len(panels) > 1 else 6.0
+    fig = Figure(figsize=(width, 4.8), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
     for ax, (title, names, runs) in zip(axes[0], panels):
-        draw_curves(ax, records, names, metric=metric, highlight_seed=highlight_seed, runs=runs)
+        draw_curves(ax, records, names, metric=metric, highlight_seed=highlight_seed, runs=runs,
+                    legend_below=True)
         ax.set_title(title, fontsize=9)
-    fig.suptitle(suptitle, fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(fit_title(suptitle, width), fontsize=TITLE_FONTSIZE)
     fig.savefig(path, dpi=100)
     return Path(path)
 
@@ -92,21 +115,26 @@ def plot_panels(records: Records, panels: Sequence[tuple[str, Sequence[str], Seq
 def plot_kl_tradeoff(records: Records, names: Sequence[str], runs: Sequence[int], betas: Sequence[float],
                      reward: Sequence, kl: Sequence, path: Path, title: str) -> Path:
     """Left: reward curves per beta. Right: final mean reward against final KL to the reference,
-    one point per beta: the reward's 95% t-interval, the KL's median and quartiles over seeds
-    (reward, kl: `lab.intervals.Interval` per beta)."""
-    fig = Figure(figsize=(10.4, 4.0))
+    one point per beta: vertically the reward's mean and 95% t-interval, horizontally the KL's
+    median and quartiles over seeds (reward, kl: `lab.intervals.Interval` per beta); the
+    panel's title and axis labels say which is which."""
+    width = 10.4
+    fig = Figure(figsize=(width, 4.9), layout="constrained")
     left, right = fig.subplots(1, 2)
-    draw_curves(left, records, names, runs=runs)
+    draw_curves(left, records, names, runs=runs, legend_below=True)
     for beta, r, k in zip(betas, reward, kl):
         right.errorbar(k.estimate, r.estimate, xerr=[[k.estimate - k.low], [k.high - k.estimate]],
                        yerr=[[r.estimate - r.low], [r.high - r.estimate]], fmt="o", capsize=3,
                        label=f"beta={beta:g}")
     right.set_xscale("symlog", linthresh=1e-4)  # runs whose groups stopped varying sit at exactly 0
-    right.set_xlabel("exact KL to the reference per sequence\n(last reference period; median and quartiles over seeds)")
-    right.set_ylabel("final mean reward")
+    right.set_xlabel("exact KL to the reference per sequence, last reference period\n"
+                     "(x: median and quartiles over seeds)")
+    right.set_ylabel(f"final mean reward (y: mean, {LEVEL:.0%} t-interval)")
+    right.set_title(fit_title(f"vertical bars: {LEVEL:.0%} t-interval of the mean final reward over seeds; "
+                              "horizontal bars: quartiles (25% to 75%) of the KL over seeds, dot at the median",
+                              width / 2, fontsize=8), fontsize=8)
     right.grid(alpha=0.3)
     right.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(fit_title(title, width), fontsize=TITLE_FONTSIZE)
     fig.savefig(path, dpi=100)
     return Path(path)

@@ -116,7 +116,8 @@ def write_figures(reproduction: Reproduction, out: Path,
     for experiment in experiments:
         groups = reproduction.setting_runs(experiment)
         path = Path(out) / f"{experiment.name}.png"
-        subtitle = (f"{experiment.title}; {reproduction.seeds} seeds, mean and 95% t-band"
+        subtitle = (f"{experiment.title}; {'left: ' if experiment.tradeoff else ''}"
+                    f"{reproduction.seeds} seeds, mean and 95% t-band"
                     + (f", seed {LECTURE_SEED} thin" if experiment.panels else ""))
         if experiment.tradeoff:
             betas, reward, kl = kl_points(records, experiment, groups)
