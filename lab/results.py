@@ -9,17 +9,27 @@ of means, Wilson for fractions; lab.intervals):
 - "runs get stuck" (end with a greedy response not optimal on some prompt):
                           holds if the Wilson interval of the stuck fraction lies above STUCK_SHARE,
                           does not hold if below, else inconclusive.
+- "stuck in local optima" (a stuck ending is a local optimum when no single-token change raises
+                          its reward, lab.stuck): per run with a stuck ending, the share of its
+                          stuck endings that are local optima; t-interval over those runs.
+                          holds if it lies above 1 - STUCK_SHARE (nearly all are), does not hold
+                          if below STUCK_SHARE (nearly none are), partly if it lies between them
+                          (some are, some are one token from a better reward), else inconclusive.
 - "X does not learn well": holds if the Wilson interval of the fraction of runs optimal on every
-                          prompt lies below 1/2, does not hold if above, else inconclusive.
+                          prompt lies below 1/2, does not hold if above, else inconclusive. When no
+                          setting has an optimal run this cannot tell settings apart; RESULTS.md
+                          then says so and shows what does (final reward, share of prompts solved).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 
 from lab.intervals import Interval, difference_interval, median_quartiles, mean_interval, wilson_interval
+from lab.stuck import final_endings
 from lab.sweep import batches, optimal_everywhere
 
 MARGIN = 0.05
@@ -50,6 +60,21 @@ def _equivalent(interval: Interval, margin: float) -> str:
 
 def _above(interval: Interval, share: float) -> str:
     return "holds" if interval.low > share else "does not hold" if interval.high < share else "inconclusive"
+
+
+def _mostly(interval: Interval, share: float) -> str:
+    """A share judged against `share` and 1 - `share`: nearly all, nearly none, or some."""
+    if interval.low > 1 - share:
+        return "holds"
+    if interval.high < share:
+        return "does not hold"
+    return "partly" if share < interval.low and interval.high < 1 - share else "inconclusive"
+
+
+def _share_interval(shares) -> Interval:
+    """t-interval of a mean share, cut to [0, 1] (the mean of shares cannot leave it)."""
+    i = mean_interval(shares)
+    return replace(i, low=max(i.low, 0.0), high=min(i.high, 1.0))
 
 
 def _fraction(interval: Interval) -> str:
@@ -99,15 +124,22 @@ def _claims(records, lecture, groups, optimum: float) -> list[str]:
     help_diff = difference_interval(final[centered], final[raw])
     norm_diff = difference_interval(final[normalized], final[centered])
     everything = [r for g in groups for r in g]
+    shares = final_endings(records, centered).local_optimum_share()  # one per stuck centered run
+    local = _share_interval(shares) if len(shares) else None
     rows = [
         ("Raw rewards do not learn sorting well, even on the training prompts.",
          "fraction of raw runs optimal on every prompt below 1/2", _fraction(solved_raw),
          "holds" if solved_raw.high < 0.5 else "does not hold" if solved_raw.low > 0.5 else "inconclusive"),
         ("Centered rewards help (compared with raw).", "final mean reward, centered - raw, above 0",
          help_diff.text(3), _by_sign(help_diff)),
-        ("Centered rewards still get stuck in local optima.",
+        ("Centered rewards still get stuck ...",
          f"fraction of centered runs not optimal on every prompt above {STUCK_SHARE:.0%}",
          _fraction(stuck(centered)), _above(stuck(centered), STUCK_SHARE)),
+        ("... in local optima.", "per centered run, share of its stuck endings (prompts it ends not optimal on) "
+         "where no single-token change raises the reward: above "
+         f"{1 - STUCK_SHARE:.0%} holds, between {STUCK_SHARE:.0%} and {1 - STUCK_SHARE:.0%} partly",
+         f"{_fraction(local)} (t, {len(shares)} runs)" if local else "no stuck run",
+         _mostly(local, STUCK_SHARE) if local else "does not hold"),
         ("Normalizing by the std makes little difference (compared with centered).",
          f"final mean reward, normalized - centered, within +-{MARGIN:.0%} of the optimum "
          f"(+-{MARGIN * optimum:.2f})", norm_diff.text(3), _equivalent(norm_diff, MARGIN * optimum)),
@@ -117,6 +149,41 @@ def _claims(records, lecture, groups, optimum: float) -> list[str]:
     lines = ["| the lecture says | decided by (rule in `lab/results.py`) | 95% interval | verdict |",
              "| --- | --- | --- | --- |"]
     lines += [f"| {claim} | {rule} | {numbers} | **{verdict}** |" for claim, rule, numbers, verdict in rows]
+    return lines
+
+
+def _what_the_rules_show(records, lecture, groups) -> list[str]:
+    """Below the verdicts: what tells the settings apart, and how many stuck endings are local optima."""
+    optimal = optimal_everywhere(records)
+    centered = groups[1]
+    endings = {i: final_endings(records, runs) for i, runs in enumerate(groups)}
+    lines = []
+    if not optimal[[r for g in groups for r in g]].any():
+        lines += ["No run of any of the three settings ends optimal on every prompt, so the first rule holds for "
+                  "all of them and does not single raw rewards out. What tells the settings apart is the final "
+                  "mean reward (the second row, and the tables below) and how many prompts a run ends up solving:", ""]
+    lines += ["| setting | (run, prompt) pairs solved by the final greedy response | share of prompts solved per "
+              "run, mean [95% t] | stuck endings (pairs not solved) | of which local optima (no single-token change raises the "
+              "reward) | of which one token from a higher reward |", "| --- | --- | --- | --- | --- | --- |"]
+    for i, overrides in enumerate(lecture.settings):
+        e = endings[i]
+        lines.append(f"| {_setting_text(lecture, overrides)} | {int((~e.stuck).sum())} of {e.stuck.size} | "
+                     f"{_fraction(_share_interval(e.sorted_share))} | {int(e.stuck.sum())} | "
+                     f"{int(e.local_optimum.sum())} | {int(e.improvable.sum())} |")
+    more = difference_interval(endings[1].sorted_share, endings[0].sorted_share)
+    reading = {"holds": "centered runs solve more", "does not hold": "raw runs solve more",
+               "inconclusive": "these seeds cannot tell which solves more"}[_by_sign(more)]
+    lines += ["", f"Share of prompts solved per run, centered - raw: {more.estimate:.0%} [{more.low:.0%}, "
+              f"{more.high:.0%}] (Welch t): {reading}."]
+    e = endings[1]
+    if not e.stuck.any():
+        return lines
+    zero = records.epoch_metrics["zero_std_fraction"][centered, -LATE_EPOCHS:].mean()
+    lines += ["", f"Of the {int(e.stuck.sum())} stuck endings of centered runs, {int(e.local_optimum.sum())} are "
+              f"local optima of the reward and {int(e.improvable.sum())} are one token away from a higher reward. "
+              "A run can thus stop one token short of a better response: in the last "
+              f"{LATE_EPOCHS} epochs {zero:.0%} of centered groups have equal rewards (last table), which makes "
+              "every centered delta zero, so the samples carry no signal toward the better neighbour."]
     return lines
 
 
@@ -157,9 +224,11 @@ def results_markdown(reproduction, experiments) -> str:
     out += ["", "Verdict rules: see the docstring of `lab/results.py` "
             f"(little difference = within {MARGIN:.0%} of the optimum; stuck = greedy response not optimal on "
             f"some prompt at the end; 'gets stuck' holds when the stuck share is above {STUCK_SHARE:.0%} with 95% "
-            "confidence). Not decided by these data: that a group whose rewards are all equal gives no update "
+            "confidence; a stuck ending is a local optimum when no single-token change of the response raises its "
+            "reward, `lab/stuck.py`). Not decided by these data: that a group whose rewards are all equal gives no update "
             "(exact by construction, `tests/test_deltas.py`), and Dr. GRPO's length bias, which cannot arise at "
-            "fixed length (SPEC claim 16, `tests/proofs`).", ""]
+            "fixed length (claim 16 in `docs/claims.md`).", ""]
+    out += _what_the_rules_show(records, lecture, lecture_groups) + [""]
     for experiment in experiments:
         groups = reproduction.setting_runs(experiment)
         out += [f"## {experiment.title}", "", f"![{experiment.name}]({experiment.name}.png)", ""]

@@ -136,7 +136,7 @@ def test_an_existing_sweep_folder_needs_force(tmp_path):
 def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     """`lab reproduce`'s machinery at a tiny size: all figures, and RESULTS.md's numbers come from the records."""
     from lab.reproduce import EXPERIMENTS, run_reproduction, write_figures
-    from lab.results import _by_sign, _equivalent
+    from lab.results import _by_sign, _equivalent, _mostly
     from lab.intervals import Interval
 
     reproduction = run_reproduction(seeds=6, base=TrainConfig(epochs=3, steps=2))
@@ -144,10 +144,13 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     assert sorted(p.name for p in paths) == sorted([f"{e.name}.png" for e in EXPERIMENTS] + ["RESULTS.md"])
     text = (tmp_path / "RESULTS.md").read_text()
     verdicts = [line.rsplit("**", 2)[-2] for line in text.splitlines() if line.endswith("** |")]
-    assert len(verdicts) == 5 and set(verdicts) <= {"holds", "does not hold", "inconclusive"}
+    assert len(verdicts) == 6 and set(verdicts) <= {"holds", "does not hold", "inconclusive", "partly"}
     raw = reproduction.runs["lecture_deltas", 0]
     assert mean_interval(reproduction.records.final("mean_reward")[raw]).text(3) in text
     assert len(set(reproduction.runs["baselines", 1]) & set(reproduction.runs["lecture_deltas", 1])) == 6  # trained once
     assert _by_sign(Interval(1, 0.1, 2, 2)) == "holds" and _by_sign(Interval(0, -1, 1, 2)) == "inconclusive"
     assert _equivalent(Interval(0, -0.1, 0.1, 2), 0.25) == "holds"
     assert _equivalent(Interval(1, 0.5, 1.5, 2), 0.25) == "does not hold"
+    assert _mostly(Interval(0.5, 0.4, 0.6, 2), 0.1) == "partly" and _mostly(Interval(0.95, 0.91, 1, 2), 0.1) == "holds"
+    assert _mostly(Interval(0.05, 0, 0.09, 2), 0.1) == "does not hold"
+    assert _mostly(Interval(0.5, 0.05, 0.6, 2), 0.1) == "inconclusive"
