@@ -8,7 +8,7 @@ For one prompt's group of G rewards r_1..r_G (axis `trial`):
     max         delta_i = r_i if r_i == max(r) else 0        (every tied maximum is kept)
     loo         delta_i = r_i - mean_{j != i} r_j            (leave-one-out baseline)
 
-Conventions (SPEC section 3 lists how implementations differ):
+Conventions (README, "Conventions the lab makes explicit", lists how implementations differ):
 - `std` is Bessel-corrected (divides by G - 1) by default, as in the lecture and
   `torch.std`; pass `unbiased=False` for the population std of the GRPO chapter.
 - `std_eps` defaults to the lecture's 1e-5 (TRL uses 1e-4, verl 1e-6).

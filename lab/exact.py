@@ -194,7 +194,7 @@ def expected_kl_estimate(
     - `sample_log_probs=None`: mu = pi_theta itself, with gradient through the sampling
       weights, so autograd gives the gradient *of the expectation*;
     - `sample_log_probs=log_probs.detach()`: mu = pi_theta as fixed samples, so autograd gives
-      the expected gradient *of the estimator used as a loss* (SPEC claim 14);
+      the expected gradient *of the estimator used as a loss* (claim 14, docs/claims.md);
     - any other table: samples from a different policy mu (e.g. a stale pi_old, claim 7).
     `importance_weighted` multiplies by w = pi_theta / mu (gradient flows through pi_theta).
     """

@@ -10,7 +10,7 @@ With the sampled token y ~ pi_theta and rho = pi_ref(y) / pi_theta(y):
 
 The per-position KLs add up over positions because positions are independent
 given the prompt. Used as losses, the estimators' *gradients* differ from their
-values (SPEC claim 14): in expectation grad k1 = 0, grad k2 = grad KL(pi_theta || pi_ref)
+values (claim 14, docs/claims.md): in expectation grad k1 = 0, grad k2 = grad KL(pi_theta || pi_ref)
 and grad k3 = grad KL(pi_ref || pi_theta).
 
 The reference is a frozen deep copy of the policy (the lecture's `model.clone()`

@@ -11,7 +11,7 @@ broadcast over positions, ratio rho = exp(l - l_old), and mean over
 At theta = theta_old, rho = 1 and grad rho = grad l, so all three have the same
 gradient; they part once the same batch is reused for several steps. Because
 the length is fixed, the token mean equals the mean of per-sequence means and a
-constant multiple of per-sequence sums (SPEC claim 16), so the choice of
+constant multiple of per-sequence sums (claim 16, docs/claims.md), so the choice of
 normaliser TRL and verl debate only rescales the loss here.
 
 Any leading axes (such as `run`) are kept: the mean is over the last three.

@@ -1,4 +1,4 @@
-"""The GRPO-style training loop (SPEC section 1), for one run or many at once.
+"""The GRPO-style training loop (README, "The experiment"), for one run or many at once.
 
     for epoch in 1..E:
         y ~ pi_theta(. | x), G per prompt                    (one group per prompt)

@@ -1,4 +1,4 @@
-"""Deltas from a group's rewards (issue 2 point 4; SPEC section 1 "Deltas", section 2 claims 4 and 12).
+"""Deltas from a group's rewards (issue 2 point 4; README "The experiment"; claims 4 and 12 in docs/claims.md).
 
 Every mode is checked against a plain-Python formula written here, per group:
     raw r_i;  centered r_i - mean;  normalized (r_i - mean) / (std + eps);
@@ -21,7 +21,7 @@ TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # float32 result against a float64 formu
 
 
 def group_formula(group: list[float], mode: str, std_eps: float, unbiased: bool) -> list[float]:
-    """The SPEC definition of one group's deltas, on a list."""
+    """The definition of one group's deltas (lab/deltas.py), on a list."""
     g = len(group)
     mean = sum(group) / g
     if mode == "raw":
@@ -41,7 +41,8 @@ def group_formula(group: list[float], mode: str, std_eps: float, unbiased: bool)
 
 
 def test_worked_example_3_2_1():
-    """SPEC claim 12: group rewards [3,2,1] give centered deltas [+1, 0, -1]; normalizing keeps the direction."""
+    """Claim 12 (docs/claims.md): group rewards [3,2,1] give centered deltas [+1, 0, -1]; normalizing
+    keeps the direction."""
     rewards = torch.tensor([[3.0, 2.0, 1.0]])
     assert compute_deltas(rewards, "centered").tolist() == [[1.0, 0.0, -1.0]]
     # Bessel-corrected std of [3,2,1] is 1 (the default); the population std is sqrt(2/3)
@@ -67,7 +68,7 @@ def reward_groups(draw):
 @given(rewards=reward_groups(), std_eps=st.sampled_from([1e-5, 1e-4, 1e-8, 0.0, 0.5]),
        unbiased=st.booleans())
 def test_every_mode_matches_its_formula(mode, rewards, std_eps, unbiased):
-    """Issue 2 point 4: each mode equals its SPEC formula per group, for both std conventions and any eps."""
+    """Issue 2 point 4: each mode equals its formula (lab/deltas.py) per group, for both std conventions and any eps."""
     out = compute_deltas(torch.tensor(rewards, dtype=torch.float32), mode, std_eps=std_eps, unbiased=unbiased)
     assert out.shape == rewards.shape and out.dtype == torch.float32
     expected = np.array([group_formula(list(g), mode.value, std_eps, unbiased)
@@ -88,14 +89,15 @@ def test_normalized_uses_the_bessel_corrected_std_and_1e5_by_default():
 
 
 def test_max_keeps_every_tied_maximum():
-    """SPEC section 3: the lecture's max rule keeps all samples tied at the group maximum."""
+    """The lecture's max rule keeps all samples tied at the group maximum (README, "Conventions the lab
+    makes explicit")."""
     rewards = torch.tensor([[1.0, 3.0, 3.0, 2.0], [4.0, 4.0, 4.0, 0.0]])
     assert compute_deltas(rewards, "max").tolist() == [[0.0, 3.0, 3.0, 0.0], [4.0, 4.0, 4.0, 0.0]]
 
 
 @given(rewards=reward_groups())
 def test_centered_is_g_minus_one_over_g_times_leave_one_out(rewards):
-    """SPEC claim 4: r_i - mean = (G-1)/G * (r_i - leave-one-out mean), group by group."""
+    """Claim 4 (docs/claims.md): r_i - mean = (G-1)/G * (r_i - leave-one-out mean), group by group."""
     rewards = torch.tensor(rewards)
     g = rewards.shape[-1]
     torch.testing.assert_close(compute_deltas(rewards, "centered"),

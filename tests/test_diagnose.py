@@ -42,7 +42,7 @@ def test_rows_give_exact_scale_and_angle_of_every_mode(lecture):
         elif row.delta == "centered":
             assert row.scale == pytest.approx((row.group_size - 1) / row.group_size, abs=1e-9)
             assert row.angle_deg < 1e-4
-        else:  # normalized and max: biased, not parallel to grad J (SPEC claim 5)
+        else:  # normalized and max: biased, not parallel to grad J (claim 5, docs/claims.md)
             assert row.angle_deg > 0.5
 
 

@@ -1,4 +1,4 @@
-"""KL estimators, the penalty and the reference policy (issue 2 point 5; SPEC section 2 claim 6).
+"""KL estimators, the penalty and the reference policy (issue 2 point 5; claim 6 in docs/claims.md).
 
 With the sampled token's probabilities p = pi_theta(y), p_ref = pi_ref(y) and rho = p_ref / p:
     k1 = -log rho,  k2 = (log rho)^2 / 2,  k3 = rho - log rho - 1;
@@ -39,7 +39,7 @@ def test_estimators_match_their_formulas_in_probabilities(name, seed, lead):
 
 @pytest.mark.parametrize("dtype, resolution", [(torch.float32, 1e-3), (torch.float64, 1e-7)])
 def test_k3_is_nonnegative_and_zero_exactly_at_rho_one(dtype, resolution):
-    """SPEC claim 6: f(rho) = rho - log rho - 1 >= 0, with equality iff rho = 1.
+    """Claim 6 (docs/claims.md): f(rho) = rho - log rho - 1 >= 0, with equality iff rho = 1.
 
     Checked on a dense grid of log rho in [-30, 30] including values down to 1e-12, where a naive
     exp(x) - x - 1 rounds below zero in float32. `resolution` is the smallest |log rho| at which the
@@ -54,24 +54,24 @@ def test_k3_is_nonnegative_and_zero_exactly_at_rho_one(dtype, resolution):
 
 
 def test_k1_can_be_negative_while_k2_and_k3_cannot():
-    """SPEC claim 6: the naive -log rho is negative wherever pi_ref > pi_theta on the sampled token."""
+    """Claim 6 (docs/claims.md): the naive -log rho is negative wherever pi_ref > pi_theta on the sampled token."""
     log_probs, ref = torch.log(torch.tensor([0.2])), torch.log(torch.tensor([0.6]))
     assert k1(log_probs, ref).item() < 0
     assert k2(log_probs, ref).item() > 0 and k3(log_probs, ref).item() > 0
 
 
 def test_k3_and_k1_average_to_the_exact_kl_on_policy():
-    """SPEC claim 6: with y ~ pi_theta, E[k3] = E[k1] = KL(pi_theta || pi_ref) exactly (enumerated)."""
+    """Claim 6 (docs/claims.md): with y ~ pi_theta, E[k3] = E[k1] = KL(pi_theta || pi_ref) exactly (enumerated)."""
     p = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64)
     p_ref = torch.tensor([0.25, 0.25, 0.25, 0.25], dtype=torch.float64)
     kl = (p * (p / p_ref).log()).sum()
     for estimator in (k1, k3):
         torch.testing.assert_close((p * estimator(p.log(), p_ref.log())).sum(), kl)
-    assert (p * (p_ref / p - 1)).sum().abs() < 1e-15  # SPEC claim 8: E[rho - 1] = 0
+    assert (p * (p_ref / p - 1)).sum().abs() < 1e-15  # claim 8 (docs/claims.md): E[rho - 1] = 0
 
 
 def test_penalty_is_beta_times_k3_summed_over_positions_and_averaged_over_batch_and_trial():
-    """Issue 2 point 5 / SPEC 1: penalty = beta * mean_{batch, trial} sum_pos k3, per leading index."""
+    """Issue 2 point 5 / README "The experiment": penalty = beta * mean_{batch, trial} sum_pos k3, per leading index."""
     g = torch.Generator().manual_seed(7)
     log_probs = -torch.rand(3, 2, 4, 5, generator=g, dtype=torch.float64)  # run batch trial pos
     ref = -torch.rand(3, 2, 4, 5, generator=g, dtype=torch.float64)

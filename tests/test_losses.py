@@ -1,6 +1,6 @@
-"""Surrogate losses (issue 2 point 5; SPEC section 1 "Losses", section 2 claims 9, 10, 15).
+"""Surrogate losses (issue 2 point 5; README "The experiment"; claims 9, 10, 15 in docs/claims.md).
 
-The reference below is written element by element from the SPEC formulas, with N = batch*trial*pos:
+The reference below is written element by element from the formulas of lab/losses.py, with N = batch*trial*pos:
     naive      L = -1/N sum l d                           dL/dl = -d / N
     unclipped  L = -1/N sum rho d,  rho = exp(l - l_old)  dL/dl = -rho d / N
     clipped    L = -1/N sum min(rho d, clip(rho, 1-eps, 1+eps) d)
@@ -57,7 +57,7 @@ def loss_inputs(draw):
 @pytest.mark.parametrize("mode", list(LossMode))
 @given(inputs=loss_inputs(), clip_eps=st.sampled_from([0.01, 0.1, 0.3]))
 def test_loss_value_and_gradient_match_the_formula(mode, inputs, clip_eps):
-    """Issue 2 point 5: compute_loss and its gradient equal the SPEC formulas; leading axes are kept."""
+    """Issue 2 point 5: compute_loss and its gradient equal the formulas of lab/losses.py; leading axes are kept."""
     log_probs, old, deltas = inputs
     log_probs.requires_grad_(True)
     loss = compute_loss(log_probs, deltas, mode, old_log_probs=old, clip_eps=clip_eps)
@@ -80,7 +80,7 @@ def test_ratio_modes_without_old_log_probs_are_an_error(mode):
 
 @pytest.mark.parametrize("mode", [LossMode.unclipped, LossMode.clipped])
 def test_old_log_probs_never_receive_gradient(mode):
-    """SPEC claim 10: the old policy is frozen; even an old tensor that requires grad gets none."""
+    """Claim 10 (docs/claims.md): the old policy is frozen; even an old tensor that requires grad gets none."""
     g = torch.Generator().manual_seed(0)
     log_probs = (-torch.rand(2, 3, 4, generator=g)).requires_grad_(True)
     old = (log_probs.detach() + 0.2 * torch.randn(2, 3, 4, generator=g)).requires_grad_(True)
@@ -90,7 +90,7 @@ def test_old_log_probs_never_receive_gradient(mode):
 
 
 def test_at_theta_old_all_three_losses_have_the_naive_gradient():
-    """SPEC claim 9: at theta = theta_old the ratio is 1 and every surrogate has the naive loss's gradient."""
+    """Claim 9 (docs/claims.md): at theta = theta_old the ratio is 1 and every surrogate has the naive loss's gradient."""
     g = torch.Generator().manual_seed(1)
     base = -2 * torch.rand(3, 5, 4, generator=g, dtype=torch.float64)
     deltas = torch.randn(3, 5, generator=g, dtype=torch.float64)
@@ -111,7 +111,7 @@ def test_at_theta_old_all_three_losses_have_the_naive_gradient():
     (1.005, +1.0, True),  # inside the band
 ])
 def test_clipped_token_outside_the_band_on_its_delta_side_has_no_gradient(rho, delta, has_gradient):
-    """SPEC claim 9: a sample whose ratio left [1-eps, 1+eps] in the direction its delta pushes is inert."""
+    """Claim 9 (docs/claims.md): a sample whose ratio left [1-eps, 1+eps] in the direction its delta pushes is inert."""
     old = torch.tensor([[[0.0]]])
     log_probs = torch.tensor([[[math.log(rho)]]], requires_grad=True)
     compute_loss(log_probs, torch.tensor([[delta]]), "clipped", old, clip_eps=0.01).backward()
@@ -123,7 +123,7 @@ def test_clipped_token_outside_the_band_on_its_delta_side_has_no_gradient(rho, d
 
 @given(inputs=loss_inputs(), clip_eps=st.sampled_from([0.01, 0.1, 0.3]))
 def test_clipped_is_never_above_unclipped_and_equal_inside_the_band(inputs, clip_eps):
-    """SPEC claim 15: the clipped surrogate's per-token value is <= the unclipped one's (as a loss: >=),
+    """Claim 15 (docs/claims.md): the clipped surrogate's per-token value is <= the unclipped one's (as a loss: >=),
     and where every ratio lies inside the band both losses have the same value and gradient."""
     log_probs, old, deltas = inputs
     rho = ratios(log_probs, old)
@@ -145,7 +145,7 @@ def test_clipped_is_never_above_unclipped_and_equal_inside_the_band(inputs, clip
 
 
 def test_inside_the_band_clipped_equals_unclipped_exactly():
-    """SPEC claim 15 on a fixed case: ratios within 1 +- eps give identical value and gradient."""
+    """Claim 15 (docs/claims.md) on a fixed case: ratios within 1 +- eps give identical value and gradient."""
     g = torch.Generator().manual_seed(3)
     old = -torch.rand(2, 4, 3, generator=g, dtype=torch.float64)
     base = old + 0.004 * (2 * torch.rand(2, 4, 3, generator=g, dtype=torch.float64) - 1)  # |log rho| < 0.004

@@ -24,7 +24,7 @@ def test_kl_exact_is_the_exact_sequence_kl_to_the_frozen_reference():
 
 
 def test_kl_estimate_tracks_kl_exact_on_average():
-    """k3 on current samples is unbiased (SPEC 2.6): over many steps its mean is near kl_exact's.
+    """k3 on current samples is unbiased (claim 6 in docs/claims.md): over many steps its mean is near kl_exact's.
 
     One step per epoch, so every estimate uses samples of the current policy; 100 seeds x 10 epochs
     at the lecture's lr keep the policy near the reference, where k3's tail is light. The mean

@@ -1,4 +1,4 @@
-"""The lecture's policy, sampling, log-probs and the per-run Adam (issue 2 point 2; SPEC section 1 "The policy").
+"""The lecture's policy, sampling, log-probs and the per-run Adam (issue 2 point 2; README "The experiment").
 
     h = sum_p E[x_p] @ A_p,   logits_q = (h @ B_q) @ E^T,   y_q ~ softmax(logits_q) independently.
 """
@@ -26,7 +26,8 @@ def seeded(seed: int) -> torch.Generator:
 
 
 def loop_logits(policy: Policy, prompts: list[list[int]]) -> torch.Tensor:
-    """SPEC 1 written as loops: embed, encode per prompt position, sum, decode per response position, tie."""
+    """The policy (README "The experiment", lab/policy.py) written as loops: embed, encode per prompt
+    position, sum, decode per response position, tie."""
     E, A, B = policy.embedding.detach(), policy.encode.detach(), policy.decode.detach()
     out = torch.zeros(len(prompts), policy.response_length, policy.vocab_size)
     for b, prompt in enumerate(prompts):
@@ -52,7 +53,7 @@ def test_shapes_with_distinct_prompt_and_response_lengths():
 @given(seed=st.integers(0, 2**31), vocab=st.integers(1, 6), prompt_length=st.integers(1, 4),
        response_length=st.integers(1, 4), dim=st.integers(1, 6))
 def test_logits_match_a_loop_over_the_definition(seed, vocab, prompt_length, response_length, dim):
-    """SPEC 1: logits = (sum_p E[x_p] A_p) B_q E^T with the input embedding reused as the output layer."""
+    """README "The experiment": logits = (sum_p E[x_p] A_p) B_q E^T with the input embedding reused as the output layer."""
     policy = Policy(vocab, prompt_length, response_length, dim, generator=seeded(seed))
     prompts = torch.randint(vocab, (3, prompt_length), generator=seeded(seed + 1))
     torch.testing.assert_close(policy(prompts).detach(), loop_logits(policy, prompts.tolist()),
@@ -60,7 +61,8 @@ def test_logits_match_a_loop_over_the_definition(seed, vocab, prompt_length, res
 
 
 def test_initial_scales_are_randn_and_randn_over_sqrt_dim():
-    """SPEC 1: E ~ N(0, 1); every encode and decode entry ~ N(0, 1/dim). z-tests on mean and variance."""
+    """The lecture's initialisation: E ~ N(0, 1); every encode and decode entry ~ N(0, 1/dim).
+    z-tests on mean and variance."""
     dim = 40
     policy = Policy(vocab_size=60, prompt_length=6, response_length=6, dim=dim, generator=seeded(3))
     for name, variance in (("embedding", 1.0), ("encode", 1.0 / dim), ("decode", 1.0 / dim)):

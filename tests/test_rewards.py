@@ -1,6 +1,6 @@
-"""The sorting task's rewards, optimum and prompts (issue 2 points 3 and 10; SPEC section 1).
+"""The sorting task's rewards, optimum and prompts (issue 2 points 3 and 10; the CS336 lecture 17 notes).
 
-Hand-computed values come from the SPEC definitions:
+Hand-computed values come from the definitions (the CS336 lecture 17 notes; tasks/sorting.py):
     distance            R = sum_q [y_q == sorted(x)_q]                  max n
     inclusion-ordering  R = sum_j [x_j in y] + sum_q [y_q <= y_{q+1}]   max 2n - 1
     blended             R = distance + 1/2 * sum_q [y_q <= y_{q+1}]
@@ -40,7 +40,8 @@ LECTURE_VALUES = {
 
 @pytest.mark.parametrize("name", sorted(LECTURE_VALUES))
 def test_lecture_examples_have_the_hand_computed_rewards(name):
-    """SPEC 1: for prompt [3,1,0,2], [0,1,2,3] scores high, [0,3,1,2] middle, [7,2,2,5] low."""
+    """The CS336 lecture 17 notes' examples: for prompt [3,1,0,2], [0,1,2,3] scores high, [0,3,1,2]
+    middle, [7,2,2,5] low."""
     values = score(name, LECTURE_PROMPT, [HIGH, MIDDLE, LOW])
     assert values == LECTURE_VALUES[name]
     assert values == [REFERENCES[name](LECTURE_PROMPT, y) for y in (HIGH, MIDDLE, LOW)]
@@ -51,7 +52,7 @@ def test_lecture_examples_have_the_hand_computed_rewards(name):
 
 
 def test_inclusion_ordering_gives_the_middle_example_more_partial_credit():
-    """SPEC 1: relative to its maximum, inclusion-ordering credits [0,3,1,2] more than distance."""
+    """The CS336 lecture 17 notes: relative to its maximum, inclusion-ordering credits [0,3,1,2] more than distance."""
     n = len(LECTURE_PROMPT)
     distance = score("distance", LECTURE_PROMPT, [MIDDLE])[0] / n  # 1/4
     inclusion = score("inclusion-ordering", LECTURE_PROMPT, [MIDDLE])[0] / (2 * n - 1)  # 6/7
@@ -125,7 +126,7 @@ def test_optimum_is_the_true_maximum_over_all_responses(name, vocab, length):
 
 
 def test_lecture_task_defaults():
-    """SPEC 1: the lecture's prompts [[1,0,2],[3,2,4],[1,2,3]], vocab 0..4, both lengths 3, max 5."""
+    """README "The experiment": the lecture's prompts [[1,0,2],[3,2,4],[1,2,3]], vocab 0..4, both lengths 3, max 5."""
     task = make_task()
     assert task.prompts.tolist() == [[1, 0, 2], [3, 2, 4], [1, 2, 3]]
     assert task.vocab_size == 5 and task.response_length == 3 and task.eval_prompts is None

@@ -1,4 +1,4 @@
-"""The training loop end to end (issue 2 points 6, 9, 10; SPEC section 1 "The loop").
+"""The training loop end to end (issue 2 points 6, 9, 10; README "The experiment").
 
 Short runs keep this fast; only the learning test uses the lecture's full settings.
 """
@@ -88,7 +88,7 @@ def test_a_kl_run_trains_and_refreshes_its_reference(kl_period, refreshed):
 
 
 def test_centered_deltas_raise_the_mean_reward_on_the_lecture_prompts():
-    """Issue 2 point 10 / SPEC 1: with the lecture's settings and centered deltas the reward rises.
+    """Issue 2 point 10 / README "The experiment": with the lecture's settings and centered deltas the reward rises.
 
     The lecture's single seed (5) and seven more, trained together: every run's mean reward over its
     last 10 epochs (300 samples) beats its first 10. Seed 5 goes from about 3.25 to 3.66 (optimum 5).
@@ -241,7 +241,7 @@ def test_config_defaults_are_the_lectures():
 
 
 def test_the_loop_matches_a_plain_reimplementation_of_spec_section_1():
-    """SPEC 1 "The loop", rewritten here with a plain Policy, torch.optim.Adam and the formulas inline:
+    """README "The experiment", rewritten here with a plain Policy, torch.optim.Adam and the formulas inline:
     sample G per prompt from the run's generator, score, center, freeze old and reference log-probs,
     then `steps` clipped + beta * k3 steps on the batch. Every recorded step metric and the samples agree."""
     task = make_task()

@@ -102,4 +102,4 @@ def assume_not_degenerate(toy: Toy, min_prob: float = 1e-4) -> None:
 
 
 group_sizes = st.integers(2, 5)
-"""G, the responses per prompt, as in SPEC section 2."""
+"""G, the responses per prompt (a group), from 2 to 5."""

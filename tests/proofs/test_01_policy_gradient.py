@@ -1,4 +1,4 @@
-"""Claims 1-5 (SPEC section 2): the policy-gradient identity, baselines, and what each delta mode estimates.
+"""Claims 1-5 (docs/claims.md): the policy-gradient identity, baselines, and what each delta mode estimates.
 
 The per-group estimator is g = (1/G) sum_i d_i grad log pi(o_i | q); `lab.estimators` gives its
 exact expectation by enumerating groups (method `values`: every multiset of the group's rewards,
@@ -24,7 +24,7 @@ def expected_gradient(toy, mode, G):
 def test_claim_01_policy_gradient_is_the_reward_weighted_score(toy):
     """grad J = E[R grad log pi(o|q)], and log pi(o|q) is the sum of the per-position log-probs.
 
-    SPEC 2.1, from the GRPO chapter (seed 000). grad J comes from autograd of the exact J; the
+    Claim 1 (docs/claims.md), from the GRPO textbook chapter. grad J comes from autograd of the exact J; the
     right side is the exact sum over every response. The mutant (log pi taken as the *mean* of
     the per-position log-probs, a per-token average) is rejected by the same check.
     """
@@ -49,7 +49,7 @@ def test_claim_02_a_baseline_independent_of_the_output_has_zero_expected_gradien
     """For any b that does not depend on the sampled output, E[grad log pi(o|q) * b] = 0, so
     E[(R - b) grad log pi] = grad J: subtracting it leaves the expected gradient unchanged.
 
-    SPEC 2.2, the baseline theorem of the GRPO chapter (seed 000). Mutant: a "baseline" that
+    Claim 2 (docs/claims.md), the baseline theorem of the GRPO textbook chapter. Mutant: a "baseline" that
     depends on the output (a random table b(o)) moves the expectation, and the check catches it.
     """
     probs, scores = toy.probs(), score_matrix(toy.policy, toy.prompts)
@@ -69,7 +69,7 @@ def test_claim_02_a_baseline_independent_of_the_output_has_zero_expected_gradien
 def test_claim_03_leave_one_out_baseline_is_unbiased(toy, G):
     """Deltas R_i - mean of the other G-1 rewards give an estimator whose expectation is exactly grad J.
 
-    SPEC 2.3, GRPO chapter (seed 000): the others' mean is independent of o_i, so claim 2 applies.
+    Claim 3 (docs/claims.md), the GRPO textbook chapter: the others' mean is independent of o_i, so claim 2 applies.
     Mutant: a baseline that includes R_i itself (the full-group mean, i.e. `centered`) fails it.
     """
     grad_j = toy.grad_j()
@@ -83,7 +83,7 @@ def test_claim_04_group_mean_baseline_shrinks_the_gradient_by_G_minus_1_over_G(t
     """R_i - mean = (G-1)/G (R_i - leave-one-out mean), so the centered estimator's expectation is
     exactly (G-1)/G grad J: the same direction, a smaller scale.
 
-    SPEC 2.4, GRPO chapter (seed 000). Both the per-group identity and the expectation are checked;
+    Claim 4 (docs/claims.md), the GRPO textbook chapter. Both the per-group identity and the expectation are checked;
     the mutant statement "centered is unbiased" (scale 1) is rejected by the same check.
     """
     group = torch.randint(toy.rewards.shape[1], (G,), generator=toy.generator)  # a group of G responses
@@ -101,7 +101,7 @@ def test_claim_04_group_mean_baseline_shrinks_the_gradient_by_G_minus_1_over_G(t
 def test_claim_05_std_normalization_keeps_signs_and_order_within_a_group(rewards, scale):
     """Dividing centered deltas by the group std keeps every sign and the order within the group.
 
-    SPEC 2.5 (first half), GRPO chapter (seed 000). Mutant: `max` deltas keep neither (all
+    Claim 5 (docs/claims.md; first half), the GRPO textbook chapter. Mutant: `max` deltas keep neither (all
     non-maximal rewards collapse to 0), and the same check rejects them when the group has 3 levels.
     """
     r = torch.tensor(rewards, dtype=torch.float64) * scale
@@ -130,7 +130,7 @@ def test_claim_05_std_normalization_is_biased_not_parallel_to_grad_J():
     """Dividing by the group std is a heuristic outside the baseline theorem: its expected
     gradient is in general not parallel to grad J (a counterexample is found and checked exactly).
 
-    SPEC 2.5 (second half), GRPO chapter (seed 000). The detector is shown to discriminate: on the
+    Claim 5 (docs/claims.md; second half), the GRPO textbook chapter. The detector is shown to discriminate: on the
     same toy the leave-one-out estimator is exactly parallel (angle 0).
     """
     G = 3
@@ -144,7 +144,7 @@ def test_claim_05_max_only_deltas_are_biased_too():
     """Keeping only the group's maximal rewards (`max` deltas) also has an expected gradient that
     is not parallel to grad J (exact counterexample).
 
-    SPEC 2.5 and section 1 (the lecture's max mode, seed 003); a negative claim shown by a
+    Claim 5 (docs/claims.md), for the `max` mode of the CS336 lecture 17 notes; a negative claim shown by a
     counterexample. Detector check: `centered`, scaled by (G-1)/G but parallel, passes.
     """
     G = 3

@@ -1,4 +1,4 @@
-"""Claims 9-10 (SPEC section 2): the probability ratio of the unclipped and clipped losses.
+"""Claims 9-10 (docs/claims.md): the probability ratio of the unclipped and clipped losses.
 
 The losses are the lab's `compute_loss`; the samples come from the lab's `sample_responses`.
 """
@@ -28,7 +28,7 @@ def test_claim_09_at_theta_old_the_ratio_losses_have_the_naive_gradient(toy, G):
     """At theta = theta_old the ratio is 1 and the unclipped and clipped losses have exactly the
     naive loss's gradient.
 
-    SPEC 2.9 (first half), GRPO chapter (seed 000). Mutant: a sequence-level ratio
+    Claim 9 (docs/claims.md; first half), the GRPO textbook chapter. Mutant: a sequence-level ratio
     exp(sum_q (l_q - l_old_q)) broadcast to every token has L times the gradient, and fails.
     """
     log_probs, deltas = sampled_batch(toy, G)
@@ -51,7 +51,7 @@ def test_claim_09_outside_the_band_on_the_side_its_delta_pushes_a_token_has_no_g
     pushes toward (rho > 1+eps with delta > 0, rho < 1-eps with delta < 0) contributes no gradient
     to the clipped loss; every other token keeps its gradient.
 
-    SPEC 2.9 (second half), GRPO chapter (seed 000). Mutant: clipping the ratio without the min,
+    Claim 9 (docs/claims.md; second half), the GRPO textbook chapter. Mutant: clipping the ratio without the min,
     -clip(rho) * delta, also silences tokens pushed back toward the band, and fails.
     """
     generator = torch.Generator().manual_seed(seed)
@@ -81,7 +81,7 @@ def test_claim_10_a_ratio_whose_old_log_probs_are_not_detached_has_zero_gradient
     """If pi_old is not detached (frozen), the ratio pi_theta / pi_old is identically 1 as a
     function of theta and its gradient is exactly zero: the lecture's freezing demo.
 
-    SPEC 2.10, the lecture (seed 003) via the GRPO chapter's ratio. The lab's `ratios` detaches
+    Claim 10 (docs/claims.md), the CS336 lecture 17 notes (freezing the old policy). The lab's `ratios` detaches
     `old_log_probs`, so its unclipped loss keeps the naive gradient; the undetached mutant
     fails that check whenever the naive gradient is not zero.
     """

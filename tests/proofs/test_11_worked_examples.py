@@ -1,7 +1,7 @@
-"""Claims 11-13 (SPEC section 2): the seeds' worked examples and the invariances of the delta modes.
+"""Claims 11-13 (docs/claims.md): the sources' worked examples and the invariances of the delta modes.
 
 Every number is computed here with the lab's `compute_deltas` and torch; the asserts compare the
-computed values with the figures SPEC reports, they do not supply them.
+computed values with the figures the sources report, they do not supply them.
 """
 
 import torch
@@ -19,9 +19,9 @@ def test_claim_11_the_two_state_baselines_cut_the_spread_from_about_5_3_to_about
     falls from about 5.3 to about 1.2 (variance 28.3 to 1.33, the lecture printed the std and
     called it the variance).
 
-    SPEC 2.11, the lecture notes (seed 003, its toy baseline example; SPEC section 1 lists the
-    std/variance mislabel). Mutant: the population std (the GRPO chapter's) gives 4.6 and 1.0,
-    which are not the lecture's figures, so the lecture used torch's Bessel-corrected std.
+    Claim 11 (docs/claims.md), the CS336 lecture 17 notes' two-state baseline example. Mutant: the
+    population std (the GRPO chapter's) gives 4.6 and 1.0, which are not the lecture's figures, so
+    the lecture used torch's Bessel-corrected std.
     """
     rewards = torch.tensor(TWO_STATE_REWARDS, dtype=torch.float64)
     centered = compute_deltas(rewards, "centered")
@@ -41,7 +41,7 @@ def test_claim_12_rewards_3_2_1_give_centered_deltas_plus_1_0_minus_1_and_normal
     """A group with rewards [3, 2, 1] has mean 2, so centered deltas are [+1, 0, -1]; normalizing
     divides them by a positive number (std 1 plus eps), which rescales them and keeps the direction.
 
-    SPEC 2.12, the lecture notes' worked example (seed 003). Mutants: raw rewards are not
+    Claim 12 (docs/claims.md), the CS336 lecture 17 notes' worked example. Mutants: raw rewards are not
     [+1, 0, -1]; max deltas [3, 0, 0] point elsewhere.
     """
     rewards = torch.tensor([3.0, 2.0, 1.0], dtype=torch.float64)
@@ -71,7 +71,7 @@ def test_claim_13_centered_and_normalized_deltas_ignore_a_shift_and_normalized_a
     unchanged (exactly with std_eps = 0; the default eps changes them by O(eps / std)). Raw
     deltas change under both, centered ones under scaling.
 
-    SPEC 2.13, GRPO chapter (seed 000). The invariance check is shown to reject raw deltas
+    Claim 13 (docs/claims.md), the GRPO textbook chapter. The invariance check is shown to reject raw deltas
     (shift) and centered deltas (scale): the mutant halves of the claim.
     """
     r = torch.tensor(rows, dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""Claims 15-16 (SPEC section 2): the clipped surrogate's bound, and why loss normalisers cannot matter here.
+"""Claims 15-16 (docs/claims.md): the clipped surrogate's bound, and why loss normalisers cannot matter here.
 
 Losses are the lab's `compute_loss` (the negative of the surrogate objective it maximises).
 """
@@ -26,7 +26,7 @@ def test_claim_15_the_clipped_surrogate_is_never_above_the_unclipped_one_and_equ
     """min(rho d, clip(rho, 1-eps, 1+eps) d) <= rho d for every token, with equality whenever
     rho lies in [1-eps, 1+eps]; so the clipped objective is a lower bound of the unclipped one.
 
-    SPEC 2.15 (beyond the seeds; the PPO clip in the GRPO chapter, seed 000). Mutant: taking the
+    Claim 15 (docs/claims.md); the PPO clip of the GRPO textbook chapter and of Schulman et al. 2017. Mutant: taking the
     max instead of the min breaks the bound on tokens outside the band that move back toward it.
     """
     generator = torch.Generator().manual_seed(seed)
@@ -56,8 +56,9 @@ def test_claim_16_at_fixed_length_token_mean_sequence_mean_and_constant_divisor_
     sequences of per-sequence token means (GRPO) and per-sequence sums over a constant divisor
     (Dr. GRPO's MAX_LEN) differ only by constant factors, so they have parallel gradients.
 
-    SPEC 2.16 (beyond the seeds). Mutant (the reason it matters elsewhere): with unequal lengths the
-    token mean and the sequence mean are no longer proportional; a counterexample is built.
+    Claim 16 (docs/claims.md); Dr. GRPO (Liu et al. 2025) on length normalisation. Mutant (the
+    reason it matters elsewhere): with unequal lengths the token mean and the sequence mean are no
+    longer proportional; a counterexample is built.
     """
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(3, 4, length, generator=generator, dtype=torch.float64).requires_grad_()  # batch trial pos

@@ -1,4 +1,4 @@
-"""Claim 17 (SPEC section 2): std normalisation reweights prompts (Dr. GRPO's difficulty bias).
+"""Claim 17 (docs/claims.md): std normalisation reweights prompts (Dr. GRPO's difficulty bias).
 
 Per group, normalized deltas are the centered deltas times 1 / (std + eps), so a group's whole
 contribution to the gradient is scaled by that weight. On the lecture's three prompts at the
@@ -16,7 +16,7 @@ from lab.policy import Policy
 from tasks import sorting
 
 LECTURE_SEED, LECTURE_DIM, LECTURE_G = 5, 10, 10
-"""The lecture's initialisation (seed 5, dim 10) and group size (SPEC section 1)."""
+"""The lecture's initialisation (seed 5, dim 10) and group size (README, "The experiment")."""
 
 
 @given(rows=st.lists(st.lists(st.integers(0, 5), min_size=5, max_size=5), min_size=1, max_size=4),
@@ -25,7 +25,7 @@ def test_claim_17_std_normalization_scales_each_group_by_one_over_its_std(rows, 
     """normalized deltas = centered deltas / (std + eps) in every group with any spread: each
     prompt's group enters the update with weight 1 / (std + eps) relative to centered deltas.
 
-    SPEC 2.17 (beyond the seeds; Dr. GRPO's analysis), first half.
+    Claim 17 (docs/claims.md; Dr. GRPO, Liu et al. 2025), first half.
     """
     r = torch.tensor(rows, dtype=torch.float64)
     varied = r.amax(-1) > r.amin(-1)
@@ -58,7 +58,7 @@ def test_claim_17_on_the_lecture_prompts_the_prompt_with_least_reward_spread_wei
     inclusion-ordering, G = 10), the exact expected update under normalized deltas weighs each
     prompt more the smaller its reward spread (std of R under the policy) is: less spread, more weight.
 
-    SPEC 2.17 (beyond the seeds; Dr. GRPO's difficulty bias). Mutant: centered (and leave-one-out)
+    Claim 17 (docs/claims.md; Dr. GRPO's difficulty bias, Liu et al. 2025). Mutant: centered (and leave-one-out)
     deltas give every prompt the same weight, and fail the same ordering check.
     """
     prompts = sorting.lecture_prompts()
