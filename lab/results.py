@@ -182,8 +182,8 @@ def _what_the_rules_show(records, lecture, groups) -> list[str]:
     lines += ["", f"Of the {int(e.stuck.sum())} stuck endings of centered runs, {int(e.local_optimum.sum())} are "
               f"local optima of the reward and {int(e.improvable.sum())} are one token away from a higher reward. "
               "A run can thus stop one token short of a better response: in the last "
-              f"{LATE_EPOCHS} epochs {zero:.0%} of centered groups have equal rewards (last table), which makes "
-              "every centered delta zero, so the samples carry no signal toward the better neighbour."]
+              f"{LATE_EPOCHS} epochs {zero:.0%} of centered groups have equal rewards (last table), and such a group's "
+              "centered deltas are all zero, so its samples carry no signal toward the better neighbour."]
     return lines
 
 
