@@ -174,8 +174,8 @@ assert mean_score.abs().max() < 1e-10
 for b in (1.0, 10.0):
     constant = torch.full_like(rewards, b)  # R(q, o) = b for every response
     moments = gradient_moments(policy, task.prompts, constant, "raw", group_size=1)
-    print(f"constant reward b = {b:>4}: |E[estimate]| = {moments.mean.norm():.1e}, "
-          f"tr Cov = {moments.trace_cov.sum():.1f} = b^2 E|s|^2 = {b**2 * square_score.sum():.1f} (summed over prompts)")
+    print(f"constant reward b = {b:>4}: |E[estimate]| = {moments.mean.norm():.1e}, tr Cov = "
+          f"{moments.trace_cov.sum():.1f} = b^2 E|s|^2 = {b**2 * square_score.sum():.1f} (summed over prompts)")
     assert torch.allclose(moments.trace_cov, b**2 * square_score)
 
 # %% [markdown]
@@ -360,7 +360,8 @@ for G in group_sizes:
     assert abs(centered_row.scale - (G - 1) / G) < 1e-9
     assert abs(centered_row.trace_cov / loo_row.trace_cov - ((G - 1) / G) ** 2) < 1e-6
 print("checked for every G: centered scale = (G-1)/G, centered variance = ((G-1)/G)^2 x leave-one-out")
-gain = {mode: [table["raw", G].trace_cov / table[mode, G].trace_cov for G in group_sizes] for mode in ("loo", "centered")}
+gain = {mode: [table["raw", G].trace_cov / table[mode, G].trace_cov for G in group_sizes]
+        for mode in ("loo", "centered")}
 for mode, ratios in gain.items():
     print(f"raw variance / {mode} variance by G:", ", ".join(f"{G}: {x:.1f}" for G, x in zip(group_sizes, ratios)))
 limit = variance["none"].sum() / variance["mean reward"].sum()  # section 4's E[R] baseline, summed over prompts

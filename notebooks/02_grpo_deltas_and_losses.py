@@ -89,7 +89,8 @@ assert torch.equal(table["centered"], torch.tensor([1.0, 0.0, -1.0]))
 # - **loo** is centered, stretched by $G/(G-1) = 1.5$; section 2 shows why that factor matters.
 #
 # The std convention is not universal (README, "Conventions the lab makes explicit"): the lecture
-# and `torch.std` divide by $G-1$, the GRPO chapter by $G$. The lab uses Bessel's correction by default and lets you choose:
+# and `torch.std` divide by $G-1$, the GRPO chapter by $G$. The lab uses Bessel's correction by
+# default and lets you choose:
 
 # %%
 bessel = compute_deltas(rewards, "normalized", unbiased=True)
@@ -362,7 +363,8 @@ def test_clipped_loss(clipped_loss):
             results.append((loss.detach(), gradient))
         (yours, your_gradient), (lab_value, lab_gradient) = results
         assert yours.shape == (), f"the loss should be a scalar, got shape {tuple(yours.shape)}"
-        assert torch.allclose(yours, lab_value), f"eps = {eps}: loss {yours.item():.6f}, the lab's {lab_value.item():.6f}"
+        assert torch.allclose(yours, lab_value), (
+            f"eps = {eps}: loss {yours.item():.6f}, the lab's {lab_value.item():.6f}")
         assert torch.allclose(your_gradient, lab_gradient), f"eps = {eps}: the values agree but the gradients do not"
 
 

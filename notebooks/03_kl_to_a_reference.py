@@ -42,8 +42,8 @@
 #
 # KL is not symmetric, and "forward" and "reverse" KL mean opposite things depending on which
 # distribution one calls the model. This lesson always writes the arguments out:
-# $\mathrm{KL}(\pi_\theta\|\pi_{\text{ref}}) = \mathbb E_{\pi_\theta}[\log\pi_\theta - \log\pi_{\text{ref}}]$, the one the
-# estimators' *values* target, and $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$.
+# $\mathrm{KL}(\pi_\theta\|\pi_{\text{ref}}) = \mathbb E_{\pi_\theta}[\log\pi_\theta - \log\pi_{\text{ref}}]$,
+# the one the estimators' *values* target, and $\mathrm{KL}(\pi_{\text{ref}}\|\pi_\theta)$.
 
 # %%
 import matplotlib.pyplot as plt
@@ -354,7 +354,8 @@ print(f"from 20,000 samples: mean of (rho - 1) per response {per_response.mean(-
 assert ratio_term.abs().max() < 1e-12
 assert (per_response.mean(-1).abs() < 5 * standard_error).all()
 ratio_gradient = loss_gradients["k3"] - loss_gradients["k1"]
-print(f"its gradient as a loss vs grad KL(ref || pi): relative error {relative_error(ratio_gradient, grad_kl_ref_theta):.1e}")
+print(f"its gradient as a loss vs grad KL(ref || pi): relative error "
+      f"{relative_error(ratio_gradient, grad_kl_ref_theta):.1e}")
 
 # %% [markdown]
 # The twist: as a *loss*, the roles swap. The $-\log\rho$ part carries the value but, by section 3,
@@ -400,8 +401,8 @@ axes[1].set_title("zoom: dots = the first step of every 10th epoch", fontsize=10
 axes[0].legend(fontsize=8)
 fig.tight_layout()
 refreshed = records.step_metrics["kl"][20:40]
-print(f"logged k3 of the refreshed runs at the refresh steps {refresh_steps.tolist()}: "
-      f"largest {refreshed[:, refresh_steps].max():.1e}; one step later: mean {refreshed[:, refresh_steps + 1].mean():.3f}")
+print(f"logged k3 of the refreshed runs at the refresh steps {refresh_steps.tolist()}: largest "
+      f"{refreshed[:, refresh_steps].max():.1e}; one step later: mean {refreshed[:, refresh_steps + 1].mean():.3f}")
 print(f"largest logged k3 of a no-penalty run: {records.step_metrics['kl'][40:].max():.1e}")
 assert refreshed[:, refresh_steps].max() == 0 and records.step_metrics["kl"][:20, refresh_steps].min() > 0
 assert drift[:20].mean() < drift[20:40].mean() < drift[40:].mean()
