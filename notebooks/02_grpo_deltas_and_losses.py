@@ -31,7 +31,10 @@
 # 5. reusing one batch for several steps: the naive loss against the ratio losses.
 #
 # Everything is computed by the lab's own functions (`lab.deltas`, `lab.losses`, `lab.exact`,
-# `lab.train`); the notebook only arranges and plots.
+# `lab.train`); the notebook only arranges and plots. Claim numbers refer to
+# [docs/claims.md](../docs/claims.md) (each claim, its source, the test that proves it). Two graded
+# exercises let you write a piece yourself: the leave-one-out deltas (section 2) and the clipped
+# loss (section 3), each with a check against the lab and a collapsed solution.
 
 # %%
 from unittest import mock
@@ -42,6 +45,7 @@ import torch
 
 import lab.losses
 from lab import DeltaMode, LossMode, Policy, TrainConfig, compute_deltas, compute_loss, train
+from lab.exercises import check
 from lab.rollout import response_log_probs, sample_responses
 from tasks.sorting import make_task
 
@@ -62,7 +66,7 @@ np.set_printoptions(precision=4, suppress=True)
 # | `max` | $R_i$ if $R_i = \max_j R_j$, else $0$ (every tied maximum is kept) |
 # | `loo` | $R_i - \frac{1}{G-1}\sum_{j \ne i} R_j$ (leave-one-out baseline) |
 #
-# The lecture's example: $[3, 2, 1]$ should give centered deltas $[+1, 0, -1]$ (SPEC claim 12).
+# The lecture's example: $[3, 2, 1]$ should give centered deltas $[+1, 0, -1]$ (claim 12).
 
 # %%
 rewards = torch.tensor([3.0, 2.0, 1.0])
@@ -84,8 +88,9 @@ assert torch.equal(table["centered"], torch.tensor([1.0, 0.0, -1.0]))
 # - **max** rewards only the best response and says nothing about the others.
 # - **loo** is centered, stretched by $G/(G-1) = 1.5$; section 2 shows why that factor matters.
 #
-# The std convention is not universal (SPEC section 3): the lecture and `torch.std` divide by
-# $G-1$, the GRPO chapter by $G$. The lab uses Bessel's correction by default and lets you choose:
+# The std convention is not universal (README, "Conventions the lab makes explicit"): the lecture
+# and `torch.std` divide by $G-1$, the GRPO chapter by $G$. The lab uses Bessel's correction by
+# default and lets you choose:
 
 # %%
 bessel = compute_deltas(rewards, "normalized", unbiased=True)
@@ -99,7 +104,8 @@ print("normalized, std with 1/G:    ", population.numpy())
 # Adding a constant $c$ to every reward of a group changes nothing for the baseline modes
 # (the baseline moves with it); multiplying every reward by $a > 0$ changes nothing for
 # `normalized` (the std scales too). Raw deltas feel both, which is why the scale of a raw reward
-# is a hyperparameter in disguise.
+# is a hyperparameter in disguise, and so do `max` deltas: they are the raw rewards with every
+# non-best response set to 0, so they have no baseline at all.
 
 # %%
 shifted, scaled = rewards + 10.0, rewards * 3.0
@@ -109,6 +115,8 @@ for mode in DeltaMode:
     same_shift = torch.allclose(compute_deltas(shifted, mode), base, atol=1e-5)
     same_scale = torch.allclose(compute_deltas(scaled, mode), base, atol=1e-4)
     print(f"{mode.value:>10}  {str(same_shift):>16}  {str(same_scale):>15}")
+print("max deltas of", rewards.tolist(), compute_deltas(rewards, "max").tolist(), " of", shifted.tolist(),
+      compute_deltas(shifted, "max").tolist(), " of", scaled.tolist(), compute_deltas(scaled, "max").tolist())
 
 # %% [markdown]
 # ## 2. The full-group mean: the right direction, $(G-1)/G$ too short
@@ -135,6 +143,48 @@ for group_size in (2, 3, 5, 10):
     gap = (centered - (group_size - 1) / group_size * loo).abs().max().item()
     print(f"G = {group_size:>2}: max |centered - (G-1)/G * loo| = {gap:.1e}")
     assert gap < 1e-5
+
+# %% [markdown]
+# ### Exercise 1: leave-one-out deltas
+#
+# Write `leave_one_out(rewards)`: for rewards float[batch trial], one group per row, return
+# $\delta_i = R_i - \frac{1}{G-1}\sum_{j\ne i} R_j$ for every response, float[batch trial], without a
+# Python loop over the group (hint: the sum of the others is the group's sum minus $R_i$). The check
+# compares it with `compute_deltas(rewards, "loo")` on random groups of several sizes.
+
+# %% tags=["exercise"]
+def leave_one_out(rewards):
+    """R_i minus the mean of the other G - 1 rewards of its group: float[batch trial]."""
+    return ...  # your code here
+
+
+# %% [markdown] tags=["solution"]
+# <details><summary>Solution (click to open)</summary>
+#
+# ```python
+# def leave_one_out(rewards):
+#     """R_i minus the mean of the other G - 1 rewards of its group: float[batch trial]."""
+#     G = rewards.shape[-1]
+#     others_mean = (rewards.sum(dim=-1, keepdim=True) - rewards) / (G - 1)
+#     return rewards - others_mean
+# ```
+#
+# Equivalently `G / (G - 1) * (rewards - rewards.mean(-1, keepdim=True))`: the identity above, read
+# backwards.
+#
+# </details>
+
+# %%
+def test_leave_one_out(leave_one_out):
+    groups = torch.Generator().manual_seed(7)
+    for G in (2, 3, 8):
+        rewards = torch.randint(0, 6, (4, G), generator=groups).double()  # ties and constant groups included
+        yours, lab_value = leave_one_out(rewards), compute_deltas(rewards, "loo")
+        assert yours.shape == lab_value.shape, f"G = {G}: shape {tuple(yours.shape)}, expected {tuple(lab_value.shape)}"
+        assert torch.allclose(yours, lab_value), f"G = {G}: rewards {rewards}, yours {yours}, the lab's {lab_value}"
+
+
+check("Exercise 1, leave-one-out deltas", test_leave_one_out, leave_one_out);
 
 # %% [markdown]
 # ### Dividing by the std: a heuristic the theorem does not cover (claim 5)
@@ -164,24 +214,44 @@ for row in rows:
     if row.delta == "normalized":
         assert row.angle_deg > 1.0  # biased in direction, not only in scale
 
-# the same expectation prompt by prompt: E[g_b] projected on grad J_b
-moments = gradient_moments(policy, task.prompts, task.reward_fn("inclusion-ordering"), "normalized", 10)
-per_prompt = (moments.mean * moments.grad_j).sum(-1) / (moments.grad_j ** 2).sum(-1)  # float[batch]
-print("normalized, G = 10, scale along each prompt's own grad J:", per_prompt.numpy().round(3))
+# %%
+def angles_deg(a, b):
+    """Angle between matching rows of a and b, float[batch params] -> float[batch], in degrees."""
+    cosine = (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1))
+    return torch.rad2deg(torch.acos(cosine.clamp(-1, 1)))
+
+
+# the same expectations prompt by prompt: E[g_b] against that prompt's own grad J_b
+batch_angle = {(row.delta, row.group_size): row.angle_deg for row in rows}
+print(f"{'mode':>10} {'G':>3}  {'angle to own grad J_b, per prompt':>34}  {'scale along grad J_b':>22}  {'summed':>7}")
+for mode in ("normalized", "max"):
+    for G in (2, 5, 10):
+        moments = gradient_moments(policy, task.prompts, task.reward_fn("inclusion-ordering"), mode, G)
+        angle = angles_deg(moments.mean, moments.grad_j)  # float[batch]
+        scale = (moments.mean * moments.grad_j).sum(-1) / (moments.grad_j**2).sum(-1)  # float[batch]
+        print(f"{mode:>10} {G:>3}  {np.array2string(angle.numpy(), precision=2):>30} deg  "
+              f"{np.array2string(scale.numpy(), precision=3):>22}  {batch_angle[mode, G]:>3.2f} deg")
+        if G == 10:  # the sum is further off than any one prompt: the per-prompt scales tilt it
+            assert batch_angle[mode, G] > angle.max() and scale.max() / scale.min() > 1.4
 
 # %% [markdown]
 # The exact numbers (of the update summed over the three prompts) confirm the algebra and show
 # what it does not cover:
 #
 # - `centered` has scale exactly $(G-1)/G$ (0.5, 0.8, 0.9) and angle 0; `loo` has scale 1 and angle 0.
-# - `normalized` is off the true gradient by a degree or more, and its scale is not $(G-1)/G$ but
-#   grows with $G$ (a group's reward std is often below 1, and dividing by it inflates the deltas).
-#   Prompt by prompt, its expectation points almost along that prompt's own gradient, but with a
-#   **different scale per prompt**: each group is divided by its own std, so a prompt whose group
-#   has little spread weighs more (claim 17, Dr. GRPO's difficulty bias). Summing differently
-#   weighted prompts tilts the update. Small here, but no theorem bounds it, and it changes as the
-#   policy does.
-# - `max` is further off still: it throws away the information in every non-best response.
+# - `normalized` is off the true gradient by 1.3 to 3.2 degrees, and its scale is not $(G-1)/G$
+#   but grows with $G$ (0.69, 1.54, 1.86): dividing by a std below 1 inflates the deltas.
+#   Prompt by prompt (second table) its expectation is closer to that prompt's own gradient, within
+#   1.7 degrees on the first prompt and 0.35 on the other two, but with a **different scale per
+#   prompt** (1.88, 1.80, 2.61 at $G = 10$): each group is divided by its own std, so a prompt whose
+#   group has little spread weighs more (claim 17, Dr. GRPO's difficulty bias). Summing differently
+#   weighted prompts tilts the update: at $G = 10$ the sum is 3.2 degrees off, more than any one
+#   prompt. Small here, but no theorem bounds it, and it changes as the policy does.
+# - `max` is the furthest off, 4.0 to 6.9 degrees, with scales 1.6 to 2.1. It has no baseline (the
+#   best response's raw reward, every other delta 0: section 1), it throws away the information in
+#   every non-best response, and its per-prompt scales differ the most (1.4 to 2.9 at $G = 2$, 1.9 to
+#   2.9 at $G = 10$), so although each prompt's expectation is within 2.3 degrees of its own
+#   gradient, the sum is not.
 #
 # Biased does not mean useless: a consistent tilt of a few degrees still climbs. It means the
 # method optimizes something other than $J$, which is worth knowing when it gets stuck.
@@ -246,6 +316,61 @@ fig.tight_layout()
 #   so a step that went the wrong way is always corrected.
 
 # %% [markdown]
+# ### Exercise 2: the clipped loss
+#
+# Write `clipped_loss(log_probs, deltas, old_log_probs, clip_eps)`: log-probs float[batch trial pos],
+# deltas float[batch trial] (one per response, the same at every position), the result a scalar, the
+# mean over (batch, trial, pos) of minus the clipped objective above. The check compares its value
+# **and its gradient** with `compute_loss(..., "clipped", ...)` on tokens whose ratios lie inside the
+# band and beyond it on both sides, for both signs of the delta.
+
+# %% tags=["exercise"]
+def clipped_loss(log_probs, deltas, old_log_probs, clip_eps):
+    """-mean(min(rho d, clip(rho, 1 - eps, 1 + eps) d)) over (batch, trial, pos): a scalar."""
+    return ...  # your code here
+
+
+# %% [markdown] tags=["solution"]
+# <details><summary>Solution (click to open)</summary>
+#
+# The old log-probs are a constant (section 4 shows what happens otherwise), and the deltas gain a
+# position axis to broadcast over the tokens.
+#
+# ```python
+# def clipped_loss(log_probs, deltas, old_log_probs, clip_eps):
+#     """-mean(min(rho d, clip(rho, 1 - eps, 1 + eps) d)) over (batch, trial, pos): a scalar."""
+#     ratio = torch.exp(log_probs - old_log_probs.detach())  # float[batch trial pos]
+#     token_deltas = deltas.unsqueeze(-1)  # float[batch trial 1]
+#     objective = torch.minimum(ratio * token_deltas,
+#                               ratio.clamp(1 - clip_eps, 1 + clip_eps) * token_deltas)
+#     return -objective.mean()
+# ```
+#
+# </details>
+
+# %%
+def test_clipped_loss(clipped_loss):
+    draws = torch.Generator().manual_seed(3)
+    old_log_probs = -2 * torch.rand(4, 6, 3, generator=draws, dtype=torch.float64)  # float[batch trial pos]
+    log_ratios = 0.6 * torch.randn(4, 6, 3, generator=draws, dtype=torch.float64)  # ratios from ~0.2 to ~5
+    deltas = torch.randn(4, 6, generator=draws, dtype=torch.float64)  # both signs
+    for eps in (0.2, 0.01):
+        results = []
+        for loss_fn in (clipped_loss, lambda lp, d, old, e: compute_loss(lp, d, "clipped", old, e)):
+            log_probs = (old_log_probs + log_ratios).requires_grad_(True)
+            loss = loss_fn(log_probs, deltas, old_log_probs, eps)
+            (gradient,) = torch.autograd.grad(loss, log_probs)
+            results.append((loss.detach(), gradient))
+        (yours, your_gradient), (lab_value, lab_gradient) = results
+        assert yours.shape == (), f"the loss should be a scalar, got shape {tuple(yours.shape)}"
+        assert torch.allclose(yours, lab_value), (
+            f"eps = {eps}: loss {yours.item():.6f}, the lab's {lab_value.item():.6f}")
+        assert torch.allclose(your_gradient, lab_gradient), f"eps = {eps}: the values agree but the gradients do not"
+
+
+check("Exercise 2, the clipped loss", test_clipped_loss, clipped_loss);
+
+# %% [markdown]
 # ## 4. Freezing the old policy
 #
 # The ratio needs $\log\pi_{\text{old}}$ as a **constant**. If it is recomputed from the current
@@ -305,8 +430,12 @@ for ax, title in zip(axes, titles):
 axes[1].set_yscale("log")
 axes[0].legend()
 fig.tight_layout()
-print("final surrogate loss per mode:",
-      ", ".join(f"{c.loss.value} {value:.3f}" for c, value in zip(reuse, records.final("pg_loss"))))
+for metric in ("pg_loss", "ratio_max", "clip_fraction"):
+    print(f"at step 60, {metric:>13}:", ", ".join(f"{c.loss.value} {value:.3f}"
+                                                  for c, value in zip(reuse, records.final(metric))))
+longer = train(task, TrainConfig(epochs=1, steps=200, delta="centered", loss="naive"))
+print(f"naive, 200 steps on the same batch: surrogate loss {longer.final('pg_loss')[0]:.1f}")
+assert longer.final("pg_loss")[0] < 5 * records.final("pg_loss")[0]
 
 # %% [markdown]
 # Reading the curves (the clip fraction counts tokens beyond the band on the side their delta
@@ -315,8 +444,8 @@ print("final surrogate loss per mode:",
 # - **naive**: the loss keeps falling, faster and faster, and never levels off. Its gradient does
 #   not depend on how far the policy has moved, so reused steps keep pushing negative-delta tokens
 #   towards probability 0 (their $\log\pi \to -\infty$: the loss is unbounded below) and the largest
-#   ratio climbs to the same ~100 as the unclipped run. With a larger learning rate or more steps
-#   the logits overflow. The loss value measures nothing useful here.
+#   ratio climbs to the same ~100 as the unclipped run. Given 200 steps instead of 60 the loss
+#   goes on down, to -39. The loss value measures nothing useful here.
 # - **unclipped**: the ratio of a token is bounded by $1/\pi_{\text{old}}$ (reached when the token's
 #   probability hits 1), so the loss levels off, but only after the policy has gone all the way:
 #   ratios near 100 mean the policy now puts almost all its mass on what used to be a 1% token.
@@ -334,12 +463,3 @@ for name, value in one_step.state.items():
     spread = (value - value[0]).abs().max().item()
     print(f"{name:>9}: max difference between the three runs after one step = {spread:.1e}")
     assert spread < 1e-6
-
-# %% [markdown]
-# ## Try it
-#
-# - Set `clip_eps = 0.01` (the lecture's value) in section 3 and 5: how quickly does every token
-#   leave the band?
-# - In section 5, raise `steps` to 200 or use `lr=3e-3`: what happens to the naive run?
-# - In section 2, change the rewards of the worked example to $[3, 3, 1]$: which modes still give the
-#   two best responses the same delta?
