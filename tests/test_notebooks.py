@@ -6,7 +6,10 @@ Every `notebooks/NN_name.ipynb` is authored as the jupytext percent script
 notebooks carry no outputs, (3) each has prose and code, (4) the README links
 them in order, and (5) each executes without error, within its time budget,
 in a kernel pinned to the interpreter running pytest (not whatever `python3`
-kernel the machine happens to have registered).
+kernel the machine happens to have registered), and (6) its graded exercises
+(lab.exercises) work both ways: run as a student's "Run all" every check says
+"not yet solved" and the lesson still runs to the end; run with every solution
+cell swapped for its code, every check passes.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
+from lab.exercises import EXERCISE_TAG, SOLUTION_TAG, SOLVED_ENV, solution_code
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 SCRIPTS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.py"))
@@ -38,6 +43,10 @@ KERNEL_NAME = "grpo-lab-test"
 MIN_MARKDOWN_CELLS = 6
 MIN_PROSE_WORDS = 400
 MIN_CODE_CELLS = 6
+LESSONS_WITH_EXERCISES: tuple[str, ...] = ()
+"""Lessons with graded exercises (issue 10 point 3 asks at least two in each lesson)."""
+MIN_EXERCISES = 2
+NOT_YET_SOLVED = "not yet solved"
 
 
 def cell_sources(notebook) -> list[tuple[str, str]]:
@@ -84,6 +93,51 @@ def test_notebook_is_a_lesson_with_prose_and_code(path):
     assert any(re.search(r"^\s*(from|import) (lab|tasks)\b", c, re.M) for c in code), "never imports the lab"
 
 
+def tags(cell) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def exercises(notebook) -> list[tuple[int, int, int]]:
+    """(exercise, solution, check) cell indices of every exercise, checking their order and form.
+
+    An exercise is a code cell tagged `exercise` holding the placeholder `...`; its solution is the
+    next cell tagged `solution`, a markdown cell whose answer sits in a collapsed <details> block;
+    the cell right after the solution is the check, a code cell calling `check(`.
+    """
+    found = []
+    for index, cell in enumerate(notebook.cells):
+        if EXERCISE_TAG not in tags(cell):
+            continue
+        assert cell.cell_type == "code" and "..." in cell.source, f"exercise cell {index} has no `...` to fill in"
+        solution = next(i for i in range(index + 1, len(notebook.cells)) if SOLUTION_TAG in tags(notebook.cells[i]))
+        text = notebook.cells[solution]
+        assert text.cell_type == "markdown", f"solution cell {solution} must be markdown (it must not run)"
+        assert text.source.lstrip().startswith("<details>") and text.source.rstrip().endswith("</details>"), (
+            f"solution cell {solution} is not collapsed in a <details> block")
+        solution_code(text.source)  # it holds code
+        check = notebook.cells[solution + 1]
+        assert check.cell_type == "code" and "check(" in check.source, f"no check cell after solution {solution}"
+        found.append((index, solution, solution + 1))
+    assert len(found) == sum(SOLUTION_TAG in tags(c) for c in notebook.cells), "a solution without an exercise"
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_exercises_have_a_collapsed_solution_and_a_check(path):
+    """Issue 10 point 3: each exercise is followed by its hidden solution, then a check against the lab."""
+    found = exercises(nbformat.read(path, as_version=4))
+    if path.stem in LESSONS_WITH_EXERCISES:
+        assert len(found) >= MIN_EXERCISES, f"{len(found)} graded exercises, fewer than {MIN_EXERCISES}"
+
+
+def with_solutions(notebook):
+    """The notebook with every solution cell replaced by a code cell of its ```python blocks."""
+    for index, cell in enumerate(notebook.cells):
+        if SOLUTION_TAG in tags(cell):
+            notebook.cells[index] = nbformat.v4.new_code_cell(solution_code(cell.source))
+    return notebook
+
+
 def test_readme_links_the_notebooks_in_order():
     """The README's Notebooks section links every lesson, in teaching order."""
     readme = (ROOT / "README.md").read_text()
@@ -128,16 +182,42 @@ def test_the_kernel_is_the_interpreter_running_the_tests(kernel_specs):
     assert notebook.cells[0].outputs[0]["text"].strip() == sys.executable
 
 
+def output_text(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.get("outputs", []))
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_top_to_bottom(path, kernel_specs):
-    """The notebook executes without error, within NOTEBOOK_TIMEOUT_S, and draws at least one figure.
+def test_notebook_runs_top_to_bottom_with_the_solutions(path, kernel_specs, monkeypatch):
+    """The notebook, its solution cells run as code, executes without error within NOTEBOOK_TIMEOUT_S,
+    draws at least one figure, and every check passes (LAB_EXERCISES=solved makes an unsolved one fail).
 
     The budget is enforced as a timeout: each cell may use only what is left of it.
     """
     notebook = nbformat.read(path, as_version=4)
+    checks = [check for _, _, check in exercises(notebook)]
+    with_solutions(notebook)
+    monkeypatch.setenv(SOLVED_ENV, "solved")  # the kernel inherits the environment
     start = time.monotonic()
     execute(notebook, kernel_specs, NOTEBOOK_TIMEOUT_S)
     print(f"{path.stem}: {time.monotonic() - start:.1f} s")
     figures = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs
                if "image/png" in o.get("data", {})]
     assert figures, "the lesson draws no figure"
+    for index in checks:
+        assert re.search(r": solved$", output_text(notebook.cells[index]), re.M), f"check cell {index} did not pass"
+
+
+WITH_EXERCISES = [p for p in NOTEBOOKS if any(EXERCISE_TAG in tags(c) for c in nbformat.read(p, as_version=4).cells)]
+
+
+@pytest.mark.parametrize("path", WITH_EXERCISES, ids=lambda p: p.stem)
+def test_a_students_run_all_reaches_the_end_and_shows_no_solution(path, kernel_specs, monkeypatch):
+    """"Run all" on the notebook as committed: every check says "not yet solved" and the lesson runs on."""
+    notebook = nbformat.read(path, as_version=4)
+    found = exercises(notebook)
+    monkeypatch.delenv(SOLVED_ENV, raising=False)
+    execute(notebook, kernel_specs, NOTEBOOK_TIMEOUT_S)
+    printed = "".join(output_text(c) for c in notebook.cells)
+    for _, solution, check in found:
+        assert NOT_YET_SOLVED in output_text(notebook.cells[check]), f"check cell {check}"
+        assert solution_code(notebook.cells[solution].source).strip() not in printed, f"solution {solution} printed"
