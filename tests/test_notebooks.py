@@ -43,7 +43,7 @@ KERNEL_NAME = "grpo-lab-test"
 MIN_MARKDOWN_CELLS = 6
 MIN_PROSE_WORDS = 400
 MIN_CODE_CELLS = 6
-LESSONS_WITH_EXERCISES = ("04_sorting_experiments",)
+LESSONS_WITH_EXERCISES = ("04_sorting_experiments", "05_silent_bugs")
 """Lessons with graded exercises (issue 10 point 3 asks at least two in each lesson)."""
 MIN_EXERCISES = 2
 NOT_YET_SOLVED = "not yet solved"
