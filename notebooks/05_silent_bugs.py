@@ -34,7 +34,8 @@
 # 2. For each bug, run the *symptom* cell and look at what the lab's own records say.
 # 3. Answer the *question*: what is wrong, where, and which check would have caught it?
 # 4. Then open the *solution* (collapsed), which names the bug and explains the symptom; the cell
-#    after it runs a check that fails on the broken function and passes on the lab's.
+#    after it runs a check that fails on the broken function and passes on the lab's. Claim numbers
+#    refer to the lab's list of claims, [docs/claims.md](../docs/claims.md), each with its proof.
 # 5. Three graded exercises have you write such checks yourself (notebooks/README.md explains the
 #    format: your cell, a collapsed solution, a check that says "not yet solved" until you are done).
 
@@ -193,7 +194,7 @@ print("  entropy   :", np.round(broken_run.step_metrics["entropy"][0, :12], 6))
 #
 # Its value is always exactly 1, so the loss *looks* normal ($-\mathrm{mean}(\delta)$, which is 0
 # for centered deltas), and its gradient is exactly 0, because $\rho$ is a constant function of
-# $\theta$ (claim 10 in `docs/claims.md`). Nothing moves: not the policy, not the entropy.
+# $\theta$ (claim 10). Nothing moves: not the policy, not the entropy.
 #
 # The check that catches it (claim 9): at $\theta = \theta_{\text{old}}$ the ratio losses must have
 # the same gradient as the naive loss. The cell below runs that check on the lab's `ratios` and on
