@@ -109,7 +109,7 @@ print(f"the loss of the first step: {loss.item():.4f} (ratios 1, centered deltas
 #   `steps` of them (lesson 5 shows what goes wrong otherwise). At the first step the ratio is 1.
 # - The reference is refreshed when `reference_due(epoch, config.kl_period)` says so, and the KL
 #   term is added only when $\beta$ (`config.kl`) is above 0. The optimizer is
-#   `torch.optim.Adam(policy.parameters(), lr=config.lr)`, rebuilt never.
+#   `torch.optim.Adam(policy.parameters(), lr=config.lr)`, created once, before the first epoch.
 #
 # ### Exercise 1: write the loop
 #
