@@ -10,7 +10,8 @@ recomputed on every step, `torch.optim.Adam`, one run at a time, and a loss
 value read back (`.item()`) on every step as the lecture's logging does. Its
 defects are not copied: the reference is a deep copy (the lecture's
 `model.clone()` crashes) and nothing prints. `lab bench` times it against
-`lab.train.train`; nothing else uses it.
+`lab.train.train`; nothing else uses it. The loop to read
+(and to write, lesson 4) is `lab.simple_loop`, which calls the lab's own functions.
 """
 
 from __future__ import annotations

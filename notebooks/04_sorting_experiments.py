@@ -18,14 +18,20 @@
 #
 # The lecture trains its toy policy to sort three lists and draws its conclusions from one seed
 # per setting: raw rewards do not learn well, centered rewards help but get stuck, normalizing
-# by the std makes little difference. This lesson reruns those experiments the way a lab should:
+# by the std makes little difference. This lesson first has you write the training loop itself, then
+# reruns those experiments the way a lab should:
 #
+# 0. the loop, written by you and checked against the lab's;
 # 1. one run with the lecture's settings, read as the lecture reads it;
 # 2. twenty seeds per setting, trained together as one batched computation (`lab.sweep`), with
 #    95% bands, so that a difference between settings can be told from seed-to-seed noise;
 # 3. a look inside the runs that get stuck: which responses they settle on, whether those are
 #    local optima of the reward, and why the gradient cannot get them out;
 # 4. random training prompts, evaluated on held-out prompts never trained on.
+#
+# Three graded exercises: write the loop (section 0), Welch's interval (section 2) and the kind of a
+# stuck ending (section 3). Each is your cell with `...` to replace, a collapsed solution, and a check
+# against the lab that says "not yet solved" until you have written it (notebooks/README.md).
 
 # %%
 from collections import Counter
@@ -34,13 +40,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from lab import TrainConfig, train
+from lab import TrainConfig, compute_deltas, compute_loss, train
 from lab.diagnose import objective_summary
-from lab.exact import position_log_probs
+from lab.drift import initial_policy
+from lab.exact import all_probs, position_log_probs, reward_table
+from lab.exercises import check
 from lab.figures import draw_curves, mean_band
-from lab.intervals import difference_interval, mean_interval
+from lab.intervals import difference_interval, mean_interval, t_quantile
+from lab.kl import freeze, kl_estimate, reference_due
 from lab.policy import Policy, policy_from_state
-from lab.rollout import response_log_probs
+from lab.rollout import response_log_probs, sample_responses
+from lab.simple_loop import simple_train
 from lab.sweep import build_grid, optimal_everywhere, run_sweep, summarise, summary_table
 from tasks import neighbour_rewards
 from tasks.sorting import make_task, task_from_spec
@@ -49,6 +59,139 @@ from tasks.sorting import make_task, task_from_spec
 torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible
 np.set_printoptions(precision=3, suppress=True)
 task = make_task()  # the lecture's prompts [[1,0,2], [3,2,4], [1,2,3]], vocabulary 0..4
+
+# %% [markdown]
+# ## 0. The loop
+#
+# Every run in this lesson is one loop, the lecture's, for `epochs` epochs:
+#
+# 1. **sample** a group of $G$ responses per prompt from the current policy;
+# 2. **score** them with the reward and turn each group's rewards into **deltas**;
+# 3. **freeze** the log-probs of the batch under the sampling policy ($\log\pi_{\text{old}}$) and
+#    under the reference ($\log\pi_{\text{ref}}$, a frozen copy refreshed every `kl_period` epochs);
+# 4. take `steps` Adam steps on the same batch, each on the loss
+#    $\text{surrogate}(\log\pi_\theta, \delta, \log\pi_{\text{old}}) + \beta\,k_3(\log\pi_\theta, \log\pi_{\text{ref}})$.
+#
+# `lab.train.train` runs it fast, for one run or hundreds at once (a `run` axis, a hand-written
+# backward, metrics in bulk), which makes it hard to read. `lab.simple_loop.simple_train` is the
+# same loop in about forty plain lines, and the lab's tests check that the two draw the same
+# samples and reach the same parameters. The pieces are the lab's functions; here is each, once,
+# on the lecture's policy:
+
+# %%
+config = TrainConfig(delta="centered", loss="clipped", kl=0.1)
+generator = torch.Generator().manual_seed(config.seed)  # first the initialisation draws from it ...
+policy = Policy(task.vocab_size, 3, task.response_length, config.dim, generator=generator)
+reference = freeze(policy)  # a copy that later steps do not move (lab.kl.freeze)
+with torch.no_grad():  # ... then every epoch's sample, and nothing else
+    responses = sample_responses(policy(task.prompts), config.group_size, generator)  # int[batch trial pos]
+    rewards = task.reward_fn(config.reward)(task.prompts, responses)  # float[batch trial]
+    deltas = compute_deltas(rewards, config.delta)  # float[batch trial]
+    old_log_probs = response_log_probs(policy(task.prompts), responses)  # float[batch trial pos]
+    ref_log_probs = response_log_probs(reference(task.prompts), responses)
+log_probs = response_log_probs(policy(task.prompts), responses)  # this one carries the gradient
+loss = compute_loss(log_probs, deltas, config.loss, old_log_probs, config.clip_eps)
+loss = loss + config.kl * kl_estimate(log_probs, ref_log_probs)
+print("prompt 0's group:", responses[0].tolist())
+print("its rewards:     ", rewards[0].tolist())
+print("its deltas:      ", deltas[0].numpy())
+print(f"the loss of the first step: {loss.item():.4f} (ratios 1, centered deltas summing to 0, no KL yet);",
+      "reference due at epochs",
+      [e for e in range(25) if reference_due(e, config.kl_period)], "of the first 25")
+
+# %% [markdown]
+# Four details decide whether a loop is *this* loop:
+#
+# - The generator is used for the initialisation first and then for one `sample_responses` call
+#   per epoch, nothing else; that is what makes a seed's samples reproducible.
+# - Sampling, rewards, deltas and the frozen log-probs need no gradient (`torch.no_grad()`).
+# - $\log\pi_{\text{old}}$ is computed **once per epoch, before the steps**, and kept for all
+#   `steps` of them (lesson 5 shows what goes wrong otherwise). At the first step the ratio is 1.
+# - The reference is refreshed when `reference_due(epoch, config.kl_period)` says so, and the KL
+#   term is added only when $\beta$ (`config.kl`) is above 0. The optimizer is
+#   `torch.optim.Adam(policy.parameters(), lr=config.lr)`, created once, before the first epoch.
+#
+# ### Exercise 1: write the loop
+#
+# Complete `my_train` so that it returns the responses of every epoch, stacked as
+# `int[epoch batch trial pos]`, and the final policy. The check runs it for seed 5 with the
+# clipped loss, a KL penalty and a reference refreshed every 4 epochs, and compares it with
+# `simple_train`: the same samples in every epoch, and the same final parameters (to $10^{-5}$).
+
+# %% tags=["exercise"]
+def my_train(task, config, generator):
+    """One run of the loop: (responses int[epoch batch trial pos], final policy)."""
+    prompts, reward = task.prompts, task.reward_fn(config.reward)
+    policy = Policy(task.vocab_size, prompts.shape[1], task.response_length, config.dim, generator=generator)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
+    # your loop: for every epoch, the four steps above
+    return ...
+
+
+# %% [markdown] tags=["solution"]
+# <details><summary><b>Solution</b> (click to open)</summary>
+#
+# ```python
+# def my_train(task, config, generator):
+#     """One run of the loop: (responses int[epoch batch trial pos], final policy)."""
+#     prompts, reward = task.prompts, task.reward_fn(config.reward)
+#     policy = Policy(task.vocab_size, prompts.shape[1], task.response_length, config.dim, generator=generator)
+#     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
+#     every_epoch = []
+#     for epoch in range(config.epochs):
+#         if reference_due(epoch, config.kl_period):
+#             reference = freeze(policy)
+#         with torch.no_grad():
+#             responses = sample_responses(policy(prompts), config.group_size, generator)
+#             deltas = compute_deltas(reward(prompts, responses), config.delta)
+#             old_log_probs = response_log_probs(policy(prompts), responses)
+#             ref_log_probs = response_log_probs(reference(prompts), responses)
+#         for _ in range(config.steps):
+#             log_probs = response_log_probs(policy(prompts), responses)
+#             loss = compute_loss(log_probs, deltas, config.loss, old_log_probs, config.clip_eps)
+#             if config.kl > 0:
+#                 loss = loss + config.kl * kl_estimate(log_probs, ref_log_probs)
+#             optimizer.zero_grad()
+#             loss.backward()
+#             optimizer.step()
+#         every_epoch.append(responses)
+#     return torch.stack(every_epoch), policy
+# ```
+#
+# It is `lab.simple_loop.simple_train` without its records of rewards, deltas and losses.
+# </details>
+
+# %%
+def same_as_the_lab(my_train):
+    config = TrainConfig(epochs=12, steps=5, seed=5, delta="centered", loss="clipped", clip_eps=0.05, kl=0.1,
+                         kl_period=4)
+    responses, policy = my_train(task, config, torch.Generator().manual_seed(config.seed))
+    lab_run = simple_train(task, config)
+    responses = torch.as_tensor(torch.stack(list(responses)) if isinstance(responses, list) else responses)
+    assert responses.shape == lab_run.responses.shape, (
+        f"responses have shape {tuple(responses.shape)}, the lab's {tuple(lab_run.responses.shape)}")
+    differ = [e for e in range(config.epochs) if not torch.equal(responses[e], lab_run.responses[e])]
+    assert not differ, f"the samples differ from epoch {differ[0]} on (epoch 0 differs: check the generator's use)"
+    mine = dict(policy.named_parameters())
+    for name, value in lab_run.policy.named_parameters():
+        gap = (mine[name].detach() - value.detach()).abs().max().item()
+        assert gap <= 1e-5, f"same samples, but the final {name} differs by {gap:.2g} (the loss or the steps?)"
+
+
+check("Exercise 1: the loop", same_as_the_lab, my_train)
+
+# %% [markdown]
+# The lab's fast engine is the same loop: for the lecture's settings with centered deltas, 100
+# epochs of 10 steps, both loops draw the same 100 batches, and their parameters end within float
+# rounding of each other (their gradients are bitwise equal; the two Adam implementations round
+# their updates differently, by about one float32 ulp per step).
+
+# %%
+plain, fast = simple_train(task, TrainConfig(delta="centered")), train(task, TrainConfig(delta="centered", sample_every=1))
+same_batches = sum(torch.equal(plain.responses[e], torch.as_tensor(fast.samples[e].responses[0])) for e in range(100))
+gap = max((fast.state[name][0] - p.detach()).abs().max().item() for name, p in plain.policy.named_parameters())
+print(f"identical batches: {same_batches} of 100; largest parameter difference at the end: {gap:.1e}")
+assert same_batches == 100 and gap < 1e-5
 
 # %% [markdown]
 # ## 1. One run, the lecture's way
@@ -125,6 +268,8 @@ for (reward, label), interval in differences.items():
     print(f"{reward:>18}: final reward, {label:<21} = {interval.text(2)}  -> {verdict(interval)}")
 assert differences["inclusion-ordering", "centered - raw"].excludes(0.0)
 assert not differences["inclusion-ordering", "normalized - centered"].excludes(0.0)
+inconclusive = differences["inclusion-ordering", "normalized - centered"]
+assert inconclusive.low < -0.2 and inconclusive.high > 0.35  # the sizes the text below reads off
 
 # %% [markdown]
 # How to read this (the intervals are over seeds, at the last epoch):
@@ -133,12 +278,57 @@ assert not differences["inclusion-ordering", "normalized - centered"].excludes(0
 #   that excludes 0 says the gap is not seed noise. On the lecture's reward, inclusion-ordering,
 #   centering helps, as the lecture says. On the distance reward the gap goes the same way, but
 #   check whether 20 seeds are enough to call it.
-# - **Normalized versus centered.** An interval that straddles 0 says that 20 seeds cannot tell
-#   them apart: "makes little difference" is what the data support, and no more than that.
+# - **Normalized versus centered.** An interval that straddles 0 says only that 20 seeds cannot tell
+#   them apart. It does not say they are equivalent: on inclusion-ordering the interval printed
+#   above still allows normalized deltas to end a quarter of a point lower or almost 0.4 higher.
+#   The data are inconclusive; "makes little difference" would need an interval that lies inside
+#   a margin we agree to call little, and more seeds.
 # - **The thin seed-5 line** often sits far from its band. A conclusion drawn from it alone could
 #   have gone either way.
 # - **Almost no run is optimal on every prompt**, whatever the setting (the last column of the
 #   table). Runs do not fail to learn; they stop learning. Section 3 looks at where they stop.
+#
+# ### Exercise 2: Welch's interval
+#
+# The differences above come from `lab.intervals.difference_interval`: Welch's t-interval for
+# $\bar a - \bar b$ over independent seeds with unequal variances. With $v_a = s_a^2/n_a$ and
+# $v_b = s_b^2/n_b$ ($s$ the Bessel-corrected std), the half-width is $t_{0.975,\,\nu}\sqrt{v_a + v_b}$
+# with $\nu = (v_a + v_b)^2 / \big(v_a^2/(n_a - 1) + v_b^2/(n_b - 1)\big)$ degrees of freedom,
+# rounded down. Write it; `t_quantile(0.975, df)` gives the quantile.
+
+# %% tags=["exercise"]
+def welch_interval(a, b):
+    """(estimate, low, high) of mean(a) - mean(b), 95% Welch t-interval; a, b: float[seed] arrays."""
+    return ...
+
+
+# %% [markdown] tags=["solution"]
+# <details><summary><b>Solution</b> (click to open)</summary>
+#
+# ```python
+# def welch_interval(a, b):
+#     """(estimate, low, high) of mean(a) - mean(b), 95% Welch t-interval; a, b: float[seed] arrays."""
+#     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+#     va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+#     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+#     half = t_quantile(0.975, int(np.floor(df))) * np.sqrt(va + vb)
+#     estimate = a.mean() - b.mean()
+#     return estimate, estimate - half, estimate + half
+# ```
+# </details>
+
+# %%
+def matches_difference_interval(welch_interval):
+    for reward in grid["reward"]:
+        for first, second in (("centered", "raw"), ("normalized", "centered"), ("normalized", "raw")):
+            a, b = final_of(first, reward), final_of(second, reward)
+            mine, lab_interval = welch_interval(a, b), difference_interval(a, b)
+            expected = (lab_interval.estimate, lab_interval.low, lab_interval.high)
+            assert np.allclose(mine, expected, rtol=0, atol=1e-6), (
+                f"{reward}, {first} - {second}: yours {np.round(mine, 4)}, the lab's {np.round(expected, 4)}")
+
+
+check("Exercise 2: Welch's interval", matches_difference_interval, welch_interval)
 #
 # ## 3. Inside the stuck runs
 #
@@ -168,6 +358,7 @@ for reward in grid["reward"]:
 # better).
 
 # %%
+ending_kinds = {}  # reward -> kind -> bool[run batch], over the centered runs
 for reward in grid["reward"]:
     runs = [r for r, c in enumerate(sweep.configs) if c.delta.value == "centered" and c.reward == reward]
     greedy = torch.as_tensor(sweep.greedy_responses[runs])  # int[run batch pos]
@@ -177,12 +368,59 @@ for reward in grid["reward"]:
     stuck = own < task.optimum(reward)  # float[run batch] vs float[batch]: not the optimum
     kinds = {"strict": (best_change < own) & stuck, "flat": (best_change == own) & stuck,
              "improvable": (best_change > own) & stuck}
+    ending_kinds[reward] = kinds
     counts = ", ".join(f"{kind} {int(mask.sum())}" for kind, mask in kinds.items())
     print(f"{reward:>18}: {int(stuck.sum())} non-optimal (run, prompt) endings: {counts}")
     if reward == "distance":  # separable: nothing but the sorted response is a local optimum
         assert int(kinds["strict"].sum()) == int(kinds["flat"].sum()) == 0
     else:  # coupled: some stuck endings are local optima, some are not
         assert 0 < int(kinds["flat"].sum()) < int(stuck.sum())
+
+# %% [markdown]
+# ### Exercise 3: the kind of an ending
+#
+# Write the classification yourself, with plain loops: `score(prompts, responses)` is a reward
+# function of the task (`int[batch pos]`, `int[batch trial pos]` -> `float[batch trial]`), `best` the
+# prompt's optimum. Try every single-token change of `response` (each position, each of the
+# `task.vocab_size` tokens) and return `"optimal"`, `"strict"`, `"flat"` or `"improvable"`.
+
+# %% tags=["exercise"]
+def ending_kind(score, prompt, response, best):
+    """The kind of `response` (a list of tokens) for `prompt` (a list): optimal, strict, flat or improvable."""
+    return ...
+
+
+# %% [markdown] tags=["solution"]
+# <details><summary><b>Solution</b> (click to open)</summary>
+#
+# ```python
+# def ending_kind(score, prompt, response, best):
+#     """The kind of `response` (a list of tokens) for `prompt` (a list): optimal, strict, flat or improvable."""
+#     reward = lambda y: score(torch.tensor([prompt]), torch.tensor([[y]])).item()
+#     own = reward(response)
+#     if own >= best:
+#         return "optimal"
+#     changes = [reward(response[:q] + [v] + response[q + 1:])
+#                for q in range(len(response)) for v in range(task.vocab_size) if v != response[q]]
+#     if max(changes) > own:
+#         return "improvable"
+#     return "flat" if max(changes) == own else "strict"
+# ```
+# </details>
+
+# %%
+def agrees_with_neighbour_rewards(ending_kind):
+    for reward, kinds in ending_kinds.items():
+        runs = [r for r, c in enumerate(sweep.configs) if c.delta.value == "centered" and c.reward == reward]
+        for i, r in enumerate(runs):
+            for b, prompt in enumerate(task.prompts.tolist()):
+                response = sweep.greedy_responses[r, b].tolist()
+                lab_kind = next((kind for kind, mask in kinds.items() if mask[i, b]), "optimal")
+                mine = ending_kind(task.reward_fn(reward), prompt, response, task.optimum(reward)[b].item())
+                assert mine == lab_kind, f"{reward}, prompt {prompt}, response {response}: yours {mine!r}, lab {lab_kind!r}"
+
+
+check("Exercise 3: the kind of an ending", agrees_with_neighbour_rewards, ending_kind)
 
 # %% [markdown]
 # The two rewards differ in kind:
@@ -206,30 +444,43 @@ for reward in grid["reward"]:
 # When the policy is nearly deterministic on a response $y$, $J \approx R(y)$ and, for $v \ne y_q$,
 # $\mathbb E[R \mid y_q = v] \approx R(y \text{ with } y_q := v)$. So the pull towards a better
 # token has the *sign* of the single-change improvement and the *size* of that token's
-# probability. At a flat local optimum there is no first-order pull towards any alternative (and
-# away from the worse ones): only a two-token move helps, which the gradient does not see. At an
-# improvable response the pull points the right way but is as small as the probability of the
-# better token. In practice it is zero: every sampled response is the
-# greedy one, the group's rewards are all equal, and centered deltas are exactly 0. Adam can
-# rescale a small gradient, but not a zero one. The exact numbers at the end of the runs:
+# probability. At a flat local optimum no single change is better, so no alternative token is
+# pulled up (the equally good ones feel no pull, the worse ones are pushed down): only a two-token
+# move helps, which the gradient does not see. At an improvable response the pull points the right
+# way but is as small as the probability of the better token. In practice it is zero: the samples
+# rarely contain the better token, so almost always every sample of a group scores the same as the
+# greedy one (even though the ten samples are ten copies of one response only about three times in
+# four), the group's rewards are all equal, and centered deltas are exactly 0. Adam can rescale a small
+# gradient, but not a zero one. The exact numbers at the end of the runs, with the probability
+# that a group of $G = 10$ samples is ten copies of one response, $\sum_y \pi(y)^{10}$, and that
+# its ten rewards are all equal, $\sum_r P(R = r)^{10}$, both computed exactly from the final
+# policies (mean over runs and prompts):
 
 # %%
 for reward in grid["reward"]:
     runs = [r for r, c in enumerate(sweep.configs) if c.delta.value == "centered" and c.reward == reward]
     stats = {"start": [], "end": []}
-    greedy_prob = []
+    greedy_prob, all_identical, all_equal_rewards = [], [], []
+    table = reward_table(task.prompts, reward, task.vocab_size, task.response_length).double()  # float[batch n]
     for r in runs:
-        start = Policy(task.vocab_size, 3, task.response_length, generator=torch.Generator().manual_seed(sweep.configs[r].seed))
+        start = initial_policy(task, sweep.configs[r])
         end = policy_from_state(sweep.state, r)
         for name, policy in (("start", start), ("end", end)):
             stats[name].append(objective_summary(policy, task, reward)["grad_norm"])
         with torch.no_grad():  # probability of the greedy response = product over positions of the top probability
             greedy_prob.append(position_log_probs(end, task.prompts).amax(-1).sum(-1).exp().min().item())
+            probs = all_probs(end, task.prompts, torch.float64)  # float[batch n]: every response
+            all_identical.append((probs ** 10).sum(-1).mean().item())
+            reward_probs = torch.stack([(probs * (table == value)).sum(-1) for value in table.unique()])
+            all_equal_rewards.append((reward_probs ** 10).sum(0).mean().item())
     zero_std = sweep.epoch_metrics["zero_std_fraction"][runs, -1]
     print(f"{reward:>18}: median |grad J| at the start {np.median(stats['start']):.3f}, at the end "
           f"{np.median(stats['end']):.4f}; median probability of the greedy response (least certain "
           f"prompt) {np.median(greedy_prob):.3f}; groups with zero reward spread at the last epoch "
           f"{zero_std.mean():.0%}")
+    print(f"{'':>18}  P(10 samples all one response) = {np.mean(all_identical):.2f}, "
+          f"P(10 samples all the same reward) = {np.mean(all_equal_rewards):.2f}")
+    assert np.mean(all_identical) < 0.8 < 0.95 < np.mean(all_equal_rewards)
 
 fig, ax = plt.subplots(figsize=(6, 3.4))
 centered_runs = [r for r, c in enumerate(sweep.configs) if c.delta.value == "centered"]
