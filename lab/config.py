@@ -16,6 +16,7 @@ import torch
 
 from lab.deltas import NEEDS_GROUP, DeltaMode
 from lab.losses import LossMode
+from lab.samplers import Sampler
 
 
 class ConfigError(ValueError):
@@ -56,6 +57,9 @@ class TrainConfig:
     """Adam learning rate"""
     seed: int = 5
     """seeds the run's generator: parameter initialisation, then every sample"""
+    sampler: Sampler = Sampler.inverse_cdf
+    """how responses are drawn from that generator (lab.samplers): the lab's inverse CDF, or `multinomial`,
+    the lecture script's torch.multinomial, which reproduces its seed-5 logs"""
     dim: int = 10
     """embedding and hidden width of the policy"""
     reward: str = "inclusion-ordering"
@@ -82,7 +86,7 @@ class TrainConfig:
     """keep the sampled responses, rewards and deltas every this many epochs (samples.txt)"""
 
     def __post_init__(self) -> None:
-        for name, enum in (("delta", DeltaMode), ("loss", LossMode)):
+        for name, enum in (("delta", DeltaMode), ("loss", LossMode), ("sampler", Sampler)):
             value = getattr(self, name)
             try:
                 object.__setattr__(self, name, enum(value))

@@ -30,7 +30,8 @@ from lab.metrics import StepMetricBlock, block_epochs, greedy_metrics, sample_me
 from lab.optim import RunAdam
 from lab.policy import PolicyStack
 from lab.records import EPOCH_METRICS, STEP_METRICS, Records, Samples
-from lab.rollout import greedy_responses, sample_responses
+from lab.rollout import greedy_responses
+from lab.samplers import SAMPLERS
 from tasks import Task
 
 
@@ -89,6 +90,9 @@ def train(
     reward_groups = RunGroups([c.reward for c in configs], device)
     delta_groups = RunGroups([c.delta for c in configs], device)
     loss_groups = RunGroups([c.loss for c in configs], device)
+    sampler_groups = RunGroups([c.sampler for c in configs], device)
+    # each sampler draws for its own runs, each run from its own generator (lab.samplers)
+    sampler_generators = {s: [generators[i] for i in idx.tolist()] for s, idx in sampler_groups.groups}
     optimum = torch.stack([task.optimum(c.reward, prompts) for c in configs]).float()  # float[run batch]
     eval_optimum = (None if eval_prompts is None else
                     torch.stack([task.optimum(c.reward, eval_prompts) for c in configs]).float())
@@ -118,7 +122,8 @@ def train(
         if fresh_reference:
             reference = freeze(policy)
         with torch.no_grad():
-            responses = sample_responses(logits, shared.group_size, list(generators))  # int[run batch trial pos]
+            responses = sampler_groups.apply(  # int[run batch trial pos]
+                lambda s, lg: SAMPLERS[s](lg, shared.group_size, sampler_generators[s]), logits)
             rewards = reward_groups.apply(lambda name, y: task.reward_fn(name)(prompts, y), responses)
             deltas = delta_groups.apply(  # float[run batch trial]
                 lambda mode, r: compute_deltas(r, mode, shared.std_eps, shared.std_unbiased), rewards)

@@ -10,6 +10,7 @@ import typer
 from lab.config import Device
 from lab.deltas import DeltaMode
 from lab.losses import LossMode
+from lab.samplers import Sampler
 from tasks import sorting
 
 Reward = Enum("Reward", {name.replace("-", "_"): name for name in sorting.REWARDS}, type=str)
@@ -20,6 +21,9 @@ DeltaOpt = Annotated[DeltaMode, typer.Option(help="rewards -> deltas: raw, minus
                                                   "also / group std, group max only, leave-one-out")]
 LossOpt = Annotated[LossMode, typer.Option(help="surrogate loss: naive log-prob * delta, ratio * delta, "
                                                 "or PPO-style clipped ratio")]
+SamplerOpt = Annotated[Sampler, typer.Option(help="how the run's generator draws responses: the lab's inverse CDF, "
+                                                    "or torch.multinomial as the lecture's script (with --seed 5 "
+                                                    "its own runs)")]
 RewardOpt = Annotated[Reward, typer.Option(help="reward function of the sorting task")]
 KLOpt = Annotated[float, typer.Option("--kl", help="beta, weight of the k3 KL penalty to the reference (0 = off)")]
 KLPeriodOpt = Annotated[int, typer.Option(help="refresh the reference every N epochs (0 = frozen at the start)")]

@@ -29,6 +29,7 @@ from lab.cli.options import (
     QuietOpt,
     Reward,
     RewardOpt,
+    SamplerOpt,
     StepsOpt,
     VocabOpt,
     make_task,
@@ -65,6 +66,7 @@ def run(
     lr: LrOpt = DEFAULTS.lr,
     dim: DimOpt = DEFAULTS.dim,
     seed: Annotated[int, typer.Option(help="seed of the run's generator (init and sampling)")] = DEFAULTS.seed,
+    sampler: SamplerOpt = DEFAULTS.sampler,
     prompts: PromptsOpt = "lecture",
     num_prompts: NumPromptsOpt = 3,
     prompt_length: PromptLengthOpt = 3,
@@ -78,8 +80,8 @@ def run(
 ) -> None:
     """Train one run and write config.json, metrics.csv, samples.txt, summary.json and curves.png."""
     try:
-        config = TrainConfig(epochs=epochs, steps=steps, group_size=group_size, lr=lr, seed=seed, dim=dim,
-                             reward=reward.value, delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
+        config = TrainConfig(epochs=epochs, steps=steps, group_size=group_size, lr=lr, seed=seed, sampler=sampler,
+                             dim=dim, reward=reward.value, delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
                              kl_period=kl_period)
         prompt_options = dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts,
                               prompt_length=prompt_length, heldout=heldout, prompt_seed=prompt_seed)
@@ -134,5 +136,5 @@ def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.devic
 
 
 RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "clip_eps", "epochs", "steps", "group_size",
-               "lr", "dim", "seed")
+               "lr", "dim", "seed", "sampler")
 """TrainConfig fields that `lab run` exposes as options."""

@@ -29,6 +29,7 @@ from lab.cli.options import (
     PromptsOpt,
     QuietOpt,
     RewardsOpt,
+    SamplerOpt,
     StepsOpt,
     VocabOpt,
     make_task,
@@ -50,6 +51,7 @@ def sweep(
     lr: LrsOpt = None,
     group_size: GroupsOpt = None,
     seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
+    sampler: SamplerOpt = DEFAULTS.sampler,
     threads: Annotated[int | None, typer.Option(
         help="torch CPU threads (default: 1, or all cores for 100 runs or more; see lab bench)")] = None,
     kl_period: KLPeriodOpt = DEFAULTS.kl_period,
@@ -74,7 +76,7 @@ def sweep(
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size}
     try:
         grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
-        base = TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period)
+        base = TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler)
         configs = sweeps.build_grid(base, grid, seeds)
         names = [name for name, values in grid.items() if len(values) > 1]
         prompt_options = dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts,
