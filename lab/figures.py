@@ -4,7 +4,7 @@
 
 Every curve is the epoch's mean sample reward against the optimizer step at
 which that epoch's samples were drawn (the lecture's x axis); one thin line may
-mark a single seed (the lecture's seed 5).
+mark a single seed, or a run kept out of the mean (the lecture's own seed-5 run).
 """
 
 from __future__ import annotations
@@ -55,11 +55,13 @@ def _runs_by_point(records: Records, names: Sequence[str]) -> dict[tuple, list[i
 
 def draw_curves(ax, records: Records, names: Sequence[str], metric: str = "mean_reward",
                 highlight_seed: int | None = None, runs: Sequence[int] | None = None,
-                legend_below: bool = False) -> None:
+                legend_below: bool = False, highlight_runs: Sequence[int] | None = None) -> None:
     """One mean curve with its band per grid point of `names` (optionally only among `runs`).
 
     `legend_below` puts the legend under the axes, where it cannot cover a curve (the figure's
-    layout engine must make room for it: `layout="constrained"`)."""
+    layout engine must make room for it: `layout="constrained"`). Thin: the run with `highlight_seed`
+    among a point's runs, or, given `highlight_runs`, the one of those runs at that point (it need not
+    be among `runs`, so it can stay out of the mean)."""
     keep = set(range(records.num_runs) if runs is None else runs)
     points = {p: [r for r in rs if r in keep] for p, rs in _runs_by_point(records, names).items()}
     for color, (point, point_runs) in zip(matplotlib.rcParams["axes.prop_cycle"].by_key()["color"] * 4,
@@ -69,7 +71,9 @@ def draw_curves(ax, records: Records, names: Sequence[str], metric: str = "mean_
         mean, low, high = mean_band(curves)
         ax.plot(steps, mean, color=color, lw=1.6, label=f"{setting_label(names, point)} (n={len(point_runs)})")
         ax.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
-        seeded = [r for r in point_runs if records.configs[r].seed == highlight_seed]
+        seeded = ([r for r in highlight_runs if setting(records.configs[r], names) == point]
+                  if highlight_runs is not None else
+                  [r for r in point_runs if records.configs[r].seed == highlight_seed])
         if seeded:
             ax.plot(steps, records.epoch_metrics[metric][seeded[0]], color=color, lw=0.6, alpha=0.9, ls="-")
     optimum = records.optimum[sorted(keep)].mean()
@@ -97,7 +101,8 @@ def plot_sweep(records: Records, names: Sequence[str], path: Path, title: str | 
 
 
 def plot_panels(records: Records, panels: Sequence[tuple[str, Sequence[str], Sequence[int]]], path: Path,
-                suptitle: str, metric: str = "mean_reward", highlight_seed: int | None = None) -> Path:
+                suptitle: str, metric: str = "mean_reward", highlight_seed: int | None = None,
+                highlight_runs: Sequence[int] | None = None) -> Path:
     """Several `draw_curves` panels side by side: (title, names, runs) each, sharing the y axis;
     every legend sits under its panel and the title is wrapped to the figure's width."""
     width = 4.6 * len(panels) if len(panels) > 1 else 6.0
@@ -105,7 +110,7 @@ def plot_panels(records: Records, panels: Sequence[tuple[str, Sequence[str], Seq
     axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
     for ax, (title, names, runs) in zip(axes[0], panels):
         draw_curves(ax, records, names, metric=metric, highlight_seed=highlight_seed, runs=runs,
-                    legend_below=True)
+                    legend_below=True, highlight_runs=highlight_runs)
         ax.set_title(title, fontsize=9)
     fig.suptitle(fit_title(suptitle, width), fontsize=TITLE_FONTSIZE)
     fig.savefig(path, dpi=100)

@@ -1,7 +1,11 @@
 """`lab reproduce`: the lecture's experiments and their neighbours, N seeds each, into figures/.
 
     for every setting s of every experiment:  runs s x seeds 0..N-1   (lecture settings otherwise)
-    figure = mean curve per setting + 95% t-band over seeds (+ seed 5 thin, as the lecture ran it)
+    figure = mean curve per setting + 95% t-band over seeds (+ the lecture's own seed-5 run, thin)
+
+The seeds draw with the lab's sampler; each setting also gets one run with seed 5
+drawn as the lecture's script draws (`sampler multinomial`, lab.samplers), kept
+out of the means: for the lecture's three experiments it is the lecture's own run.
 
 Every run shares the lecture's shapes (100 epochs x 10 steps, G = 10), so all
 settings of all experiments train as one batched computation; settings that
@@ -20,6 +24,7 @@ import torch
 from lab.config import TrainConfig
 from lab.outputs import write_text_atomic
 from lab.records import Records
+from lab.samplers import Sampler
 from lab.sweep import run_sweep
 from tasks.sorting import make_task
 
@@ -72,9 +77,14 @@ class Reproduction:
     seeds: int
     runs: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     """(experiment name, setting index) -> run indices, in seed order"""
+    lecture_runs: dict[tuple[str, int], int] = field(default_factory=dict)
+    """(experiment name, setting index) -> the run with seed LECTURE_SEED drawn as the lecture's script draws"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
+
+    def setting_lecture_runs(self, experiment: Experiment) -> list[int]:
+        return [self.lecture_runs[experiment.name, i] for i in range(len(experiment.settings))]
 
 
 def config_of(overrides: dict, seed: int, base: TrainConfig = LECTURE) -> TrainConfig:
@@ -87,18 +97,21 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     """Train every distinct config of every experiment once (one batch when shapes agree)."""
     configs: list[TrainConfig] = []
     index: dict[TrainConfig, int] = {}
-    runs = {}
+    runs, lecture_runs = {}, {}
+
+    def add(config: TrainConfig) -> int:
+        if config not in index:
+            index[config] = len(configs)
+            configs.append(config)
+        return index[config]
+
     for experiment in experiments:
         for i, overrides in enumerate(experiment.settings):
-            runs[experiment.name, i] = []
-            for seed in range(seeds):
-                config = config_of(overrides, seed, base)
-                if config not in index:
-                    index[config] = len(configs)
-                    configs.append(config)
-                runs[experiment.name, i].append(index[config])
+            runs[experiment.name, i] = [add(config_of(overrides, seed, base)) for seed in range(seeds)]
+            lecture_runs[experiment.name, i] = add(config_of(overrides, LECTURE_SEED, base.replace(
+                sampler=Sampler.multinomial)))
     records = run_sweep(make_task(), configs, device=device, progress=progress)
-    return Reproduction(records, seeds, runs)
+    return Reproduction(records, seeds, runs, lecture_runs)
 
 
 def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]:
@@ -118,7 +131,7 @@ def write_figures(reproduction: Reproduction, out: Path,
         path = Path(out) / f"{experiment.name}.png"
         subtitle = (f"{experiment.title}; {'left: ' if experiment.tradeoff else ''}"
                     f"{reproduction.seeds} seeds, mean and 95% t-band"
-                    + (f", seed {LECTURE_SEED} thin" if experiment.panels else ""))
+                    + (f", thin: the lecture's own run (seed {LECTURE_SEED})" if experiment.panels else ""))
         if experiment.tradeoff:
             betas, reward, kl = kl_points(records, experiment, groups)
             figures.plot_kl_tradeoff(records, experiment.names, [r for g in groups for r in g],
@@ -129,7 +142,8 @@ def write_figures(reproduction: Reproduction, out: Path,
                        for s, g in zip(experiment.settings, groups)] + [overlay]
                       if experiment.panels else [overlay])
             figures.plot_panels(records, panels, path, subtitle, metric=experiment.metric,
-                                highlight_seed=LECTURE_SEED if experiment.panels else None)
+                                highlight_runs=reproduction.setting_lecture_runs(experiment) if experiment.panels
+                                else None)
         paths.append(path)
     results = Path(out) / "RESULTS.md"
     write_text_atomic(results, results_markdown(reproduction, experiments))

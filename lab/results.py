@@ -102,16 +102,15 @@ def _setting_text(experiment, overrides: dict) -> str:
     return ", ".join(f"{n}={overrides.get(n, '')}" for n in experiment.names)
 
 
-def _experiment_table(records, experiment, groups, seed_of) -> list[str]:
+def _experiment_table(records, experiment, groups, lecture_runs) -> list[str]:
     final, optimal = records.final(experiment.metric), optimal_everywhere(records)
     kl, with_kl = final_kl(records), "kl" in experiment.names
-    lines = [f"| setting | final {experiment.metric.replace('_', ' ')} [95% t] | seed 5 | "
+    lines = [f"| setting | final {experiment.metric.replace('_', ' ')} [95% t] | seed 5, the lecture's draw | "
              "optimal on every prompt [95% Wilson] |" + (" exact KL to the reference, last period: median [quartiles] over seeds |" if with_kl else ""),
              "| --- | --- | --- | --- |" + (" --- |" if with_kl else "")]
-    for overrides, runs in zip(experiment.settings, groups):
-        seed5 = [r for r in runs if seed_of(r) == 5]
+    for overrides, runs, lecture_run in zip(experiment.settings, groups, lecture_runs):
         lines.append(f"| {_setting_text(experiment, overrides)} | {mean_interval(final[runs]).text(3)} | "
-                     f"{final[seed5[0]]:.3f} | {_fraction(wilson_interval(int(optimal[runs].sum()), len(runs)))} |"
+                     f"{final[lecture_run]:.3f} | {_fraction(wilson_interval(int(optimal[runs].sum()), len(runs)))} |"
                      + (f" {median_quartiles(kl[runs]).text(4)} |" if with_kl else ""))
     return lines
 
@@ -204,7 +203,6 @@ def _stuck_responses(records, lecture, groups) -> list[str]:
 def results_markdown(reproduction, experiments) -> str:
     """The whole RESULTS.md text; every number comes from `reproduction.records`."""
     records, seeds = reproduction.records, reproduction.seeds
-    seed_of = lambda run: records.configs[run].seed  # noqa: E731
     config = records.configs[0]
     lecture = experiments[0]
     lecture_groups = reproduction.setting_runs(lecture)
@@ -218,7 +216,10 @@ def results_markdown(reproduction, experiments) -> str:
            "the lecture's prompts [[1,0,2],[3,2,4],[1,2,3]]. 'Final' = the last epoch (mean reward of its "
            "samples) or the last step (KL). 'Optimal on every prompt' = the final greedy (argmax) response "
            "reaches the optimum reward on all three prompts. Intervals: 95% Student t over seeds for means, "
-           "Welch t for differences, Wilson for fractions. 'seed 5' is the lecture's single seed.",
+           "Welch t for differences, Wilson for fractions. 'Seed 5, the lecture's draw' is one more run per "
+           "setting, not among the seeds above: seed 5 drawn as the lecture's script draws (`--sampler "
+           "multinomial`); in the lecture's three experiments it is the lecture's own run, whose logged loss "
+           "and mean reward it reproduces at every step (`tests/test_lecture_run.py`).",
            "", "## The lecture's claims against the data", ""]
     out += _claims(records, lecture, lecture_groups, optimum)
     out += ["", "Verdict rules: see the docstring of `lab/results.py` "
@@ -232,7 +233,7 @@ def results_markdown(reproduction, experiments) -> str:
     for experiment in experiments:
         groups = reproduction.setting_runs(experiment)
         out += [f"## {experiment.title}", "", f"![{experiment.name}]({experiment.name}.png)", ""]
-        out += _experiment_table(records, experiment, groups, seed_of)
+        out += _experiment_table(records, experiment, groups, reproduction.setting_lecture_runs(experiment))
         out.append("")
     out += ["## What the lecture did not show: where runs get stuck", "",
             "Per setting of the lecture's three experiments, the prompts on which runs end with a wrong "
