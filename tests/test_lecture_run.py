@@ -165,6 +165,10 @@ def test_the_default_sampler_is_the_labs_and_unknown_ones_are_refused():
     with pytest.raises(ConfigError, match="unknown sampler 'gumbel'; choose one of: inverse-cdf, multinomial"):
         TrainConfig(sampler="gumbel")
     assert TrainConfig.from_dict(LECTURE_RUN.to_dict()) == LECTURE_RUN
+    for command in ("run", "sweep"):
+        result = CliRunner().invoke(app, [command, "--sampler", "gumbel", "--quiet"])
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 2 and len(lines) == 1 and "'inverse-cdf', 'multinomial'" in lines[0], result.output
 
 
 def test_lab_sweep_sampler_applies_to_every_run_and_its_seed_5_is_the_lecture_run(tmp_path):
