@@ -26,7 +26,8 @@ from lab.deltas import compute_deltas
 from lab.kl import freeze, kl_estimate, reference_due
 from lab.losses import compute_loss
 from lab.policy import Policy
-from lab.rollout import response_log_probs, sample_responses
+from lab.rollout import response_log_probs
+from lab.samplers import draw
 from tasks import Task
 
 
@@ -58,7 +59,8 @@ def simple_train(task: Task, config: TrainConfig = TrainConfig(),
         if reference_due(epoch, config.kl_period):
             reference = freeze(policy)  # a copy: later steps do not move it
         with torch.no_grad():  # sampling and scoring are not differentiated
-            responses = sample_responses(policy(prompts), config.group_size, generator)  # int[batch trial pos]
+            # config.sampler: the lab's inverse CDF, or the lecture script's torch.multinomial (lab.samplers)
+            responses = draw(config.sampler, policy(prompts), config.group_size, generator)  # int[batch trial pos]
             rewards = reward(prompts, responses)  # float[batch trial]
             deltas = compute_deltas(rewards, config.delta, config.std_eps, config.std_unbiased)
             old_log_probs = response_log_probs(policy(prompts), responses)  # float[batch trial pos]

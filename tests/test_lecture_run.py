@@ -29,6 +29,7 @@ from lab.losses import compute_loss
 from lab.policy import Policy, init_parameters
 from lab.rollout import response_log_probs, sample_responses
 from lab.samplers import SAMPLERS, Sampler, draw, sample_multinomial
+from lab.simple_loop import simple_train
 from lab.train import train
 from tasks.sorting import make_task
 
@@ -95,6 +96,17 @@ def test_inside_a_sweep_the_lecture_runs_draw_every_epochs_logged_responses(lect
                                       err_msg=f"{mode}, epoch {epoch}")
     assert_matches_log(records.step_metrics["loss"][run], np.repeat(records.epoch_metrics["mean_reward"][run], 10),
                        LOGS[mode], f"{mode} inside a sweep")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_plain_loop_with_the_lectures_draw_is_the_lectures_run_too(mode):
+    """`lab.simple_loop.simple_train` honours `sampler`: with the lecture's draw and seed 5 it samples every
+    epoch's logged responses and reproduces every logged loss and mean reward."""
+    run = simple_train(make_task(), LECTURE_RUN.replace(delta=mode))
+    for epoch in range(100):
+        np.testing.assert_array_equal(run.responses[epoch].numpy(), logged_responses(LOGS[mode], epoch))
+    assert_matches_log(run.losses.flatten().numpy(), run.rewards.mean(dim=(1, 2)).repeat_interleave(10).numpy(),
+                       LOGS[mode], f"simple_train, {mode}")
 
 
 def test_a_different_seed_or_the_labs_sampler_is_not_the_lectures_run(lecture_runs):
