@@ -178,7 +178,7 @@ def same_as_the_lab(my_train):
         assert gap <= 1e-5, f"same samples, but the final {name} differs by {gap:.2g} (the loss or the steps?)"
 
 
-check("Exercise 1: the loop", same_as_the_lab, my_train)
+check("Exercise 1: the loop", same_as_the_lab, my_train);
 
 # %% [markdown]
 # The lab's fast engine is the same loop: for the lecture's settings with centered deltas, 100
@@ -328,8 +328,9 @@ def matches_difference_interval(welch_interval):
                 f"{reward}, {first} - {second}: yours {np.round(mine, 4)}, the lab's {np.round(expected, 4)}")
 
 
-check("Exercise 2: Welch's interval", matches_difference_interval, welch_interval)
-#
+check("Exercise 2: Welch's interval", matches_difference_interval, welch_interval);
+
+# %% [markdown]
 # ## 3. Inside the stuck runs
 #
 # Take the centered runs of both rewards. For each prompt, which greedy responses do the 20
@@ -400,8 +401,8 @@ def ending_kind(score, prompt, response, best):
 #     own = reward(response)
 #     if own >= best:
 #         return "optimal"
-#     changes = [reward(response[:q] + [v] + response[q + 1:])
-#                for q in range(len(response)) for v in range(task.vocab_size) if v != response[q]]
+#     changes = [reward(response[:t] + [v] + response[t + 1:])
+#                for t in range(len(response)) for v in range(task.vocab_size) if v != response[t]]
 #     if max(changes) > own:
 #         return "improvable"
 #     return "flat" if max(changes) == own else "strict"
@@ -420,7 +421,7 @@ def agrees_with_neighbour_rewards(ending_kind):
                 assert mine == lab_kind, f"{reward}, prompt {prompt}, response {response}: yours {mine!r}, lab {lab_kind!r}"
 
 
-check("Exercise 3: the kind of an ending", agrees_with_neighbour_rewards, ending_kind)
+check("Exercise 3: the kind of an ending", agrees_with_neighbour_rewards, ending_kind);
 
 # %% [markdown]
 # The two rewards differ in kind:
@@ -436,13 +437,13 @@ check("Exercise 3: the kind of an ending", agrees_with_neighbour_rewards, ending
 #
 # ### Why the gradient cannot get them out
 #
-# For a policy that factorises over positions, $\pi(y) = \prod_q \pi_q(y_q)$, with logits
-# $z_{q,v}$ at position $q$, the exact gradient of $J$ is
+# For a policy that factorises over positions, $\pi(y) = \prod_t \pi_t(y_t)$, with logits
+# $z_{t,v}$ at position $t$, the exact gradient of $J$ is
 #
-# $$\frac{\partial J}{\partial z_{q,v}} = \pi_q(v)\,\big(\mathbb E[R \mid y_q = v] - J\big).$$
+# $$\frac{\partial J}{\partial z_{t,v}} = \pi_t(v)\,\big(\mathbb E[R \mid y_t = v] - J\big).$$
 #
-# When the policy is nearly deterministic on a response $y$, $J \approx R(y)$ and, for $v \ne y_q$,
-# $\mathbb E[R \mid y_q = v] \approx R(y \text{ with } y_q := v)$. So the pull towards a better
+# When the policy is nearly deterministic on a response $y$, $J \approx R(y)$ and, for $v \ne y_t$,
+# $\mathbb E[R \mid y_t = v] \approx R(y \text{ with } y_t := v)$. So the pull towards a better
 # token has the *sign* of the single-change improvement and the *size* of that token's
 # probability. At a flat local optimum no single change is better, so no alternative token is
 # pulled up (the equally good ones feel no pull, the worse ones are pushed down): only a two-token
@@ -554,11 +555,11 @@ print(f"held-out accuracy, 60 minus 10 training prompts: {more_prompts.text(2)}"
 assert more_prompts.low > 0
 
 # %% [markdown]
-# With few training prompts the policy learns them and little else: held-out accuracy barely
-# leaves zero. With more prompts it is forced towards something that transfers.
+# With few training prompts the policy learns some of them and little else: held-out accuracy
+# barely leaves zero. With more prompts it is forced towards something that transfers.
 # Why only partly? The toy policy's logits at each response position are a *sum* of one vector per
-# (prompt position, prompt token), $z_q(x) = \sum_p U_{p,q}[x_p]$, and sorting is not a sum of
-# per-position votes. The sorted token at position $q$ depends on all the prompt's tokens
+# (prompt position, prompt token), $z_t(x) = \sum_p U_{p,t}[x_p]$, and sorting is not a sum of
+# per-position votes. The sorted token at position $t$ depends on all the prompt's tokens
 # *together*. Some of it can be learned that way, and not all of it.
 #
 # ## Try it
