@@ -241,10 +241,10 @@ for mode in ("normalized", "max"):
 # - `centered` has scale exactly $(G-1)/G$ (0.5, 0.8, 0.9) and angle 0; `loo` has scale 1 and angle 0.
 # - `normalized` is off the true gradient by 1.3 to 3.2 degrees, and its scale is not $(G-1)/G$
 #   but grows with $G$ (0.69, 1.54, 1.86): dividing by a std below 1 inflates the deltas.
-#   Prompt by prompt (second table) its expectation is closer to that prompt's own gradient, within
-#   1.7 degrees on the first prompt and 0.35 on the other two, but with a **different scale per
-#   prompt** (1.88, 1.80, 2.61 at $G = 10$): each group is divided by its own std, so a prompt whose
-#   group has little spread weighs more (claim 17, Dr. GRPO's difficulty bias). Summing differently
+#   Prompt by prompt (second table) its expectation is 1.3 to 1.7 degrees off that prompt's own
+#   gradient on the first prompt and within 0.35 degrees on the other two, but with a **different
+#   scale per prompt** (1.88, 1.80, 2.61 at $G = 10$): each group is divided by its own std, so a
+#   prompt whose group has little spread weighs more (claim 17, Dr. GRPO's difficulty bias). Summing differently
 #   weighted prompts tilts the update: at $G = 10$ the sum is 3.2 degrees off, more than any one
 #   prompt. Small here, but no theorem bounds it, and it changes as the policy does.
 # - `max` is the furthest off, 4.0 to 6.9 degrees, with scales 1.6 to 2.1. It has no baseline (the
@@ -308,7 +308,7 @@ fig.tight_layout()
 # - The unclipped loss weighs the gradient by $\rho$ (importance sampling), so it follows the
 #   policy gradient of the *current* policy, estimated from old samples (to first order: a
 #   per-token ratio, as in PPO and GRPO, stands in for the whole response's weight
-#   $\prod_q \rho_q$). But nothing stops it.
+#   $\prod_t \rho_t$). But nothing stops it.
 # - The clipped objective is never above the unclipped one (the min) and equals it inside the band.
 #   It goes **flat** once $\rho$ has left the band *on the side the delta pushes toward*
 #   ($\rho > 1+\varepsilon$ with $\delta>0$, $\rho < 1-\varepsilon$ with $\delta<0$): those tokens
@@ -455,7 +455,7 @@ assert longer.final("pg_loss")[0] < 5 * records.final("pg_loss")[0]
 #   soft trust region, not a hard one.
 #
 # And at the very first step the three are the same update (claim 9): one step of each, from the
-# same seed, lands on identical parameters.
+# same seed, lands on the same parameters, up to float rounding.
 
 # %%
 one_step = train(task, [TrainConfig(epochs=1, steps=1, delta="centered", loss=mode) for mode in LossMode])

@@ -79,7 +79,7 @@ def perturbed(scale, noise_seed=1):
 
 
 def log_prob_table(some_policy):
-    """log pi_q(v | x) for every prompt, position and token: float[batch pos vocab], float64."""
+    """log pi_t(v | x) for every prompt, position and token: float[batch pos vocab], float64."""
     return position_log_probs(some_policy, task.prompts, torch.float64)
 
 
