@@ -229,8 +229,8 @@ print("the lab's log of the broken runs (from the true old log-probs): tokens ou
 assert gap == 0.0
 
 # %% [markdown]
-# **Question.** The broken runs learn, and their curve is hard to tell from the lab's. But their
-# final parameters are exactly those of the *naive* loss (the difference printed is 0): the
+# **Question.** The broken runs learn, and their curve is hard to tell from the lab's (it lies
+# exactly under the naive runs' curve, which hides it). But their final parameters are exactly those of the *naive* loss (the difference printed is 0): the
 # clipping never acted, even though the lab's own log, computed from the true old log-probs, says
 # tokens left the clip band. At $\theta = \theta_{\text{old}}$
 # the broken loss has exactly the right value and the right gradient (bug 1's check passes). What
@@ -368,7 +368,7 @@ def agrees_with_the_lab(agreement_with_naive):
         assert abs(mine - measured) < 1e-5, f"bug {number}: yours {mine:.6f}, measured through the lab {measured:.6f}"
 
 
-check("Exercise 1: the check for the ratio", agrees_with_the_lab, agreement_with_naive)
+check("Exercise 1: the check for the ratio", agrees_with_the_lab, agreement_with_naive);
 
 # %% [markdown]
 # Bug 2 passes this check (cosine 1): at $\theta_{\text{old}}$ it is the right loss. Only a check
@@ -474,7 +474,7 @@ def flags_the_broken_std(own_group_only):
     assert own_group_only(lambda rewards, mode: rewards - rewards.mean()) is False, "a batch-wide mean too"
 
 
-check("Exercise 2: the group check", flags_the_broken_std, own_group_only)
+check("Exercise 2: the group check", flags_the_broken_std, own_group_only);
 
 # %% [markdown]
 # ## Bug 5: the reward goes *down*
@@ -489,10 +489,14 @@ with bug(5):
 compare({"lab": correct, "broken": broken_run}, title="bug 5: mean reward / optimum, 95% band over seeds")
 print("final reward / optimum: lab", mean_interval(correct.final("reward_fraction")).text(),
       " broken", mean_interval(broken_run.final("reward_fraction")).text())
+fraction = broken_run.epoch_metrics["reward_fraction"]  # float[run epoch]
+fell = int((fraction[:, -1] < fraction[:, 0]).sum())
+print(f"broken runs that end below their first epoch's reward: {fell} of {len(fraction)}")
+assert fell >= len(fraction) - 2
 
 # %% [markdown]
-# **Question.** Random updates would make the reward wander. This one falls steadily, on every
-# seed. So the broken update is *systematically* anti-aligned with $\nabla J$. The deltas are still
+# **Question.** Random updates would make the reward wander. This one falls steadily, and ends
+# below where it started on nearly every seed. So the broken update is *systematically* anti-aligned with $\nabla J$. The deltas are still
 # the right numbers: centered, summing to zero in each group. What can be wrong about them, if not
 # their values? (Compare `broken_run.samples[0].rewards[0, 0]` with `broken_run.samples[0].deltas[0, 0]`:
 # run 0, prompt 0, its group of 10.)
@@ -571,7 +575,8 @@ print("   broken", by_beta(broken_run.final("kl"), np.median))
 
 # %% [markdown]
 # **Question.** The broken loop drifts *further* the larger $\beta$ is, and the loop's logged `kl`
-# (computed by the lab's own k3, outside the loss) agrees: nothing is negative, nothing crashes.
+# (computed by the lab's own k3, outside the loss) says so too: with a penalty it is far above the
+# lab's, and above the runs without one. Nothing is negative, nothing crashes.
 # The penalty is meant to pull the policy back toward the reference. In which single place of the
 # loss could it turn into a push away from it?
 
@@ -682,7 +687,7 @@ def flags_the_live_reference(stays_put):
     assert stays_put(broken(7)) is False, "bug 7's reference is the policy itself"
 
 
-check("Exercise 3: the reference check", flags_the_live_reference, stays_put)
+check("Exercise 3: the reference check", flags_the_live_reference, stays_put);
 
 # %% [markdown]
 # ## Not every oddity is a bug: the batch-wide baseline
@@ -722,7 +727,7 @@ assert not difference.excludes(0.0)
 # | --- | --- | --- |
 # | old log-probs not frozen | reward and entropy flat, loss exactly 0, ratio exactly 1 | ratio loss's gradient at $\theta_{\text{old}}$ equals the naive one (claim 9) |
 # | old log-probs recomputed every step | the clipped run *is* the naive run; a home-made clip-fraction log reads 0 | ratios move away from 1 after the first step |
-# | ratio of log-probs (the lecture's script) | reward rises, then falls far below the lab's | ratio loss's gradient at $\theta_{\text{old}}$ equals the naive one (claim 9) |
+# | ratio of log-probs (the lecture's script) | reward falls from the start and settles far below the lab's | ratio loss's gradient at $\theta_{\text{old}}$ equals the naive one (claim 9) |
 # | std over the wrong axis | huge deltas in the sample log, weaker learning | a group's deltas depend on its own rewards only |
 # | deltas shifted off their responses | reward falls steadily | the best response of a group gets the largest delta |
 # | KL penalty sign flipped | drift grows with $\beta$ | KL falls as $\beta$ grows; a penalty step reduces the KL |
