@@ -267,6 +267,9 @@ for name, ratio in (("lab", lab.losses.ratios), ("broken", broken(2))):
     print(f"{name:>6}: ratios once the policy has moved: from {rho.min().item():.3g} to {rho.max().item():.3g}")
 assert not (lab.losses.ratios(later_log_probs, old_log_probs) == 1).all()
 assert (broken(2)(later_log_probs, old_log_probs) == 1).all()
+at_old = cosine(loss_gradient("clipped", 2), naive)  # bug 1's check, at theta = theta_old
+print(f"bug 1's check on the broken ratio: cosine of its gradient with the naive one at theta_old = {at_old:.6f}")
+assert at_old > 1 - 1e-6
 
 # %% [markdown]
 # ## Bug 3: the lecture's own ratio
@@ -371,7 +374,7 @@ def agrees_with_the_lab(agreement_with_naive):
 check("Exercise 1: the check for the ratio", agrees_with_the_lab, agreement_with_naive);
 
 # %% [markdown]
-# Bug 2 passes this check (cosine 1): at $\theta_{\text{old}}$ it is the right loss. Only a check
+# Bug 2 passes this check (cosine 1, printed under bug 2's check): at $\theta_{\text{old}}$ it is the right loss. Only a check
 # on a later step, once the policy has moved, can see it.
 #
 # ## Bug 4: normalized deltas that learn less
