@@ -244,9 +244,9 @@ for mode in ("normalized", "max"):
 #   Prompt by prompt (second table) its expectation is 1.3 to 1.7 degrees off that prompt's own
 #   gradient on the first prompt and within 0.35 degrees on the other two, but with a **different
 #   scale per prompt** (1.88, 1.80, 2.61 at $G = 10$): each group is divided by its own std, so a
-#   prompt whose group has little spread weighs more (claim 17, Dr. GRPO's difficulty bias). Summing differently
-#   weighted prompts tilts the update: at $G = 10$ the sum is 3.2 degrees off, more than any one
-#   prompt. Small here, but no theorem bounds it, and it changes as the policy does.
+#   prompt whose group has little spread weighs more (claim 17, Dr. GRPO's difficulty bias).
+#   Summing differently weighted prompts tilts the update: at $G = 10$ the sum is 3.2 degrees off,
+#   more than any one prompt. Small here, but no theorem bounds it, and it changes as the policy does.
 # - `max` is the furthest off, 4.0 to 6.9 degrees, with scales 1.6 to 2.1. It has no baseline (the
 #   best response's raw reward, every other delta 0: section 1), it throws away the information in
 #   every non-best response, and its per-prompt scales differ the most (1.4 to 2.9 at $G = 2$, 1.9 to

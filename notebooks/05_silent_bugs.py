@@ -230,10 +230,11 @@ assert gap == 0.0
 
 # %% [markdown]
 # **Question.** The broken runs learn, and their curve is hard to tell from the lab's (it lies
-# exactly under the naive runs' curve, which hides it). But their final parameters are exactly those of the *naive* loss (the difference printed is 0): the
-# clipping never acted, even though the lab's own log, computed from the true old log-probs, says
-# tokens left the clip band. At $\theta = \theta_{\text{old}}$
-# the broken loss has exactly the right value and the right gradient (bug 1's check passes). What
+# exactly under the naive runs' curve, which hides it). But their final parameters are exactly
+# those of the *naive* loss (the difference printed is 0): the clipping never acted, even though
+# the lab's own log, computed from the true old log-probs, says tokens left the clip band. At
+# $\theta = \theta_{\text{old}}$ the broken loss has exactly the right value and the right
+# gradient (bug 1's check passes). What
 # can the loss be comparing the current log-probs with, if its ratio is 1 on *every* step?
 
 # %% [markdown]
@@ -268,7 +269,7 @@ for name, ratio in (("lab", lab.losses.ratios), ("broken", broken(2))):
 assert not (lab.losses.ratios(later_log_probs, old_log_probs) == 1).all()
 assert (broken(2)(later_log_probs, old_log_probs) == 1).all()
 at_old = cosine(loss_gradient("clipped", 2), naive)  # bug 1's check, at theta = theta_old
-print(f"bug 1's check on the broken ratio: cosine of its gradient with the naive one at theta_old = {at_old:.6f}")
+print(f"bug 1's check on the broken ratio: cosine with the naive gradient at theta_old = {at_old:.6f}")
 assert at_old > 1 - 1e-6
 
 # %% [markdown]
@@ -374,8 +375,8 @@ def agrees_with_the_lab(agreement_with_naive):
 check("Exercise 1: the check for the ratio", agrees_with_the_lab, agreement_with_naive);
 
 # %% [markdown]
-# Bug 2 passes this check (cosine 1, printed under bug 2's check): at $\theta_{\text{old}}$ it is the right loss. Only a check
-# on a later step, once the policy has moved, can see it.
+# Bug 2 passes this check (cosine 1, printed under bug 2's check): at $\theta_{\text{old}}$ it is
+# the right loss. Only a check on a later step, once the policy has moved, can see it.
 #
 # ## Bug 4: normalized deltas that learn less
 #
@@ -499,10 +500,11 @@ assert fell >= len(fraction) - 2
 
 # %% [markdown]
 # **Question.** Random updates would make the reward wander. This one falls steadily, and ends
-# below where it started on nearly every seed. So the broken update is *systematically* anti-aligned with $\nabla J$. The deltas are still
-# the right numbers: centered, summing to zero in each group. What can be wrong about them, if not
-# their values? (Compare `broken_run.samples[0].rewards[0, 0]` with `broken_run.samples[0].deltas[0, 0]`:
-# run 0, prompt 0, its group of 10.)
+# below where it started on nearly every seed. So the broken update is *systematically*
+# anti-aligned with $\nabla J$. The deltas are still the right numbers: centered, summing to zero
+# in each group. What can be wrong about them, if not their values? (Compare
+# `broken_run.samples[0].rewards[0, 0]` with `broken_run.samples[0].deltas[0, 0]`: run 0, prompt 0,
+# its group of 10.)
 
 # %% [markdown]
 # <details><summary><b>Solution (click to open)</b></summary>
