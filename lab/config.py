@@ -84,6 +84,12 @@ class TrainConfig:
     """Adam's denominator epsilon (torch default)"""
     sample_every: int = 10
     """keep the sampled responses, rewards and deltas every this many epochs (samples.txt)"""
+    init_scale: float = 1.0
+    """std of the embedding's initialisation: parameters are drawn as the lecture draws them (E ~ N(0, 1),
+    as nn.Embedding), then E is multiplied by this; 1 = the lecture; smaller = flatter, more exploring policy"""
+    entropy_coef: float = 0.0
+    """weight of an entropy bonus: loss - coef x mean per-position entropy on the training prompts, the exact
+    entropy of the factorised policy, not a sample estimate (verl `entropy_coeff`, CleanRL `ent_coef`); 0 = off"""
 
     def __post_init__(self) -> None:
         for name, enum in (("delta", DeltaMode), ("loss", LossMode), ("sampler", Sampler)):
@@ -108,6 +114,10 @@ class TrainConfig:
             raise ConfigError(f"kl (beta) must be >= 0 and finite, got {self.kl!r}")
         if self.kl_period < 0:
             raise ConfigError(f"kl_period must be >= 0 (0 = frozen reference), got {self.kl_period!r}")
+        if not 0 < self.init_scale < math.inf:
+            raise ConfigError(f"init_scale must be > 0 and finite, got {self.init_scale!r}")
+        if not 0 <= self.entropy_coef < math.inf:
+            raise ConfigError(f"entropy_coef must be >= 0 and finite, got {self.entropy_coef!r}")
         if not self.std_eps >= 0:
             raise ConfigError(f"std_eps must be >= 0, got {self.std_eps!r}")
         if self.delta in NEEDS_GROUP and self.group_size < 2:

@@ -13,7 +13,8 @@ Responses are enumerated in mixed-radix order: response i has token
 
 Everything stays differentiable; pass `dtype=torch.float64` to evaluate the policy
 in double precision (gradients still reach the policy's own parameters).
-A response space past `LIMITS.max_responses` is refused with a ValueError.
+A response space past `LIMITS.max_responses` is refused with a ValueError (pass@k and maj@k,
+from `lab.voting`, fall back to a Monte Carlo estimate with a warning instead).
 Moments of the policy-gradient estimator live in `lab.estimators`.
 """
 
@@ -203,3 +204,7 @@ def expected_kl_estimate(
     if importance_weighted:
         per_token = per_token * torch.exp(log_probs - sample_log_probs)
     return (sample_log_probs.exp() * per_token).sum(dim=-1)
+
+
+# pass@k and maj@k take a policy like the functions above; their exact arithmetic is in lab.voting
+from lab.voting import maj_at_k, pass_at_k  # noqa: E402

@@ -31,23 +31,28 @@ def block_epochs(epochs: int, tokens_per_epoch: int) -> int:
 
 def step_metrics(log_probs: Tensor, old_log_probs: Tensor, ref_log_probs: Tensor, log_softmax: Tensor,
                  ref_log_softmax: Tensor, pg_loss: Tensor, deltas: Tensor, beta: Tensor,
-                 clip_eps: Tensor) -> dict[str, Tensor]:
+                 clip_eps: Tensor, entropy_coef: Tensor | None = None) -> dict[str, Tensor]:
     """Every step metric of a block of epochs, each float[step epoch run].
 
     log_probs float[step epoch run batch trial pos] (each measured before its step's update),
     log_softmax float[step epoch run batch pos vocab], pg_loss float[step epoch run]; the epochs'
     old_log_probs, ref_log_probs float[epoch run batch trial pos], ref_log_softmax
-    float[epoch run batch pos vocab] and deltas float[epoch run batch trial].
+    float[epoch run batch pos vocab] and deltas float[epoch run batch trial]; `entropy_coef` float[run]
+    when an entropy bonus is on.
     """
     kl = kl_estimate(log_probs, ref_log_probs)  # k3
     # a KL is >= 0; float rounding can leave -1e-8 where the policies agree
     kl_exact = exact_kl(log_softmax, ref_log_softmax).sum(dim=-1).mean(dim=-1).clamp_min(0)  # float[step epoch run]
     rho = (log_probs - old_log_probs).exp_()  # lab.losses.ratios
     low, high = clip_fractions_from_ratios(rho, deltas, clip_eps)
-    return dict(loss=pg_loss + beta * kl, pg_loss=pg_loss, kl=kl, kl_exact=kl_exact,
+    entropy = entropy_from_log_softmax(log_softmax).mean(dim=(-2, -1))
+    loss = pg_loss + beta * kl
+    if entropy_coef is not None:  # the entropy bonus is part of the minimised loss (lab.exploration)
+        loss = loss - entropy_coef * entropy
+    return dict(loss=loss, pg_loss=pg_loss, kl=kl, kl_exact=kl_exact,
                 ratio_mean=rho.mean(dim=(-3, -2, -1)), ratio_max=rho.amax(dim=(-3, -2, -1)),
                 clip_fraction=low + high, clip_low_fraction=low, clip_high_fraction=high,
-                entropy=entropy_from_log_softmax(log_softmax).mean(dim=(-2, -1)))
+                entropy=entropy)
 
 
 class StepMetricBlock:
@@ -86,7 +91,7 @@ class StepMetricBlock:
         return len(self.deltas) == self.epochs
 
     @torch.no_grad()
-    def flush(self, beta: Tensor, clip_eps: Tensor) -> dict[str, Tensor]:
+    def flush(self, beta: Tensor, clip_eps: Tensor, entropy_coef: Tensor | None = None) -> dict[str, Tensor]:
         """The collected epochs' step metrics, float[(epoch step) run] each; then start a new block."""
         epochs = len(self.deltas)
 
@@ -95,7 +100,7 @@ class StepMetricBlock:
 
         values = step_metrics(by_step(self.log_probs).mT, torch.stack(self.old).mT, torch.stack(self.ref).mT,
                               by_step(self.log_softmax), torch.stack(self.ref_log_softmax),
-                              by_step(self.pg_loss), torch.stack(self.deltas), beta, clip_eps)
+                              by_step(self.pg_loss), torch.stack(self.deltas), beta, clip_eps, entropy_coef)
         self._clear()
         return {name: value.transpose(0, 1).flatten(0, 1) for name, value in values.items()}
 

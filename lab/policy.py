@@ -29,19 +29,27 @@ def init_parameters(
     dim: int,
     generator: torch.Generator | None = None,
     device: torch.device | str | None = None,
+    init_scale: float = 1.0,
 ) -> dict[str, Tensor]:
-    """Draw one policy's parameters: E ~ N(0, 1) (as nn.Embedding), A_p, B_q ~ N(0, 1/dim)."""
+    """Draw one policy's parameters: E ~ N(0, 1) (as nn.Embedding), A_p, B_q ~ N(0, 1/dim); then E *= init_scale.
+
+    The draws are the lecture's whatever the scale (same generator calls), so a scale of 1 gives
+    exactly the lecture's parameters and any other scale the same directions, shrunk or stretched.
+    """
     device = generator.device if generator is not None else device
 
     def randn(*shape: int) -> Tensor:
         return torch.randn(*shape, generator=generator, device=device)
 
     scale = 1.0 / math.sqrt(dim)  # keeps h and logits O(1) at initialisation
-    return {
+    params = {
         "embedding": randn(vocab_size, dim),  # float[vocab dim]
         "encode": randn(prompt_length, dim, dim) * scale,  # float[pos dim dim]
         "decode": randn(response_length, dim, dim) * scale,  # float[pos dim dim]
     }
+    if init_scale != 1.0:  # logits are quadratic in E (it enters h and the output): 0.1 flattens them 100x
+        params["embedding"] = params["embedding"] * init_scale
+    return params
 
 
 def embed(embedding: Tensor, prompts: Tensor) -> Tensor:
@@ -94,12 +102,13 @@ class Policy(nn.Module):
         response_length: int,
         dim: int = 10,
         generator: torch.Generator | None = None,
+        init_scale: float = 1.0,
     ) -> None:
         super().__init__()
         self.vocab_size, self.prompt_length, self.response_length, self.dim = (
             vocab_size, prompt_length, response_length, dim,
         )
-        params = init_parameters(vocab_size, prompt_length, response_length, dim, generator)
+        params = init_parameters(vocab_size, prompt_length, response_length, dim, generator, init_scale=init_scale)
         self.embedding = nn.Parameter(params["embedding"])
         self.encode = nn.Parameter(params["encode"])
         self.decode = nn.Parameter(params["decode"])
@@ -112,8 +121,8 @@ class PolicyStack(nn.Module):
     """R independent policies with a leading run axis on every parameter.
 
     Run r is initialised from `generators[r]` exactly as `Policy(..., generator=generators[r])`
-    would be, so a seed's run starts from the same parameters alone or inside a sweep.
-    `forward(prompts: int[batch pos]) -> float[run batch pos vocab]`.
+    would be (with `init_scales[r]`, default 1), so a seed's run starts from the same parameters
+    alone or inside a sweep. `forward(prompts: int[batch pos]) -> float[run batch pos vocab]`.
     """
 
     def __init__(
@@ -123,12 +132,15 @@ class PolicyStack(nn.Module):
         response_length: int,
         dim: int,
         generators: list[torch.Generator],
+        init_scales: list[float] | None = None,
     ) -> None:
         super().__init__()
         self.vocab_size, self.prompt_length, self.response_length, self.dim = (
             vocab_size, prompt_length, response_length, dim,
         )
-        per_run = [init_parameters(vocab_size, prompt_length, response_length, dim, g) for g in generators]
+        init_scales = init_scales or [1.0] * len(generators)
+        per_run = [init_parameters(vocab_size, prompt_length, response_length, dim, g, init_scale=s)
+                   for g, s in zip(generators, init_scales)]
         self.embedding = nn.Parameter(torch.stack([p["embedding"] for p in per_run]))  # float[run vocab dim]
         self.encode = nn.Parameter(torch.stack([p["encode"] for p in per_run]))  # float[run pos dim dim]
         decode = torch.stack([p["decode"] for p in per_run])  # float[run pos dim dim]

@@ -42,6 +42,12 @@ EPOCH_METRICS = {
     "greedy_accuracy": "fraction of training prompts whose argmax response is exactly sorted",
     "heldout_greedy_reward": "greedy_reward on the held-out prompts (empty without them)",
     "heldout_greedy_accuracy": "greedy_accuracy on the held-out prompts (empty without them)",
+    "optimal_prob": "exact probability that one response sampled by the epoch's sampling policy reaches its "
+                    "prompt's optimum reward, mean over the training prompts (Monte Carlo past the "
+                    "enumeration limit: summary.json `exploration_exact`)",
+    "zero_std_prob": "exact probability that a group of G responses has all-equal rewards (no GRPO signal), "
+                     "sum over reward values v of P(R = v)^G, mean over prompts: what zero_std_fraction "
+                     "estimates",
 }
 """Measured once per epoch and repeated on its step rows."""
 
@@ -78,6 +84,8 @@ class Records:
     greedy_responses: np.ndarray | None = None
     """int[run batch pos]: each run's final argmax response per training prompt"""
     seconds: float = 0.0
+    exploration_exact: bool = True
+    """whether `optimal_prob` and `zero_std_prob` are exact (else Monte Carlo, lab.exploration)"""
 
     @property
     def num_runs(self) -> int:

@@ -5,7 +5,7 @@
         r = R(x, y);  d = deltas(r)                          (per group)
         l_old = log pi_theta(y | x), l_ref = log pi_ref(y | x)   (frozen: no gradient)
         repeat S times:
-            L = surrogate(l, d, l_old) + beta * k3(l, l_ref)   -> one Adam step
+            L = surrogate(l, d, l_old) + beta * k3(l, l_ref) - c_H * H(pi_theta)   -> one Adam step
 
 R runs train as one computation: parameters and Adam state carry a leading
 `run` axis, per-run losses are summed (so each run gets exactly its own
@@ -23,12 +23,13 @@ from torch import Tensor
 
 from lab.config import TrainConfig, check_batchable
 from lab.deltas import compute_deltas
+from lab.exploration import entropy_bonus, epoch_exploration, is_exact
 from lab.fused import policy_log_probs
 from lab.kl import freeze, kl_estimate, reference_due
 from lab.losses import compute_loss
 from lab.metrics import StepMetricBlock, block_epochs, greedy_metrics, sample_metrics
 from lab.optim import RunAdam
-from lab.policy import PolicyStack
+from lab.policy import PolicyStack, policy_logits
 from lab.records import EPOCH_METRICS, STEP_METRICS, Records, Samples
 from lab.rollout import greedy_responses
 from lab.samplers import SAMPLERS
@@ -80,12 +81,16 @@ def train(
     prompts = task.prompts.to(device)  # int[batch pos]
     eval_prompts = None if task.eval_prompts is None else task.eval_prompts.to(device)
     policy = PolicyStack(task.vocab_size, prompts.shape[1], task.response_length, shared.dim,
-                         list(generators))
+                         list(generators), [c.init_scale for c in configs])
     per_run = lambda name, dtype=torch.float32: torch.tensor(  # noqa: E731
         [getattr(c, name) for c in configs], device=device, dtype=dtype)
     parameters = [policy.embedding, policy.encode, policy.decode]  # float[run ...] each
     optimizer = RunAdam(parameters, per_run("lr"), shared.adam_betas, shared.adam_eps)
     beta, clip_eps = per_run("kl"), per_run("clip_eps")
+    entropy_coef = per_run("entropy_coef")
+    # only the runs with an entropy bonus pay for its differentiable forward pass
+    bonus_runs = torch.tensor([r for r, c in enumerate(configs) if c.entropy_coef > 0], device=device,
+                              dtype=torch.long)
     any_kl = any(c.kl > 0 for c in configs)
     reward_groups = RunGroups([c.reward for c in configs], device)
     delta_groups = RunGroups([c.delta for c in configs], device)
@@ -108,7 +113,7 @@ def train(
     tokens_per_epoch = steps * runs * prompts.shape[0] * shared.group_size * task.response_length
     block = StepMetricBlock(steps, block_epochs(shared.epochs, tokens_per_epoch))
     # per epoch only what the epoch metrics need; they are computed for all epochs at once after the loop
-    epoch_rewards, epoch_greedy, epoch_heldout_greedy = [], [], []
+    epoch_rewards, epoch_greedy, epoch_heldout_greedy, epoch_logits = [], [], [], []
     samples: list[Samples] = []
     # a single reward has no spread: std 0 for G = 1 (Bessel's correction would give NaN)
     correction = 1 if shared.std_unbiased and shared.group_size > 1 else 0
@@ -121,6 +126,7 @@ def train(
         fresh_reference = reference_due(epoch, shared.kl_period)
         if fresh_reference:
             reference = freeze(policy)
+        epoch_logits.append(logits)  # the sampling policy, for the exact exploration metrics
         with torch.no_grad():
             responses = sampler_groups.apply(  # int[run batch trial pos]
                 lambda s, lg: SAMPLERS[s](lg, shared.group_size, sampler_generators[s]), logits)
@@ -150,6 +156,9 @@ def train(
                 log_probs, deltas, old_log_probs, clip_eps)
             # beta = 0 everywhere adds exactly nothing to the gradient: leave the KL out of the graph
             loss = pg_loss + beta * kl_estimate(log_probs, ref_log_probs) if any_kl else pg_loss
+            if len(bonus_runs):  # - c_H * the exact mean entropy, on the bonus runs only
+                live = policy_logits(*(p.index_select(0, bonus_runs) for p in parameters), prompts)
+                loss = loss.index_add(0, bonus_runs, -entropy_coef[bonus_runs] * entropy_bonus(live))
             optimizer.zero_grad()
             # d(sum of the runs' losses)/d(loss_r) = 1: each run gets exactly its own gradient (no parameter
             # is shared); seeding backward with those ones skips a sum and its backward node
@@ -158,7 +167,8 @@ def train(
             block.add_step(step, log_probs, log_softmaxes, pg_loss)
         block.end_epoch(old_log_probs, ref_log_probs, ref_log_softmax, deltas)
         if block.full or epoch == shared.epochs - 1:
-            for name, values in block.flush(beta, clip_eps).items():  # float[(epoch step) run]
+            for name, values in block.flush(beta, clip_eps,
+                                            entropy_coef if len(bonus_runs) else None).items():  # float[(epoch step) run]
                 step_log[name].append(values)
 
         with torch.no_grad():
@@ -182,6 +192,15 @@ def train(
             held_reward, _, held_accuracy = greedy_metrics(score(eval_prompts, held), held, eval_targets,
                                                            eval_optimum)
             epoch_log["heldout_greedy_reward"], epoch_log["heldout_greedy_accuracy"] = held_reward, held_accuracy
+        # exact P(optimal) and P(no signal) of every epoch's sampling policy (lab.exploration)
+        exact = is_exact(task.vocab_size, task.response_length)
+        mc_generators = None if exact else [torch.Generator(device).manual_seed(c.seed) for c in configs]
+        explored = reward_groups.apply(
+            lambda name, lg, runs_of: torch.stack(list(epoch_exploration(
+                lg, prompts, task.reward_fn(name), task.optimum(name, prompts).to(device), shared.group_size,
+                None if exact else [mc_generators[r] for r in runs_of.tolist()]).values()), dim=-1),
+            torch.stack(epoch_logits, dim=1), torch.arange(runs, device=device))  # float[run epoch 2]
+        epoch_log["optimal_prob"], epoch_log["zero_std_prob"] = explored.unbind(-1)
 
     to_numpy = lambda log, join: {k: join(v).cpu().float().numpy() for k, v in log.items()}  # noqa: E731
     return Records(
@@ -195,4 +214,5 @@ def train(
                for name, p in policy.named_parameters()},
         greedy_responses=epoch_greedy[-1].cpu().numpy(),
         seconds=time.perf_counter() - start,
+        exploration_exact=exact,
     )

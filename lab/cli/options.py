@@ -33,6 +33,10 @@ StepsOpt = Annotated[int, typer.Option(help="optimizer steps on each epoch's bat
 GroupOpt = Annotated[int, typer.Option(help="G, responses sampled per prompt")]
 LrOpt = Annotated[float, typer.Option(help="Adam learning rate")]
 DimOpt = Annotated[int, typer.Option(help="embedding width of the policy")]
+InitScaleOpt = Annotated[float, typer.Option(help="std of the embedding's initialisation (1 = the lecture's "
+                                                  "N(0, 1); smaller = a flatter, more exploring initial policy)")]
+EntropyCoefOpt = Annotated[float, typer.Option(help="entropy bonus: loss - coef x exact mean per-position "
+                                                    "entropy (0 = off)")]
 PromptsOpt = Annotated[str, typer.Option(help="'lecture', 'random' (see --num-prompts, --prompt-length), "
                                               "or a JSON list such as '[[3,1,0,2],[2,2,0,1]]'")]
 NumPromptsOpt = Annotated[int, typer.Option(help="how many prompts --prompts random draws")]
@@ -52,6 +56,10 @@ RewardsOpt = Annotated[list[Reward] | None, typer.Option("--reward", help="repea
 KLsOpt = Annotated[list[float] | None, typer.Option("--kl", help="repeatable: KL weights beta to sweep")]
 ClipsOpt = Annotated[list[float] | None, typer.Option("--clip-eps", help="repeatable: clip eps to sweep")]
 LrsOpt = Annotated[list[float] | None, typer.Option("--lr", help="repeatable: learning rates to sweep")]
+InitScalesOpt = Annotated[list[float] | None, typer.Option("--init-scale", help="repeatable: embedding init "
+                                                           "scales to sweep (1 = the lecture)")]
+EntropyCoefsOpt = Annotated[list[float] | None, typer.Option("--entropy-coef", help="repeatable: entropy "
+                                                             "bonus weights to sweep (0 = off)")]
 GroupsOpt = Annotated[list[int] | None, typer.Option("--group-size", help="repeatable: group sizes G "
                                                      "(each G trains as its own batch)")]
 

@@ -14,10 +14,12 @@ from lab.cli.options import (
     DeltaOpt,
     DeviceOpt,
     DimOpt,
+    EntropyCoefOpt,
     EpochsOpt,
     ForceOpt,
     GroupOpt,
     HeldoutOpt,
+    InitScaleOpt,
     KLOpt,
     KLPeriodOpt,
     LossOpt,
@@ -65,6 +67,8 @@ def run(
     group_size: GroupOpt = DEFAULTS.group_size,
     lr: LrOpt = DEFAULTS.lr,
     dim: DimOpt = DEFAULTS.dim,
+    init_scale: InitScaleOpt = DEFAULTS.init_scale,
+    entropy_coef: EntropyCoefOpt = DEFAULTS.entropy_coef,
     seed: Annotated[int, typer.Option(help="seed of the run's generator (init and sampling)")] = DEFAULTS.seed,
     sampler: SamplerOpt = DEFAULTS.sampler,
     prompts: PromptsOpt = "lecture",
@@ -82,7 +86,7 @@ def run(
     try:
         config = TrainConfig(epochs=epochs, steps=steps, group_size=group_size, lr=lr, seed=seed, sampler=sampler,
                              dim=dim, reward=reward.value, delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
-                             kl_period=kl_period)
+                             kl_period=kl_period, init_scale=init_scale, entropy_coef=entropy_coef)
         prompt_options = dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts,
                               prompt_length=prompt_length, heldout=heldout, prompt_seed=prompt_seed)
         task = make_task(**prompt_options)
@@ -104,6 +108,7 @@ def run(
         "final_greedy_accuracy": float(records.final("greedy_accuracy")[0]),
         "final_greedy_responses": records.greedy_responses[0].tolist(),
         "seconds": records.seconds,
+        "exploration_exact": records.exploration_exact,
     }
     with folder as tmp:
         write_json_atomic(tmp / "config.json", {
@@ -136,5 +141,5 @@ def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.devic
 
 
 RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "clip_eps", "epochs", "steps", "group_size",
-               "lr", "dim", "seed", "sampler")
+               "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler")
 """TrainConfig fields that `lab run` exposes as options."""

@@ -15,10 +15,12 @@ from lab.cli.options import (
     DeltasOpt,
     DeviceOpt,
     DimOpt,
+    EntropyCoefsOpt,
     EpochsOpt,
     ForceOpt,
     GroupsOpt,
     HeldoutOpt,
+    InitScalesOpt,
     KLPeriodOpt,
     KLsOpt,
     LossesOpt,
@@ -50,6 +52,8 @@ def sweep(
     clip_eps: ClipsOpt = None,
     lr: LrsOpt = None,
     group_size: GroupsOpt = None,
+    init_scale: InitScalesOpt = None,
+    entropy_coef: EntropyCoefsOpt = None,
     seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
     sampler: SamplerOpt = DEFAULTS.sampler,
     threads: Annotated[int | None, typer.Option(
@@ -73,12 +77,15 @@ def sweep(
     from lab import sweep as sweeps
 
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
-             "clip_eps": clip_eps, "lr": lr, "group_size": group_size}
+             "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
+             "entropy_coef": entropy_coef}
     try:
         grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
         base = TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler)
         configs = sweeps.build_grid(base, grid, seeds)
         names = [name for name, values in grid.items() if len(values) > 1]
+        # summary.csv names every swept setting and every one given on the command line, even once
+        columns = [name for name, values in grid.items() if len(values) > 1 or given[name]]
         prompt_options = dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts,
                               prompt_length=prompt_length, heldout=heldout, prompt_seed=prompt_seed)
         task = make_task(**prompt_options)
@@ -101,7 +108,7 @@ def sweep(
             task, configs, device=torch_device, progress=progress))
     finally:
         torch.set_num_threads(previous_threads)
-    summaries = sweeps.summarise(records, names)
+    summaries = sweeps.summarise(records, columns)
 
     from lab.figures import plot_sweep  # matplotlib only where a figure is made
 
@@ -112,10 +119,11 @@ def sweep(
             "seeds": list(range(seeds)), "base": base.to_dict(), "runs": len(configs),
             "task": {"name": task.name, "prompts": task.prompts.tolist(), "vocab_size": task.vocab_size},
             "device": str(torch_device), "torch": torch.__version__, "prompt_options": prompt_options,
+            "exploration_exact": records.exploration_exact,
         })
         write_text_atomic(tmp / "metrics.csv", metrics_csv(records, sweeps.extra_columns(records, sweeps.GRID_FIELDS)))
-        write_text_atomic(tmp / "summary.csv", sweeps.summary_csv(summaries, names))
+        write_text_atomic(tmp / "summary.csv", sweeps.summary_csv(summaries, columns))
         plot_sweep(records, names, tmp / "curves.png")
     if not quiet:
-        typer.echo(sweeps.summary_table(summaries, names))
+        typer.echo(sweeps.summary_table(summaries, columns))
         typer.echo(f"{len(configs)} runs in {records.seconds:.2f} s -> {folder.out}")
