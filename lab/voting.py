@@ -120,10 +120,10 @@ class MonteCarloWarning(UserWarning):
 
 
 def _as_ks(k: int | Sequence[int]) -> tuple[list[int], bool]:
-    ks = [k] if isinstance(k, int) else list(k)
+    ks = [k] if isinstance(k, (int, float)) else list(k) if isinstance(k, Sequence) else [k]
     if not ks or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in ks):
         raise ValueError(f"k must be a positive integer or a list of them, got {k!r}")
-    return ks, isinstance(k, int)
+    return ks, not isinstance(k, Sequence)
 
 
 def _sampled_votes(policy, prompts: Tensor, reward, ks: list[int], generator: torch.Generator | None,
