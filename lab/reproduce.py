@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from lab.config import TrainConfig
+from lab.exploration_results import ENTROPY_COEFS, INIT_SCALES, STUCK
 from lab.outputs import write_text_atomic
 from lab.records import Records
 from lab.samplers import Sampler
@@ -50,6 +51,8 @@ class Experiment:
     """one panel per setting (with the seed-5 curve) plus an overlay, instead of the overlay alone"""
     tradeoff: bool = False
     """a KL experiment: curves beside final reward against the exact KL to the reference"""
+    exploration: bool = False
+    """the exploration section: its own figures and tables (lab.exploration_results)"""
 
 
 EXPERIMENTS = (
@@ -66,6 +69,11 @@ EXPERIMENTS = (
                tuple({"delta": "centered", "kl": b} for b in KL_WEIGHTS), tradeoff=True),
     Experiment("kl_frozen", "KL penalty to the initial policy, frozen (kl_period 0, centered deltas)", ("kl",),
                tuple({"delta": "centered", "kl": b, "kl_period": 0} for b in KL_WEIGHTS), tradeoff=True),
+    Experiment("exploration", "Exploration: embedding init scale x deltas x loss; entropy bonus at the lecture's init",
+               ("init_scale", "delta", "loss", "entropy_coef"),
+               tuple({"init_scale": s, "delta": d, "loss": m} for s in INIT_SCALES
+                     for d in ("raw", "centered", "normalized") for m in ("naive", "clipped"))
+               + tuple({**STUCK, "entropy_coef": c} for c in ENTROPY_COEFS), exploration=True),
 )
 
 
@@ -116,17 +124,27 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
 
 def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]:
     """The files `write_figures` writes (checked before training, so a clash fails in seconds)."""
-    return [*(f"{e.name}.png" for e in experiments), "RESULTS.md"]
+    from lab.exploration_results import FIGURES
+
+    return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
+            "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,
-                  experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[Path]:
+                  experiments: tuple[Experiment, ...] = EXPERIMENTS, ks: tuple[int, ...] | None = None) -> list[Path]:
     """Every experiment's PNG and RESULTS.md into `out` (an existing folder); returns the paths."""
     from lab import figures  # matplotlib only where figures are made
     from lab.results import kl_points, results_markdown
 
     records, paths = reproduction.records, []
+    analysis = None
     for experiment in experiments:
+        if experiment.exploration:
+            analysis = exploration_analysis(reproduction, experiment, ks)
+            from lab.exploration_figures import plot_exploration  # matplotlib only where figures are made
+
+            paths += plot_exploration(analysis, Path(out))
+            continue
         groups = reproduction.setting_runs(experiment)
         path = Path(out) / f"{experiment.name}.png"
         subtitle = (f"{experiment.title}; {'left: ' if experiment.tradeoff else ''}"
@@ -146,5 +164,30 @@ def write_figures(reproduction: Reproduction, out: Path,
                                 else None)
         paths.append(path)
     results = Path(out) / "RESULTS.md"
-    write_text_atomic(results, results_markdown(reproduction, experiments))
+    write_text_atomic(results, results_markdown(reproduction, experiments, analysis))
     return [*paths, results]
+
+
+def exploration_analysis(reproduction: Reproduction, experiment: Experiment, ks: tuple[int, ...] | None = None) -> dict:
+    """What the exploration figures and RESULTS.md section need, computed once from the records
+    (pass@k and maj@k for k = 1..64, `lab.exploration_results.KS`, unless `ks` = 1..K is given)."""
+    from lab import exploration_results as xr
+    from tasks.sorting import lecture_prompts
+
+    records, prompts = reproduction.records, lecture_prompts()
+    settings = list(experiment.settings)
+    runs = {xr._key(s): reproduction.runs[experiment.name, i] for i, s in enumerate(settings)}
+    grid = [s for s in settings if "entropy_coef" not in s]
+    reward = records.configs[0].reward
+    by_scale = {scale: runs[xr._key({"init_scale": scale, "delta": "centered", "loss": "clipped"})]
+                for scale in xr.INIT_SCALES}
+    fit_settings = [{"init_scale": scale, "delta": "centered", "loss": "clipped"} for scale in xr.INIT_SCALES]
+    return dict(
+        records=records, seeds=reproduction.seeds, runs=runs, grid=grid,
+        bonus=[s for s in settings if "entropy_coef" in s],
+        initial_hit={scale: xr.initial_group_hit(records, r, prompts, reward) for scale, r in by_scale.items()},
+        ks=ks or xr.KS,
+        at_k={xr._key(s): xr.at_k_curves(records, runs[xr._key(s)], prompts, reward, ks or xr.KS)
+              for s in (xr.STUCK, xr.EXPLORING)},
+        fit_settings=fit_settings, fits={xr._key(s): xr.entropy_reward_fit(records, runs[xr._key(s)]) for s in fit_settings},
+    )

@@ -200,8 +200,9 @@ def _stuck_responses(records, lecture, groups) -> list[str]:
     return lines
 
 
-def results_markdown(reproduction, experiments) -> str:
-    """The whole RESULTS.md text; every number comes from `reproduction.records`."""
+def results_markdown(reproduction, experiments, exploration: dict | None = None) -> str:
+    """The whole RESULTS.md text; every number comes from `reproduction.records` (the exploration
+    section's from `exploration`, lab.reproduce.exploration_analysis, when given)."""
     records, seeds = reproduction.records, reproduction.seeds
     config = records.configs[0]
     lecture = experiments[0]
@@ -230,7 +231,7 @@ def results_markdown(reproduction, experiments) -> str:
             "(exact by construction, `tests/test_deltas.py`), and Dr. GRPO's length bias, which cannot arise at "
             "fixed length (claim 16 in `docs/claims.md`).", ""]
     out += _what_the_rules_show(records, lecture, lecture_groups) + [""]
-    for experiment in experiments:
+    for experiment in (e for e in experiments if not e.exploration):
         groups = reproduction.setting_runs(experiment)
         out += [f"## {experiment.title}", "", f"![{experiment.name}]({experiment.name}.png)", ""]
         out += _experiment_table(records, experiment, groups, reproduction.setting_lecture_runs(experiment))
@@ -254,4 +255,8 @@ def results_markdown(reproduction, experiments) -> str:
             "| setting | groups with equal rewards, last epochs |", "| --- | --- |"]
     for overrides, runs in zip(lecture.settings, lecture_groups):
         out.append(f"| {_setting_text(lecture, overrides)} | {_fraction(mean_interval(zero[runs]))} |")
+    if exploration is not None:
+        from lab.exploration_results import exploration_markdown
+
+        out += ["", *exploration_markdown(exploration)]
     return "\n".join(out) + "\n"

@@ -140,11 +140,17 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     from lab.intervals import Interval
 
     reproduction = run_reproduction(seeds=6, base=TrainConfig(epochs=3, steps=2))
-    paths = write_figures(reproduction, tmp_path)
-    assert sorted(p.name for p in paths) == sorted([f"{e.name}.png" for e in EXPERIMENTS] + ["RESULTS.md"])
+    paths = write_figures(reproduction, tmp_path, ks=tuple(range(1, 9)))  # maj@k to k = 8 keeps it quick
+    exploration = ["exploration_init.png", "exploration_bonus.png", "exploration_pass_at_k.png",
+                   "exploration_entropy_reward.png"]
+    assert sorted(p.name for p in paths) == sorted([f"{e.name}.png" for e in EXPERIMENTS if not e.exploration]
+                                                   + exploration + ["RESULTS.md"])
     text = (tmp_path / "RESULTS.md").read_text()
-    verdicts = [line.rsplit("**", 2)[-2] for line in text.splitlines() if line.endswith("** |")]
+    lecture_part, exploration_part = text.split("## Exploration", 1)
+    verdicts = [line.rsplit("**", 2)[-2] for line in lecture_part.splitlines() if line.endswith("** |")]
     assert len(verdicts) == 6 and set(verdicts) <= {"holds", "does not hold", "inconclusive", "partly"}
+    verdicts = [line.rsplit("**", 2)[-2] for line in exploration_part.splitlines() if line.endswith("** |")]
+    assert len(verdicts) == 14 and set(verdicts) <= {"holds", "does not hold", "inconclusive"}
     raw = reproduction.runs["lecture_deltas", 0]
     assert mean_interval(reproduction.records.final("mean_reward")[raw]).text(3) in text
     assert len(set(reproduction.runs["baselines", 1]) & set(reproduction.runs["lecture_deltas", 1])) == 6  # trained once
