@@ -31,7 +31,7 @@ from lab.voting import maj_at_k_from_probs, pass_at_k_from_probs
 
 INIT_SCALES = (1.0, 0.5, 0.3, 0.1)
 """Embedding init scales of the exploration experiment (1 = the lecture)."""
-ENTROPY_COEFS = (0.01, 0.03, 0.1)
+ENTROPY_COEFS = (0.01, 0.03, 0.1, 0.3)
 """Entropy-bonus weights tried at the lecture's initialisation (centered deltas, clipped loss)."""
 KS = tuple(range(1, 65))
 """k of pass@k and maj@k."""
@@ -196,6 +196,7 @@ def exploration_markdown(analysis: dict) -> list[str]:
             cells = [mean_interval(curves[c][:, k - 1]).text(4)
                      for c in ("pass_before", "pass_after", "maj_before", "maj_after")]
             out.append(f"| {name} ({_label(setting)}) | {k} | " + " | ".join(cells) + " |")
+    out += ["", *_at_k_sentences(analysis)]
     out += ["", "![exploration_entropy_reward](exploration_entropy_reward.png)", ""]
     return out
 
@@ -206,3 +207,22 @@ def _key(setting: dict) -> tuple:
 
 def _label(setting: dict) -> str:
     return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in setting.items())
+
+
+def _at_k_sentences(analysis: dict) -> list[str]:
+    """What the pass@k / maj@k curves show, from the numbers (DeepSeekMath: RL raises maj@K, not pass@K;
+    Yue et al. 2025: the base model's pass@k wins at large k)."""
+    ks, lines = analysis["ks"], []
+    for name, setting in (("stuck", STUCK), ("exploring", EXPLORING)):
+        c = analysis["at_k"][_key(setting)]
+        before, after = c["pass_before"].mean(0), c["pass_after"].mean(0)
+        wins = [k for k, b, a in zip(ks, before, after) if b > a]
+        sharpen = mean_interval(c["maj_after"][:, -1] - c["maj_before"][:, -1])
+        widen = mean_interval(c["pass_after"][:, -1] - c["pass_before"][:, -1])
+        lines.append(
+            f"- {name} ({_label(setting)}): from k = 1 to {ks[-1]}, "
+            + (f"the initial policy's mean pass@k is higher from k = {wins[0]} on (Yue et al.'s pattern)"
+               if wins else "the trained policy's mean pass@k is higher at every k (no crossing, unlike Yue et al.)")
+            + f"; at k = {ks[-1]} training changes maj@k by {sharpen.text(3)} and pass@k by {widen.text(3)} "
+            "(after - before, paired t over seeds).")
+    return ["What this shows (mean over seeds; DeepSeekMath reports RL raising maj@K but not pass@K):", "", *lines]
