@@ -189,5 +189,6 @@ def exploration_analysis(reproduction: Reproduction, experiment: Experiment, ks:
         ks=ks or xr.KS,
         at_k={xr._key(s): xr.at_k_curves(records, runs[xr._key(s)], prompts, reward, ks or xr.KS)
               for s in (xr.STUCK, xr.EXPLORING)},
-        fit_settings=fit_settings, fits={xr._key(s): xr.entropy_reward_fit(records, runs[xr._key(s)]) for s in fit_settings},
+        fit_settings=fit_settings,
+        fits={xr._key(s): xr.entropy_reward_fit(records, runs[xr._key(s)]) for s in fit_settings},
     )

@@ -167,8 +167,8 @@ def train(
             block.add_step(step, log_probs, log_softmaxes, pg_loss)
         block.end_epoch(old_log_probs, ref_log_probs, ref_log_softmax, deltas)
         if block.full or epoch == shared.epochs - 1:
-            for name, values in block.flush(beta, clip_eps,
-                                            entropy_coef if len(bonus_runs) else None).items():  # float[(epoch step) run]
+            bonus_weights = entropy_coef if len(bonus_runs) else None
+            for name, values in block.flush(beta, clip_eps, bonus_weights).items():  # float[(epoch step) run]
                 step_log[name].append(values)
 
         with torch.no_grad():

@@ -90,7 +90,8 @@ def maj_at_k_from_probs(probs: Tensor, rewards: Tensor, ks: Sequence[int]) -> Te
             # the tie polynomial in y has degree <= degree // c: Gauss-Legendre with that many // 2 + 1 nodes
             x, w = np.polynomial.legendre.leggauss(degree // c // 2 + 1)
             nodes, weights = torch.tensor((x + 1) / 2), torch.tensor(w / 2)
-            coef = torch.einsum("dym,y->dm", _capped_product(others, c, degree, nodes), weights)  # E_y: float[D degree+1]
+            # E_y of the capped product: float[D degree+1]
+            coef = torch.einsum("dym,y->dm", _capped_product(others, c, degree, nodes), weights)
             for k in range(c, top + 1):
                 wins[:, k] += torch.exp(log_fact[k] - log_fact[c]) * p_o**c * coef[:, k - c]
     return wins[:, ks].reshape(*lead, len(ks)).to(probs.dtype).clamp(0, 1)

@@ -126,7 +126,8 @@ def test_first_epoch_hit(first_epoch_hit):
         policy = policy_at(scale)
         yours = first_epoch_hit(pass_at_k(policy, task.prompts, REWARD, 1), G)
         lab_value = float(pass_at_k(policy, task.prompts, REWARD, G).prod())
-        assert math.isclose(yours, lab_value, rel_tol=1e-6, abs_tol=1e-15), f"scale {scale}: yours {yours}, lab {lab_value}"
+        assert math.isclose(yours, lab_value, rel_tol=1e-6, abs_tol=1e-15), (
+            f"scale {scale}: yours {yours}, lab {lab_value}")
 
 
 check("Exercise 1, the first epoch's chance", test_first_epoch_hit, first_epoch_hit);
@@ -146,7 +147,8 @@ single = {scale: train(task, TrainConfig(seed=5, delta="centered", loss="clipped
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.4), sharey=True)
 for ax, (scale, records) in zip(axes, single.items()):
     epochs = np.arange(records.epoch_metrics["zero_std_prob"].shape[1])
-    ax.plot(epochs, records.epoch_metrics["zero_std_fraction"][0], lw=0.8, alpha=0.7, label="zero_std_fraction (sampled)")
+    ax.plot(epochs, records.epoch_metrics["zero_std_fraction"][0], lw=0.8, alpha=0.7,
+            label="zero_std_fraction (sampled)")
     ax.plot(epochs, records.epoch_metrics["zero_std_prob"][0], lw=1.6, label="zero_std_prob (exact)")
     ax.plot(epochs, records.epoch_metrics["optimal_prob"][0], lw=1.2, ls="--", label="optimal_prob (exact)")
     ax.set_title(f"seed 5, centered, clipped, init scale {scale:g}", fontsize=9)
@@ -355,8 +357,9 @@ check("Exercise 3, the entropy change", test_entropy_change, entropy_change);
 
 # %% [markdown]
 # The check asks for agreement within 5% at this step length; the proof checks that the error
-# of the first-order formula shrinks linearly with the step, over three step lengths. Over a whole run the entropy and the reward
-# move together: Cui et al. fit $R = -a\,e^{H} + b$ across training. The same fit on section 3's
+# of the first-order formula shrinks linearly with the step, over three step lengths. Over a
+# whole run the entropy and the reward move together: Cui et al. fit $R = -a\,e^{H} + b$ across
+# training. The same fit on section 3's
 # runs, every (seed, epoch) point:
 
 # %%
