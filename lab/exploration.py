@@ -30,7 +30,8 @@ MC_SAMPLES = 1024
 OPTIMAL_TOLERANCE = 1e-6
 """A response is optimal when its reward is within this of the prompt's optimum (as `lab.sweep`)."""
 CHUNK_ENTRIES = 2**22
-"""Rows of the response table built at once (runs x epochs x prompts x responses): memory stays ~32 MB."""
+"""Entries built at once (runs x epochs x prompts x responses, or x samples x vocab for the Monte Carlo
+estimate): memory stays at tens of MB whatever the sweep's size."""
 
 
 def is_exact(vocab_size: int, length: int) -> bool:
@@ -127,7 +128,10 @@ def epoch_exploration(logits: Tensor, prompts: Tensor, reward: Callable[[Tensor,
     if not is_exact(vocab, length):
         if generators is None:
             raise ValueError("a Monte Carlo estimate needs one generator per run")
-        optimal, zero = monte_carlo_exploration(logits, prompts, reward, optimum, group_size, generators)
+        step = max(1, CHUNK_ENTRIES // (runs * batch * MC_SAMPLES * vocab))  # epochs per chunk
+        parts = [monte_carlo_exploration(logits[:, start:start + step], prompts, reward, optimum, group_size,
+                                         generators) for start in range(0, epochs, step)]
+        optimal, zero = (torch.cat([part[i] for part in parts], 1) for i in range(2))
         return dict(optimal_prob=optimal.mean(-1), zero_std_prob=zero.mean(-1))
     from lab.exact import all_responses
 
