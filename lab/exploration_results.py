@@ -94,11 +94,13 @@ def at_k_curves(records, runs, prompts: torch.Tensor, reward: str, ks=KS) -> dic
     table = reward_table(prompts, reward, vocab, length).double()
     policies = {"before": [initial_policy(records.configs[r], vocab, length) for r in runs],
                 "after": [policy_from_state(records.state, r) for r in runs]}
+    # before and after in one call of each: float[when seed batch n]
+    probs = torch.stack([torch.stack([all_probs(p, prompts, torch.float64).detach() for p in group])
+                         for group in policies.values()])
+    passes, majs = pass_at_k_from_probs(probs, table, ks).mean(2), maj_at_k_from_probs(probs, table, ks).mean(2)
     curves = {}
-    for when, group in policies.items():
-        probs = torch.stack([all_probs(p, prompts, torch.float64).detach() for p in group])  # float[seed batch n]
-        curves[f"pass_{when}"] = pass_at_k_from_probs(probs, table, ks).mean(1).numpy()
-        curves[f"maj_{when}"] = maj_at_k_from_probs(probs, table, ks).mean(1).numpy()
+    for i, when in enumerate(policies):
+        curves[f"pass_{when}"], curves[f"maj_{when}"] = passes[i].numpy(), majs[i].numpy()
     return curves
 
 

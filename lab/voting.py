@@ -75,25 +75,27 @@ def maj_at_k_from_probs(probs: Tensor, rewards: Tensor, ks: Sequence[int]) -> Te
     top = max(ks)
     log_fact = torch.lgamma(torch.arange(top + 1, dtype=torch.float64) + 1)
     wins = torch.zeros(len(p), top + 1, dtype=torch.float64)  # wins[:, k] = P(an optimal response wins)
+    k_all = torch.arange(top + 1, dtype=torch.float64)
     for o in range(n):
-        if not bool(optimal[:, o].any()):
+        rows = optimal[:, o].nonzero().flatten()  # only the distributions in which o is optimal
+        if len(rows) == 0:
             continue
-        p_o = torch.where(optimal[:, o], p[:, o], torch.zeros_like(p[:, o]))  # no term where o is not optimal
-        others = p.clone()
+        p_o = p[rows, o, None]  # float[D 1]
+        others = p[rows].clone()
         others[:, o] = 0
         for c in range(1, top + 1):
             degree = top - c
+            k = k_all[c:]  # every k >= c at once
             if c > degree:  # no other response can reach c votes: binomial(k, c) p_o^c (1 - p_o)^(k - c)
-                for k in range(c, top + 1):
-                    wins[:, k] += torch.exp(log_fact[k] - log_fact[c] - log_fact[k - c]) * p_o**c * (1 - p_o)**(k - c)
+                binomial = torch.exp(log_fact[c:] - log_fact[c] - log_fact[:top + 1 - c])
+                wins[rows, c:] += binomial * p_o**c * (1 - p_o) ** (k - c)
                 continue
             # the tie polynomial in y has degree <= degree // c: Gauss-Legendre with that many // 2 + 1 nodes
             x, w = np.polynomial.legendre.leggauss(degree // c // 2 + 1)
             nodes, weights = torch.tensor((x + 1) / 2), torch.tensor(w / 2)
             # E_y of the capped product: float[D degree+1]
             coef = torch.einsum("dym,y->dm", _capped_product(others, c, degree, nodes), weights)
-            for k in range(c, top + 1):
-                wins[:, k] += torch.exp(log_fact[k] - log_fact[c]) * p_o**c * coef[:, k - c]
+            wins[rows, c:] += torch.exp(log_fact[c:] - log_fact[c]) * p_o**c * coef
     return wins[:, ks].reshape(*lead, len(ks)).to(probs.dtype).clamp(0, 1)
 
 
