@@ -5,7 +5,7 @@
         y ~ pi_theta(. | x), G per prompt;  r = R(x, y);  d = deltas(r)
         l_old = log pi_theta(y | x),  l_ref = log pi_ref(y | x)          (frozen: no gradient)
         repeat S times:
-            l = log pi_theta(y | x);  L = surrogate(l, d, l_old) + beta * k3(l, l_ref);  Adam step on L
+            l = log pi_theta(y | x);  L = surrogate(l, d, l_old) + beta * k3(l, l_ref) - c_H * H;  Adam step on L
 
 This is the loop a student reads and writes (lesson 4). `lab.train.train` is the same loop made
 fast (a run axis for many runs, one autograd node for the log-probs, its own Adam, metrics in
@@ -23,6 +23,7 @@ from torch import Tensor
 
 from lab.config import TrainConfig
 from lab.deltas import compute_deltas
+from lab.exploration import entropy_bonus
 from lab.kl import freeze, kl_estimate, reference_due
 from lab.losses import compute_loss
 from lab.policy import Policy
@@ -42,7 +43,7 @@ class SimpleRun:
     deltas: Tensor
     """float[epoch batch trial]"""
     losses: Tensor
-    """float[epoch step]: the minimised loss (surrogate + beta * k3) before each step"""
+    """float[epoch step]: the minimised loss (surrogate + beta * k3 - entropy_coef * entropy) before each step"""
     policy: Policy
     """the final policy (its parameters: `policy.state_dict()`)"""
 
@@ -52,7 +53,8 @@ def simple_train(task: Task, config: TrainConfig = TrainConfig(),
     """Train one policy on `task` with `config`; `generator` defaults to one seeded with `config.seed`."""
     generator = torch.Generator().manual_seed(config.seed) if generator is None else generator
     prompts, reward = task.prompts, task.reward_fn(config.reward)  # int[batch pos]
-    policy = Policy(task.vocab_size, prompts.shape[1], task.response_length, config.dim, generator=generator)
+    policy = Policy(task.vocab_size, prompts.shape[1], task.response_length, config.dim, generator=generator,
+                    init_scale=config.init_scale)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, betas=config.adam_betas, eps=config.adam_eps)
     history = {"responses": [], "rewards": [], "deltas": [], "losses": []}
     for epoch in range(config.epochs):
@@ -71,6 +73,8 @@ def simple_train(task: Task, config: TrainConfig = TrainConfig(),
             loss = compute_loss(log_probs, deltas, config.loss, old_log_probs, config.clip_eps)
             if config.kl > 0:
                 loss = loss + config.kl * kl_estimate(log_probs, ref_log_probs)
+            if config.entropy_coef > 0:  # the entropy bonus: the exact mean entropy on the prompts
+                loss = loss - config.entropy_coef * entropy_bonus(policy(prompts))
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
