@@ -515,8 +515,9 @@ assert sorted_everywhere and log_likelihood.exp() > 0.99
 
 # %% [markdown]
 # It can: told the answer, the same policy puts almost all its mass on the sorted responses in a
-# fraction of a second. What runs out in the RL runs is exploration, not capacity: the reward
-# signal stops once the samples stop varying.
+# fraction of a second. What the RL runs lack is exploration, not capacity, and from the first
+# step: at the lecture's initialisation a group almost never contains the sorted response (lesson
+# 6 measures it exactly), and the reward signal stops once the samples stop varying.
 #
 # ## 4. Random prompts and held-out evaluation
 #
