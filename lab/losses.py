@@ -12,7 +12,8 @@ At theta = theta_old, rho = 1 and grad rho = grad l, so all three have the same
 gradient; they part once the same batch is reused for several steps. Because
 the length is fixed, the token mean equals the mean of per-sequence means and a
 constant multiple of per-sequence sums (claim 16, docs/claims.md), so the choice of
-normaliser TRL and verl debate only rescales the loss here.
+normaliser TRL and verl debate only rescales the loss here. With variable-length
+responses it does not: `agg` picks one of verl's modes (`lab.aggregation`).
 
 Any leading axes (such as `run`) are kept: the mean is over the last three.
 """
