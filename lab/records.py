@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lab.lengths import LENGTH_METRICS
+
 STEP_METRICS = {
     "loss": "the minimised loss: surrogate + beta * KL (its value is not progress; the reward is)",
     "pg_loss": "the surrogate alone (naive / unclipped / clipped)",
@@ -42,6 +44,7 @@ EPOCH_METRICS = {
     "greedy_accuracy": "fraction of training prompts whose argmax response is exactly sorted",
     "heldout_greedy_reward": "greedy_reward on the held-out prompts (empty without them)",
     "heldout_greedy_accuracy": "greedy_accuracy on the held-out prompts (empty without them)",
+    **LENGTH_METRICS,
 }
 """Measured once per epoch and repeated on its step rows."""
 
@@ -78,6 +81,8 @@ class Records:
     greedy_responses: np.ndarray | None = None
     """int[run batch pos]: each run's final argmax response per training prompt"""
     seconds: float = 0.0
+    eos: int | None = None
+    """the EOS token id of variable-length responses (None: fixed length)"""
 
     @property
     def num_runs(self) -> int:
@@ -132,6 +137,14 @@ def metrics_csv(records: Records, extra_columns: dict[str, list] | None = None) 
     return "".join(lines)
 
 
+def response_text(response: list[int], eos: int | None) -> str:
+    """`[0, 1, 2]`; a variable-length response up to its EOS, shown as `<eos>`: `[0, 1, 2, <eos>]`."""
+    if eos is None:
+        return str(response)
+    end = response.index(eos) + 1 if eos in response else len(response)  # padding after EOS is not shown
+    return "[" + ", ".join("<eos>" if token == eos else str(token) for token in response[:end]) + "]"
+
+
 def samples_text(records: Records, run: int = 0) -> str:
     """The lecture's sample log, one block per kept epoch: prompt, then response reward delta."""
     lines = []
@@ -140,7 +153,7 @@ def samples_text(records: Records, run: int = 0) -> str:
         for b, prompt in enumerate(records.prompts.tolist()):
             lines.append(f"prompt {prompt}  (optimum {format_value(records.optimum[run, b])})")
             for t, response in enumerate(snap.responses[run, b].tolist()):
-                lines.append(f"  response {response}  reward {format_value(snap.rewards[run, b, t])}"
+                lines.append(f"  response {response_text(response, records.eos)}  reward {format_value(snap.rewards[run, b, t])}"
                              f"  delta {snap.deltas[run, b, t]:+.4f}")
         lines.append("")
     return "\n".join(lines)

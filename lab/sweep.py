@@ -27,7 +27,7 @@ from lab.records import Records, format_value
 from lab.train import train
 from tasks import Task
 
-GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size")
+GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "loss_agg")
 """TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option)."""
 
 OPTIMAL_TOLERANCE = 1e-6
@@ -84,6 +84,7 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
         state={k: torch.from_numpy(cat(lambda rec: rec.state[k].numpy())) for k in first.state},
         greedy_responses=cat(lambda rec: rec.greedy_responses),
         seconds=sum(rec.seconds for _, rec in parts),
+        eos=first.eos,
     )
 
 

@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
+from lab.aggregation import LossAgg
 from lab.config import Device
 from lab.deltas import DeltaMode
 from lab.losses import LossMode
+from lab.policies.interface import PolicyKind
 from lab.samplers import Sampler
 from tasks import sorting
 
@@ -40,6 +42,11 @@ PromptLengthOpt = Annotated[int, typer.Option(help="length of the prompts --prom
 VocabOpt = Annotated[int, typer.Option(help="vocabulary size: tokens are 0..vocab-1")]
 HeldoutOpt = Annotated[int, typer.Option(help="random held-out prompts evaluated greedily, never trained on")]
 PromptSeedOpt = Annotated[int, typer.Option(help="seed for random and held-out prompts")]
+PolicyOpt = Annotated[PolicyKind, typer.Option(help="the lecture's factorised policy, or an autoregressive one "
+                                                    "whose responses end with EOS")]
+MaxLengthOpt = Annotated[int | None, typer.Option(help="autoregressive: cap on response tokens, EOS included "
+                                                       "(default: prompt length + 2)")]
+LossAggOpt = Annotated[LossAgg, typer.Option(help="how per-token losses are averaged (verl's loss_agg_mode)")]
 DeviceOpt = Annotated[Device, typer.Option(help="auto takes CUDA when present")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="replace an existing output folder")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="no progress bar and no summary line")]
@@ -52,6 +59,8 @@ RewardsOpt = Annotated[list[Reward] | None, typer.Option("--reward", help="repea
 KLsOpt = Annotated[list[float] | None, typer.Option("--kl", help="repeatable: KL weights beta to sweep")]
 ClipsOpt = Annotated[list[float] | None, typer.Option("--clip-eps", help="repeatable: clip eps to sweep")]
 LrsOpt = Annotated[list[float] | None, typer.Option("--lr", help="repeatable: learning rates to sweep")]
+LossAggsOpt = Annotated[list[LossAgg] | None, typer.Option("--loss-agg", help="repeatable: loss aggregations "
+                                                          "to sweep")]
 GroupsOpt = Annotated[list[int] | None, typer.Option("--group-size", help="repeatable: group sizes G "
                                                      "(each G trains as its own batch)")]
 

@@ -27,8 +27,9 @@ POLICIES: dict[PolicyKind, PolicyOps] = {
 }
 
 __all__ = ["POLICIES", "AutoregressivePolicy", "AutoregressiveStack", "Policy", "PolicyKind", "PolicyOps",
-           "PolicyStack", "greedy", "make_policy", "make_stack", "ops_of", "parse_kind", "response_lengths",
-           "response_mask", "sample", "sequence_log_probs", "token_entropy", "token_log_probs", "token_logits"]
+           "PolicyStack", "greedy", "load_policy", "make_policy", "make_stack", "masked_log_probs", "ops_of",
+           "parse_kind", "policy_from_state", "response_lengths", "response_mask", "sample", "sequence_log_probs",
+           "token_entropy", "token_log_probs", "token_logits"]
 
 
 def parse_kind(kind: PolicyKind | str) -> PolicyKind:
@@ -117,3 +118,21 @@ def greedy(policy: nn.Module, prompts: Tensor) -> Tensor:
     """The argmax response of every prompt: int[... batch pos]."""
     with torch.no_grad():
         return ops_of(policy).greedy(_params(policy), prompts)
+
+
+def policy_from_state(state: dict[str, Tensor], run: int = 0) -> nn.Module:
+    """Run `run` of a stacked state (name -> float[run ...], as in `Records.state`) as one policy of its kind."""
+    if "previous" not in state:
+        return factorized.policy_from_state(state, run)
+    vocab_size, dim = state["embedding"].shape[-2] - 1, state["embedding"].shape[-1]
+    policy = AutoregressivePolicy(vocab_size, state["encode"].shape[-3], state["decode"].shape[-3], dim)
+    with torch.no_grad():
+        for name, value in state.items():
+            getattr(policy, name).copy_(value[run])
+    return policy
+
+
+def load_policy(path) -> nn.Module:
+    """Load a run's `policy.pt` (`lab.policy.save_policy`) as the policy of its kind."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    return policy_from_state({name: value.unsqueeze(0) for name, value in state.items()})
