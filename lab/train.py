@@ -24,8 +24,8 @@ from torch import Tensor
 from lab.config import TrainConfig, check_batchable
 from lab.deltas import compute_deltas
 from lab.fused import policy_log_probs
-from lab.aggregation import kl_term
-from lab.kl import freeze, k3, reference_due
+from lab.aggregation import LossAgg, kl_term
+from lab.kl import freeze, k3, kl_estimate, reference_due
 from lab.lengths import length_metrics
 from lab.losses import compute_loss
 from lab.metrics import StepMetricBlock, block_epochs, greedy_metrics, sample_metrics
@@ -55,6 +55,13 @@ class RunGroups:
             return fn(self.groups[0][0], *tensors)
         parts = [fn(key, *(t[idx] for t in tensors)) for key, idx in self.groups]
         return torch.cat(parts)[self.inverse]
+
+
+def kl_penalty_term(agg: LossAgg, log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
+    """The KL term before beta: the per-sequence k3 sum under token-mean (`kl_estimate`, as always), else C * agg(k3)."""
+    if agg is LossAgg.token_mean:
+        return kl_estimate(log_probs, ref_log_probs)
+    return kl_term(k3(log_probs, ref_log_probs), agg)
 
 
 def train(
@@ -158,8 +165,7 @@ def train(
                 lambda key, lp, d, old, eps: compute_loss(lp, d, key[0], old, eps, key[1]),
                 log_probs, deltas, old_log_probs, clip_eps)
             # beta = 0 everywhere adds exactly nothing to the gradient: leave the KL out of the graph
-            loss = pg_loss + beta * agg_groups.apply(
-                lambda agg, lp, ref: kl_term(k3(lp, ref), agg), log_probs, ref_log_probs) if any_kl else pg_loss
+            loss = pg_loss + beta * agg_groups.apply(kl_penalty_term, log_probs, ref_log_probs) if any_kl else pg_loss
             optimizer.zero_grad()
             # d(sum of the runs' losses)/d(loss_r) = 1: each run gets exactly its own gradient (no parameter
             # is shared); seeding backward with those ones skips a sum and its backward node

@@ -141,10 +141,12 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
 
     reproduction = run_reproduction(seeds=6, base=TrainConfig(epochs=3, steps=2))
     paths = write_figures(reproduction, tmp_path)
-    assert sorted(p.name for p in paths) == sorted([f"{e.name}.png" for e in EXPERIMENTS] + ["RESULTS.md"])
+    assert sorted(p.name for p in paths) == sorted([f"{e.name}.png" for e in EXPERIMENTS]
+                                                   + ["length_bias.png", "RESULTS.md"])
     text = (tmp_path / "RESULTS.md").read_text()
     verdicts = [line.rsplit("**", 2)[-2] for line in text.splitlines() if line.endswith("** |")]
-    assert len(verdicts) == 6 and set(verdicts) <= {"holds", "does not hold", "inconclusive", "partly"}
+    assert len(verdicts) == 6 + 2 and set(verdicts) <= {"holds", "does not hold", "inconclusive", "partly"}  # + length bias
+    assert "1/\\|o\\| normalisation lengthens wrong responses (centered deltas)" in text
     raw = reproduction.runs["lecture_deltas", 0]
     assert mean_interval(reproduction.records.final("mean_reward")[raw]).text(3) in text
     assert len(set(reproduction.runs["baselines", 1]) & set(reproduction.runs["lecture_deltas", 1])) == 6  # trained once
