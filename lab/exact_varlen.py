@@ -15,7 +15,8 @@ deltas d = compute_deltas(r), the naive surrogate aggregated by `LossAgg`), g = 
 E[g] = sum_y c_y s_y. For the three per-sequence modes c_y = w(|y|) E[d_1 ; o_1 = y] with the
 delta moments of `lab.estimators` (exact, cheap); token-mean couples the group through its
 divisor, so c_y sums over all n^G response tuples (`method="tuples"`, also available for every
-mode as the reference), refused past `LIMITS.max_enumerated` delta entries.
+mode as the reference), refused past `LIMITS.max_enumerated` delta entries; at fixed length its
+divisor is the constant G L, so it is seq-mean-token-mean there and needs no tuples.
 
 The autoregressive policy's responses (EOS = V): every content of c < L tokens followed by EOS
 (then EOS padding), and every truncated content of L tokens: n = sum_{c<L} V^c + V^L, ordered by
@@ -220,6 +221,8 @@ def expected_update(policy: nn.Module, prompts: Tensor, reward, delta, agg: Loss
     probs = all_probs(policy, prompts, dtype).detach()
     rewards = reward_table(policy, prompts, reward).to(probs).detach()
     size = lengths(policy).to(probs)
+    if agg is LossAgg.token_mean and method != "tuples" and bool((size == size[0]).all()):
+        agg = LossAgg.seq_mean_token_mean  # one length L: sum_j |o_j| = G L, so token-mean's weight is 1 / (G L)
     if method == "tuples" or agg is LossAgg.token_mean:
         coefficients = torch.stack([_tuple_coefficients(p, r, size, delta, agg, group_size, horizon, std_eps,
                                                         unbiased, limits) for p, r in zip(probs, rewards)])

@@ -34,7 +34,7 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 SCRIPTS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.py"))
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 LESSONS = ("01_policy_gradient_and_baselines", "02_grpo_deltas_and_losses", "03_kl_to_a_reference",
-           "04_sorting_experiments", "05_silent_bugs")
+           "04_sorting_experiments", "05_silent_bugs", "07_length_bias")
 """The five lessons of issue 5, in teaching order."""
 
 NOTEBOOK_TIMEOUT_S = 60
