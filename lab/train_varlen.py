@@ -141,7 +141,8 @@ def train_varlen(
             samples.append(Samples(epoch, responses.cpu().numpy(), rewards.cpu().numpy(), deltas.cpu().numpy()))
 
         for step in range(steps):
-            log_softmax = torch.log_softmax(P.token_logits(policy, prompts, responses), dim=-1)
+            logits = P.token_logits(policy, prompts, responses)  # float[run batch trial pos vocab+1]
+            log_softmax = logits - torch.logsumexp(logits, dim=-1, keepdim=True)  # faster than log_softmax here
             log_probs = P.masked_log_probs(log_softmax, responses, mask)  # float[run batch trial pos]
             if step == 0:  # the sampling policy (and a reference frozen this epoch) is this one
                 old_log_probs = log_probs.detach()

@@ -133,3 +133,11 @@ def test_an_autoregressive_sweep_over_two_aggregations_runs(tmp_path):
     rows = list(csv.DictReader(io.StringIO((out / "metrics.csv").read_text())))
     assert {row["loss_agg"] for row in rows} == {"token-mean", "seq-mean-token-mean"}
     assert all(row["response_length"] for row in rows)
+
+
+def test_diagnose_says_it_analyses_the_factorised_policy_only(tmp_path):
+    out = tmp_path / "ar"
+    assert invoke("run", "--policy", "autoregressive", "--epochs", "1", "--steps", "1", "--quiet", "--device", "cpu",
+                  "--out", str(out)).exit_code == 0
+    result = invoke("diagnose", "--from-run", str(out), "--group-size", "2")
+    assert result.exit_code == 2 and "an autoregressive run" in result.output
