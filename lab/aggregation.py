@@ -11,7 +11,7 @@ With per-token values l[b, t, q], the live-token mask m[b, t, q] (EOS included, 
 The names are verl's `loss_agg_mode`. verl's `seq-mean-token-sum-norm` sums over the sequences
 of a micro-batch instead of averaging; that is one more constant factor (S), so the lab keeps the
 mean over sequences for every mode. At fixed length (every |o| = C) the four differ by constant
-factors only: 1, 1, C, 1 (SPEC claim 16 in README terms: only the step size changes).
+factors only: 1, 1, C, 1 (claim 16 in docs/claims.md: only the step size changes).
 
 The same mode aggregates the KL term, scaled by C: kl_term = C * aggregate(k3). Under token-mean
 at fixed length that is the per-sequence sum of k3 averaged over sequences, the KL penalty the lab

@@ -121,6 +121,9 @@ class TrainConfig:
             raise ConfigError(f"kl_period must be >= 0 (0 = frozen reference), got {self.kl_period!r}")
         if not self.std_eps >= 0:
             raise ConfigError(f"std_eps must be >= 0, got {self.std_eps!r}")
+        if self.policy is PolicyKind.autoregressive and self.sampler is not Sampler.inverse_cdf:
+            raise ConfigError("the autoregressive policy draws each position by inverse CDF given the tokens before "
+                              "it; --sampler multinomial applies to the factorised policy only")
         if self.max_length is not None:
             if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length <= 0:
                 raise ConfigError(f"max_length must be a positive integer, got {self.max_length!r}")

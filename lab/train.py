@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from lab.aggregation import LossAgg, kl_term
 from lab.config import TrainConfig, check_batchable
 from lab.deltas import compute_deltas
 from lab.fused import policy_log_probs
-from lab.aggregation import LossAgg, kl_term
 from lab.kl import freeze, k3, kl_estimate, reference_due
 from lab.lengths import length_metrics
 from lab.losses import compute_loss

@@ -29,7 +29,7 @@
 # 3. computes the exact expected update of each aggregation mode side by side, and how each moves
 #    the expected length of wrong responses;
 # 4. trains the policy under three modes and looks at the lengths over training;
-# 5. ends with exercises that check themselves.
+# 5. ends with two graded exercises that check themselves, each with a collapsed solution.
 
 # %%
 import math
@@ -41,6 +41,7 @@ import torch
 from lab import TrainConfig, train
 from lab import exact_varlen as X
 from lab.aggregation import LossAgg, aggregate
+from lab.exercises import check
 from lab.policies import AutoregressivePolicy, Policy
 from tasks.sorting import make_task
 
@@ -189,43 +190,112 @@ assert abs(late["token-mean"] - late["seq-mean-token-sum-norm"]) < 0.05
 #
 # ## Exercises
 #
-# **Exercise 1.** One group of two responses: the first has 1 live token with loss 2, the second 3
-# live tokens with losses 1, 1, 1 (padding after EOS is masked). Compute every mode by hand with
-# C = 5, then check with `lab.aggregation.aggregate`.
+# Two graded exercises: write the code (or the value) where the `...` is, run the check below it,
+# and open the collapsed solution if you are stuck.
+#
+# ### Exercise 1: two aggregations by hand
+#
+# Write `token_mean(values, mask)` and `seq_mean_token_mean(values, mask)` for per-token values
+# `float[batch trial pos]` and a live-token mask `bool[batch trial pos]` (padding after EOS is
+# `False` and may hold any number, even NaN). The check compares them with `lab.aggregation.aggregate`
+# on random variable-length batches.
+
+# %% tags=["exercise"]
+def token_mean(values, mask):
+    """sum of the live values / number of live tokens: a scalar tensor."""
+    return ...  # your code here
+
+
+def seq_mean_token_mean(values, mask):
+    """each response's mean over its live tokens, then the mean over responses: a scalar tensor."""
+    return ...  # your code here
+
+
+# %% [markdown] tags=["solution"]
+# <details><summary>Solution (click to open)</summary>
+#
+# Zero the padding with `torch.where` (a product `0 * NaN` would still be NaN), then divide by the
+# right count: all live tokens for `token-mean`, each response's own for `seq-mean-token-mean`.
+#
+# ```python
+# def token_mean(values, mask):
+#     """sum of the live values / number of live tokens: a scalar tensor."""
+#     live = torch.where(mask, values, torch.zeros_like(values))
+#     return live.sum() / mask.sum()
+#
+#
+# def seq_mean_token_mean(values, mask):
+#     """each response's mean over its live tokens, then the mean over responses: a scalar tensor."""
+#     live = torch.where(mask, values, torch.zeros_like(values))
+#     return (live.sum(-1) / mask.sum(-1)).mean()
+# ```
+#
+# </details>
 
 # %%
-values = torch.tensor([[[2.0, 0.0, 0.0], [1.0, 1.0, 1.0]]])  # batch trial pos
-mask = torch.tensor([[[True, False, False], [True, True, True]]])
-by_hand = {"token-mean": 5 / 4, "seq-mean-token-mean": (2 / 1 + 3 / 3) / 2, "seq-mean-token-sum": (2 + 3) / 2,
-           "seq-mean-token-sum-norm": (2 + 3) / 2 / 5}
-for agg, expected in by_hand.items():
-    assert abs(float(aggregate(values, agg, mask, horizon=5)) - expected) < 1e-12
-print("all four modes agree with the hand computation")
+def test_aggregations(token_mean, seq_mean_token_mean):
+    draws = torch.Generator().manual_seed(7)
+    for _ in range(5):
+        values = torch.randn(2, 3, 5, generator=draws, dtype=torch.float64)
+        lengths = torch.randint(1, 6, (2, 3), generator=draws)
+        mask = torch.arange(5) < lengths.unsqueeze(-1)
+        values = torch.where(mask, values, torch.full_like(values, float("nan")))  # padding is garbage
+        for yours, mode in ((token_mean, "token-mean"), (seq_mean_token_mean, "seq-mean-token-mean")):
+            got, lab_value = float(yours(values, mask)), float(aggregate(values, mode, mask))
+            assert abs(got - lab_value) < 1e-12, f"{mode}: yours {got:.6f}, the lab's {lab_value:.6f}"
+
+
+check("Exercise 1, two aggregations", test_aggregations, token_mean, seq_mean_token_mean);
 
 # %% [markdown]
-# **Exercise 2.** Claim 19 says that with a constant divisor C, centered deltas give exactly
-# (G-1)/(G C) grad J. Predict the scale for G = 3 and C = 4, then check it on the autoregressive policy.
+# ### Exercise 2: the constant divisor with centered deltas
+#
+# Claim 19 says that with a constant divisor C the expected update is exactly grad J / C with
+# leave-one-out deltas. Centered deltas subtract the group mean, which includes the response itself.
+# Predict the scale of the `seq-mean-token-sum-norm` update along grad J for centered deltas, G = 3
+# and C = 4 (the autoregressive policy of sections 2 and 3), as a number.
+
+# %% tags=["exercise"]
+predicted_scale = ...  # your prediction, a float
+
+# %% [markdown] tags=["solution"]
+# <details><summary>Solution (click to open)</summary>
+#
+# The group mean contains the response's own reward with weight 1/G, which removes a fraction 1/G
+# of its delta in expectation (claim 4): centered deltas give (G-1)/G of the leave-one-out update,
+# so the scale is (G-1)/(G C) = 2/12.
+#
+# ```python
+# predicted_scale = (3 - 1) / (3 * 4)
+# ```
+#
+# </details>
 
 # %%
-centered = X.expected_update(policy, PROMPT, REWARD, "centered", "seq-mean-token-sum-norm", 3)[0]
-scale = float(centered @ grad_j / (grad_j @ grad_j))
-print(f"scale {scale:.6f}, predicted {(3 - 1) / (3 * 4):.6f}, angle {angle(centered, grad_j):.2e} degrees")
-assert abs(scale - (3 - 1) / (3 * 4)) < 1e-9
+def test_centered_scale(predicted_scale):
+    update = X.expected_update(policy, PROMPT, REWARD, "centered", "seq-mean-token-sum-norm", 3)[0]
+    exact = float(update @ grad_j / (grad_j @ grad_j))
+    assert angle(update, grad_j) < 1e-3, "the update should be parallel to grad J"
+    assert abs(float(predicted_scale) - exact) < 1e-9, f"yours {float(predicted_scale):.6f}, exact {exact:.6f}"
+
+
+check("Exercise 2, the scale with centered deltas", test_centered_scale, predicted_scale);
 
 # %% [markdown]
-# **Exercise 3.** Section 3 found `token-mean` between the two others. Its divisor is the group's
-# total token count, so a long response weighs less only when it shares a group with others. Predict:
-# with a group of one (G = 1, raw deltas, where no other response shares the divisor), is `token-mean`
-# equal to `seq-mean-token-mean`? Check it.
+# ## A last look: token-mean with a group of one
+#
+# Section 3 found `token-mean` between the two others. Its divisor is the group's total token count,
+# so a long response weighs less only when it shares a group with others. With a group of one
+# (G = 1, raw deltas) `sum_j |o_j| = |o_1|`, and the two divisors coincide:
 
 # %%
 one_token_mean = X.expected_update(policy, PROMPT, REWARD, "raw", "token-mean", 1)[0]
 one_seq_mean = X.expected_update(policy, PROMPT, REWARD, "raw", "seq-mean-token-mean", 1)[0]
-print("equal:", torch.allclose(one_token_mean, one_seq_mean, rtol=1e-12, atol=1e-14))
+print("token-mean equals seq-mean-token-mean at G = 1:",
+      torch.allclose(one_token_mean, one_seq_mean, rtol=1e-12, atol=1e-14))
 assert torch.allclose(one_token_mean, one_seq_mean, rtol=1e-12, atol=1e-14)
 
 # %% [markdown]
-# With one response per group, `sum_j |o_j| = |o_1|`, so the two divisors coincide: `token-mean`'s
-# length bias comes from sharing its divisor within a group. With leave-one-out deltas, by contrast,
-# E[d_1 ; o_1 = y] = pi(y) (R(y) - J) does not depend on G, so the direction of the `1/|o|` update
-# is the same at every group size.
+# So `token-mean`'s length bias comes from sharing its divisor within a group. With leave-one-out
+# deltas, by contrast, E[d_1 ; o_1 = y] = pi(y) (R(y) - J) does not depend on G, so the direction of
+# the `1/|o|` update is the same at every group size.

@@ -141,3 +141,8 @@ def test_diagnose_says_it_analyses_the_factorised_policy_only(tmp_path):
                   "--out", str(out)).exit_code == 0
     result = invoke("diagnose", "--from-run", str(out), "--group-size", "2")
     assert result.exit_code == 2 and "an autoregressive run" in result.output
+
+
+def test_the_autoregressive_policy_refuses_the_multinomial_sampler():
+    with pytest.raises(ConfigError, match="factorised policy only"):
+        TrainConfig(policy="autoregressive", sampler="multinomial")
