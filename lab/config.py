@@ -14,8 +14,10 @@ from enum import Enum
 
 import torch
 
+from lab.aggregation import LossAgg
 from lab.deltas import NEEDS_GROUP, DeltaMode
 from lab.losses import LossMode
+from lab.policies.interface import PolicyKind
 from lab.samplers import Sampler
 
 
@@ -90,9 +92,18 @@ class TrainConfig:
     entropy_coef: float = 0.0
     """weight of an entropy bonus: loss - coef x mean per-position entropy on the training prompts, the exact
     entropy of the factorised policy, not a sample estimate (verl `entropy_coeff`, CleanRL `ent_coef`); 0 = off"""
+    policy: PolicyKind = PolicyKind.factorized
+    """which policy answers: the lecture's factorised model, or an autoregressive one that ends with EOS
+    (lab.policies)"""
+    max_length: int | None = None
+    """autoregressive only: the cap on response tokens, EOS included (a response reaching it is truncated);
+    None = the prompt length + 2"""
+    loss_agg: LossAgg = LossAgg.token_mean
+    """how per-token losses and KL estimates are averaged (lab.aggregation; verl `loss_agg_mode`)"""
 
     def __post_init__(self) -> None:
-        for name, enum in (("delta", DeltaMode), ("loss", LossMode), ("sampler", Sampler)):
+        for name, enum in (("delta", DeltaMode), ("loss", LossMode), ("sampler", Sampler), ("policy", PolicyKind),
+                           ("loss_agg", LossAgg)):
             value = getattr(self, name)
             try:
                 object.__setattr__(self, name, enum(value))
@@ -120,6 +131,15 @@ class TrainConfig:
             raise ConfigError(f"entropy_coef must be >= 0 and finite, got {self.entropy_coef!r}")
         if not self.std_eps >= 0:
             raise ConfigError(f"std_eps must be >= 0, got {self.std_eps!r}")
+        if self.policy is PolicyKind.autoregressive and self.sampler is not Sampler.inverse_cdf:
+            raise ConfigError("the autoregressive policy draws each position by inverse CDF given the tokens before "
+                              "it; --sampler multinomial applies to the factorised policy only")
+        if self.max_length is not None:
+            if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length <= 0:
+                raise ConfigError(f"max_length must be a positive integer, got {self.max_length!r}")
+            if self.policy is PolicyKind.factorized:
+                raise ConfigError("max_length applies to the autoregressive policy only (the factorised one "
+                                  "answers with exactly the prompt's length); add --policy autoregressive")
         if self.delta in NEEDS_GROUP and self.group_size < 2:
             raise ConfigError(f"delta {self.delta.value!r} needs group_size >= 2 (a group of one has no "
                               f"baseline), got {self.group_size}; use raw or max for G = 1")
@@ -141,7 +161,7 @@ class TrainConfig:
 
 
 SHARED_FIELDS = ("epochs", "steps", "group_size", "dim", "kl_period", "std_eps", "std_unbiased",
-                 "adam_betas", "adam_eps", "sample_every")
+                 "adam_betas", "adam_eps", "sample_every", "policy", "max_length")
 """Fields that must be equal across the runs of one batched computation."""
 
 PER_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in SHARED_FIELDS)
@@ -153,6 +173,6 @@ def check_batchable(configs: list[TrainConfig]) -> None:
     for name in SHARED_FIELDS:
         values = {getattr(c, name) for c in configs}
         if len(values) > 1:
-            raise ConfigError(f"runs trained together must share {name}; got {sorted(values)}. "
+            raise ConfigError(f"runs trained together must share {name}; got {sorted(values, key=str)}. "
                               "Train them in separate batches.")
 

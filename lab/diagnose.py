@@ -189,7 +189,7 @@ def load_run(folder) -> tuple[nn.Module, dict | None]:
     """A `lab run` folder's final policy (PATH/policy.pt) and, when PATH/config.json has it, its
     task description (`{"name", "prompts", "vocab_size", ...}`), so the policy is diagnosed on the
     prompts it was trained on. Errors name the folder and what is missing."""
-    from lab.policy import load_policy
+    from lab.policies import AutoregressivePolicy, load_policy
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -200,6 +200,9 @@ def load_run(folder) -> tuple[nn.Module, dict | None]:
         policy = load_policy(folder / "policy.pt")
     except Exception as e:  # a damaged or foreign file: say which, not how torch failed
         raise ValueError(f"--from-run {folder}: cannot read policy.pt ({type(e).__name__})") from None
+    if isinstance(policy, AutoregressivePolicy):
+        raise ValueError(f"--from-run {folder}: an autoregressive run; lab diagnose analyses the factorised policy "
+                         "(for variable-length responses use lab.exact_varlen.expected_update from Python)")
     try:
         saved = json.loads((folder / "config.json").read_text())["task"]
     except (OSError, ValueError, KeyError, TypeError):

@@ -12,7 +12,8 @@ At theta = theta_old, rho = 1 and grad rho = grad l, so all three have the same
 gradient; they part once the same batch is reused for several steps. Because
 the length is fixed, the token mean equals the mean of per-sequence means and a
 constant multiple of per-sequence sums (claim 16, docs/claims.md), so the choice of
-normaliser TRL and verl debate only rescales the loss here.
+normaliser TRL and verl debate only rescales the loss here. With variable-length
+responses it does not: `agg` picks one of verl's modes (`lab.aggregation`).
 
 Any leading axes (such as `run`) are kept: the mean is over the last three.
 """
@@ -24,6 +25,8 @@ from enum import Enum
 
 import torch
 from torch import Tensor
+
+from lab.aggregation import LossAgg, aggregate
 
 
 class LossMode(str, Enum):
@@ -88,20 +91,25 @@ def compute_loss(
     mode: LossMode | str,
     old_log_probs: Tensor | None = None,
     clip_eps: float | Tensor = 0.01,
+    agg: LossAgg | str = LossAgg.token_mean,
+    mask: Tensor | None = None,
+    horizon: int | None = None,
 ) -> Tensor:
-    """The surrogate loss, averaged over batch, trial and pos.
+    """The surrogate loss, averaged over batch, trial and pos (`agg`: how; lab.aggregation).
 
     log_probs float[... batch trial pos] (with gradient), deltas float[... batch trial],
     old_log_probs float[... batch trial pos] (required by `unclipped` and `clipped`;
-    always treated as constants), clip_eps a float or float[...] per leading index.
-    Returns float[...] (a scalar without leading axes).
+    always treated as constants), clip_eps a float or float[...] per leading index; `mask`
+    bool[... batch trial pos] marks live tokens of variable-length responses and `horizon` is the
+    constant divisor of `seq-mean-token-sum-norm` (lab.aggregation). The default (token-mean, no
+    mask) is the plain mean over (batch, trial, pos). Returns float[...] (a scalar without leading axes).
     """
     mode = parse_mode(mode)
     if mode in NEEDS_OLD and old_log_probs is None:
         raise ValueError(f"loss mode {mode.value!r} needs old_log_probs (the sampling policy's log-probs)")
     token_deltas = deltas.unsqueeze(-1)  # float[... batch trial 1]: one delta for every position
     per_token = LOSS_FUNCTIONS[mode](log_probs, token_deltas, old_log_probs, clip_eps)
-    return per_token.mean(dim=TOKEN_AXES)
+    return aggregate(per_token, agg, mask, horizon)
 
 
 def clip_fractions(

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lab.lengths import LENGTH_METRICS
+
 STEP_METRICS = {
     "loss": "the minimised loss: surrogate + beta * KL (its value is not progress; the reward is)",
     "pg_loss": "the surrogate alone (naive / unclipped / clipped)",
@@ -48,6 +50,7 @@ EPOCH_METRICS = {
     "zero_std_prob": "exact probability that a group of G responses has all-equal rewards (no GRPO signal), "
                      "sum over reward values v of P(R = v)^G, mean over prompts: what zero_std_fraction "
                      "estimates",
+    **LENGTH_METRICS,
 }
 """Measured once per epoch and repeated on its step rows."""
 
@@ -86,6 +89,8 @@ class Records:
     seconds: float = 0.0
     exploration_exact: bool = True
     """whether `optimal_prob` and `zero_std_prob` are exact (else Monte Carlo, lab.exploration)"""
+    eos: int | None = None
+    """the EOS token id of variable-length responses (None: fixed length)"""
 
     @property
     def num_runs(self) -> int:
@@ -140,6 +145,14 @@ def metrics_csv(records: Records, extra_columns: dict[str, list] | None = None) 
     return "".join(lines)
 
 
+def response_text(response: list[int], eos: int | None) -> str:
+    """`[0, 1, 2]`; a variable-length response up to its EOS, shown as `<eos>`: `[0, 1, 2, <eos>]`."""
+    if eos is None:
+        return str(response)
+    end = response.index(eos) + 1 if eos in response else len(response)  # padding after EOS is not shown
+    return "[" + ", ".join("<eos>" if token == eos else str(token) for token in response[:end]) + "]"
+
+
 def samples_text(records: Records, run: int = 0) -> str:
     """The lecture's sample log, one block per kept epoch: prompt, then response reward delta."""
     lines = []
@@ -148,7 +161,7 @@ def samples_text(records: Records, run: int = 0) -> str:
         for b, prompt in enumerate(records.prompts.tolist()):
             lines.append(f"prompt {prompt}  (optimum {format_value(records.optimum[run, b])})")
             for t, response in enumerate(snap.responses[run, b].tolist()):
-                lines.append(f"  response {response}  reward {format_value(snap.rewards[run, b, t])}"
+                lines.append(f"  response {response_text(response, records.eos)}  reward {format_value(snap.rewards[run, b, t])}"
                              f"  delta {snap.deltas[run, b, t]:+.4f}")
         lines.append("")
     return "\n".join(lines)

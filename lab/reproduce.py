@@ -33,6 +33,7 @@ LECTURE = TrainConfig()
 """The lecture's settings: 100 epochs x 10 steps, G = 10, Adam lr 1e-3, inclusion-ordering, naive loss."""
 
 LECTURE_SEED = 5
+LENGTH_FIGURE = "length_bias.png"
 SEEDS = 20
 KL_WEIGHTS = (0.0, 0.01, 0.1, 1.0)
 """beta values of the KL experiments (0 = no penalty, the reference is still tracked)."""
@@ -87,6 +88,10 @@ class Reproduction:
     """(experiment name, setting index) -> run indices, in seed order"""
     lecture_runs: dict[tuple[str, int], int] = field(default_factory=dict)
     """(experiment name, setting index) -> the run with seed LECTURE_SEED drawn as the lecture's script draws"""
+    length: Records | None = None
+    """the length-bias experiment's runs (autoregressive policy: other shapes, so its own records)"""
+    length_groups: list[list[int]] = field(default_factory=list)
+    """per `lab.length_bias.SETTINGS` entry, its run indices in `length`"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -101,8 +106,9 @@ def config_of(overrides: dict, seed: int, base: TrainConfig = LECTURE) -> TrainC
 
 def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: torch.device | str = "cpu",
                      progress: Callable[[int, int], None] | None = None,
-                     experiments: tuple[Experiment, ...] = EXPERIMENTS) -> Reproduction:
-    """Train every distinct config of every experiment once (one batch when shapes agree)."""
+                     experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True) -> Reproduction:
+    """Train every distinct config of every experiment once (one batch when shapes agree), then the
+    length-bias experiment (`lab.length_bias`) as its own batch. `progress` counts both: 2 x epochs."""
     configs: list[TrainConfig] = []
     index: dict[TrainConfig, int] = {}
     runs, lecture_runs = {}, {}
@@ -119,7 +125,14 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
             lecture_runs[experiment.name, i] = add(config_of(overrides, LECTURE_SEED, base.replace(
                 sampler=Sampler.multinomial)))
     records = run_sweep(make_task(), configs, device=device, progress=progress)
-    return Reproduction(records, seeds, runs, lecture_runs)
+    reproduction = Reproduction(records, seeds, runs, lecture_runs)
+    if length_bias:
+        from lab.length_bias import length_configs
+
+        length_runs, reproduction.length_groups = length_configs(seeds, base)
+        later = None if progress is None else lambda done, total: progress(base.epochs + done, 2 * base.epochs)
+        reproduction.length = run_sweep(make_task(), length_runs, device=device, progress=later)
+    return reproduction
 
 
 def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]:
@@ -127,7 +140,7 @@ def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]
     from lab.exploration_results import FIGURES
 
     return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
-            "RESULTS.md"]
+            LENGTH_FIGURE, "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,
@@ -163,6 +176,12 @@ def write_figures(reproduction: Reproduction, out: Path,
                                 highlight_runs=reproduction.setting_lecture_runs(experiment) if experiment.panels
                                 else None)
         paths.append(path)
+    if reproduction.length is not None:
+        from lab.length_bias import SETTINGS
+
+        paths.append(figures.plot_length_bias(
+            reproduction.length, SETTINGS, reproduction.length_groups, Path(out) / LENGTH_FIGURE,
+            f"Length of sampled responses, autoregressive policy; {reproduction.seeds} seeds, mean over seeds"))
     results = Path(out) / "RESULTS.md"
     write_text_atomic(results, results_markdown(reproduction, experiments, analysis))
     return [*paths, results]

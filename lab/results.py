@@ -229,7 +229,8 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
             "confidence; a stuck ending is a local optimum when no single-token change of the response raises its "
             "reward, `lab/stuck.py`). Not decided by these data: that a group whose rewards are all equal gives no update "
             "(exact by construction, `tests/test_deltas.py`), and Dr. GRPO's length bias, which cannot arise at "
-            "fixed length (claim 16 in `docs/claims.md`).", ""]
+            "fixed length (claim 16 in `docs/claims.md`); the last section asks it of the autoregressive policy.",
+            ""]
     out += _what_the_rules_show(records, lecture, lecture_groups) + [""]
     for experiment in (e for e in experiments if not e.exploration):
         groups = reproduction.setting_runs(experiment)
@@ -259,4 +260,10 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
         from lab.exploration_results import exploration_markdown
 
         out += ["", *exploration_markdown(exploration)]
+    if reproduction.length is not None:
+        from lab.length_bias import length_bias_markdown
+
+        out += ["", "## Variable length: does 1/|o| lengthen wrong responses? (Dr. GRPO)", "",
+                "![length_bias](length_bias.png)", ""]
+        out += length_bias_markdown(reproduction.length, reproduction.length_groups)
     return "\n".join(out) + "\n"

@@ -27,7 +27,8 @@ from lab.records import Records, format_value
 from lab.train import train
 from tasks import Task
 
-GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef")
+GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
+               "loss_agg")
 """TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option)."""
 
 OPTIMAL_TOLERANCE = 1e-6
@@ -85,6 +86,7 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
         greedy_responses=cat(lambda rec: rec.greedy_responses),
         seconds=sum(rec.seconds for _, rec in parts),
         exploration_exact=all(rec.exploration_exact for _, rec in parts),
+        eos=first.eos,
     )
 
 

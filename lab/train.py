@@ -21,14 +21,17 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from lab.aggregation import LossAgg, kl_term
 from lab.config import TrainConfig, check_batchable
 from lab.deltas import compute_deltas
 from lab.exploration import entropy_bonus, epoch_exploration, is_exact
 from lab.fused import policy_log_probs
-from lab.kl import freeze, kl_estimate, reference_due
+from lab.kl import freeze, k3, kl_estimate, reference_due
+from lab.lengths import length_metrics
 from lab.losses import compute_loss
 from lab.metrics import StepMetricBlock, block_epochs, greedy_metrics, sample_metrics
 from lab.optim import RunAdam
+from lab.policies import PolicyKind
 from lab.policy import PolicyStack, policy_logits
 from lab.records import EPOCH_METRICS, STEP_METRICS, Records, Samples
 from lab.rollout import greedy_responses
@@ -55,6 +58,13 @@ class RunGroups:
         return torch.cat(parts)[self.inverse]
 
 
+def kl_penalty_term(agg: LossAgg, log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
+    """The KL term before beta: the per-sequence k3 sum under token-mean (`kl_estimate`, as always), else C * agg(k3)."""
+    if agg is LossAgg.token_mean:
+        return kl_estimate(log_probs, ref_log_probs)
+    return kl_term(k3(log_probs, ref_log_probs), agg)
+
+
 def train(
     task: Task,
     configs: TrainConfig | Sequence[TrainConfig],
@@ -71,6 +81,10 @@ def train(
     configs = [configs] if isinstance(configs, TrainConfig) else list(configs)
     check_batchable(configs)
     shared = configs[0]
+    if shared.policy is not PolicyKind.factorized:  # responses of varying length: lab.train_varlen
+        from lab.train_varlen import train_varlen
+
+        return train_varlen(task, configs, generators, device, progress)
     device = torch.device(device)
     if generators is None:
         generators = [torch.Generator(device).manual_seed(c.seed) for c in configs]
@@ -94,7 +108,8 @@ def train(
     any_kl = any(c.kl > 0 for c in configs)
     reward_groups = RunGroups([c.reward for c in configs], device)
     delta_groups = RunGroups([c.delta for c in configs], device)
-    loss_groups = RunGroups([c.loss for c in configs], device)
+    loss_groups = RunGroups([(c.loss, c.loss_agg) for c in configs], device)
+    agg_groups = RunGroups([c.loss_agg for c in configs], device)
     sampler_groups = RunGroups([c.sampler for c in configs], device)
     # each sampler draws for its own runs, each run from its own generator (lab.samplers)
     sampler_generators = {s: [generators[i] for i in idx.tolist()] for s, idx in sampler_groups.groups}
@@ -113,7 +128,7 @@ def train(
     tokens_per_epoch = steps * runs * prompts.shape[0] * shared.group_size * task.response_length
     block = StepMetricBlock(steps, block_epochs(shared.epochs, tokens_per_epoch))
     # per epoch only what the epoch metrics need; they are computed for all epochs at once after the loop
-    epoch_rewards, epoch_greedy, epoch_heldout_greedy, epoch_logits = [], [], [], []
+    epoch_rewards, epoch_greedy, epoch_heldout_greedy, epoch_logits, epoch_correct = [], [], [], [], []
     samples: list[Samples] = []
     # a single reward has no spread: std 0 for G = 1 (Bessel's correction would give NaN)
     correction = 1 if shared.std_unbiased and shared.group_size > 1 else 0
@@ -134,6 +149,7 @@ def train(
             deltas = delta_groups.apply(  # float[run batch trial]
                 lambda mode, r: compute_deltas(r, mode, shared.std_eps, shared.std_unbiased), rewards)
         epoch_rewards.append(rewards)
+        epoch_correct.append((responses == targets.unsqueeze(-2)).all(dim=-1))  # bool[run batch trial]
         if epoch % shared.sample_every == 0 or epoch == shared.epochs - 1:
             samples.append(Samples(epoch, responses.cpu().numpy(), rewards.cpu().numpy(),
                                    deltas.cpu().numpy()))
@@ -152,10 +168,10 @@ def train(
                         policy_log_probs(reference.embedding, reference.encode, reference.decode,
                                          prompts, responses))
             pg_loss = loss_groups.apply(  # float[run]
-                lambda mode, lp, d, old, eps: compute_loss(lp, d, mode, old, eps),
+                lambda key, lp, d, old, eps: compute_loss(lp, d, key[0], old, eps, key[1]),
                 log_probs, deltas, old_log_probs, clip_eps)
             # beta = 0 everywhere adds exactly nothing to the gradient: leave the KL out of the graph
-            loss = pg_loss + beta * kl_estimate(log_probs, ref_log_probs) if any_kl else pg_loss
+            loss = pg_loss + beta * agg_groups.apply(kl_penalty_term, log_probs, ref_log_probs) if any_kl else pg_loss
             if len(bonus_runs):  # - c_H * the exact mean entropy, on the bonus runs only
                 live = policy_logits(*(p.index_select(0, bonus_runs) for p in parameters), prompts)
                 loss = loss.index_add(0, bonus_runs, -entropy_coef[bonus_runs] * entropy_bonus(live))
@@ -181,6 +197,8 @@ def train(
 
     with torch.no_grad():  # the epochs' sample and greedy metrics, all at once
         epoch_log = sample_metrics(torch.stack(epoch_rewards, dim=1), optimum, correction)
+        correct = torch.stack(epoch_correct, dim=1)  # bool[run epoch batch trial]
+        epoch_log.update(length_metrics(torch.full(correct.shape, task.response_length, device=device), correct))
         greedy = torch.stack(epoch_greedy, dim=1)  # int[run epoch batch pos]
         (epoch_log["greedy_reward"], epoch_log["greedy_fraction"],
          epoch_log["greedy_accuracy"]) = greedy_metrics(score(prompts, greedy), greedy, targets, optimum)

@@ -11,6 +11,21 @@ again. `sorted(x)` reaches every reward's maximum, so it serves as the target
 both for the optimum and for exact accuracy (for inclusion-ordering the optimum
 need not be unique when the prompt has duplicates).
 
+Variable-length responses (the autoregressive policy, `lab.policies.autoregressive`) end at
+their first EOS token (id = vocab size; what follows is padding); a response that reaches the
+length cap without EOS is truncated and scored on all its tokens. With c the content tokens
+before EOS, w = c_1..c_n its first n (a position a short response lacks counts as wrong: it
+matches nothing, includes nothing and orders nothing) and e = max(0, |c| - n) its extra tokens:
+
+    distance            R = sum_q [w_q == s_q]                         - e        max n
+    inclusion-ordering  R = sum_j [x_j in w] + sum_q [w_q <= w_{q+1}]  - e        max 2n - 1
+    blended             R = distance + 1/2 * sum_q [w_q <= w_{q+1}]               max n + (n-1)/2
+
+(the ordering sum runs over pairs of w with both tokens present). So length itself earns
+nothing: at most n - 1 pairs count, a missing token is a wrong one and each extra token costs 1
+like a wrong one. The maximum is the fixed-length one, reached by sorted(x) followed by EOS
+(for distance only by it), and a response of exactly n content tokens scores as at fixed length.
+
 Each reward has a plain-Python reference on lists; the tests check that the
 vectorized and the reference definitions always agree.
 """
@@ -87,6 +102,91 @@ REFERENCES = {
     "distance": distance_reference,
     "inclusion-ordering": inclusion_ordering_reference,
     "blended": blended_reference,
+}
+
+
+# Variable-length versions: responses int[... batch trial pos] over 0..V with EOS = V.
+
+MISSING = -1
+"""Stands for a position a short response lacks: it equals no token and orders with none."""
+
+VARIABLE_LENGTH, variable_length = reward_registry()
+
+
+def content_window(prompts: Tensor, responses: Tensor, eos: int) -> tuple[Tensor, Tensor]:
+    """The first n content tokens (MISSING where absent) and the number of extra ones.
+
+    prompts int[batch n], responses int[... batch trial pos] -> int[... batch trial n], float[... batch trial].
+    """
+    n = prompts.shape[-1]
+    content_length = ((responses == eos).long().cumsum(dim=-1) == 0).sum(dim=-1)  # tokens before EOS
+    if responses.shape[-1] < n:  # a cap below n: the later positions are missing whatever was sampled
+        pad = responses.new_full((*responses.shape[:-1], n - responses.shape[-1]), MISSING)
+        responses = torch.cat([responses, pad], dim=-1)
+    present = torch.arange(n, device=responses.device) < content_length.unsqueeze(-1)
+    window = torch.where(present, responses[..., :n], MISSING)
+    return window, (content_length - n).clamp(min=0).float()
+
+
+def _present_order_count(window: Tensor) -> Tensor:
+    """Ordered adjacent pairs with both tokens present (MISSING only trails): float[...]."""
+    return ((window[..., :-1] <= window[..., 1:]) & (window[..., 1:] != MISSING)).sum(dim=-1).float()
+
+
+@variable_length("distance")
+def distance_reward_varlen(prompts: Tensor, responses: Tensor, eos: int) -> Tensor:
+    window, extra = content_window(prompts, responses, eos)
+    return distance_reward(prompts, window) - extra
+
+
+@variable_length("inclusion-ordering")
+def inclusion_ordering_reward_varlen(prompts: Tensor, responses: Tensor, eos: int) -> Tensor:
+    window, extra = content_window(prompts, responses, eos)
+    present = (prompts.unsqueeze(-2).unsqueeze(-1) == window.unsqueeze(-2)).any(dim=-1)  # prompt token j in w
+    return present.sum(dim=-1).float() + _present_order_count(window) - extra
+
+
+@variable_length("blended")
+def blended_reward_varlen(prompts: Tensor, responses: Tensor, eos: int) -> Tensor:
+    window, _ = content_window(prompts, responses, eos)
+    return distance_reward_varlen(prompts, responses, eos) + BLEND_ORDER_WEIGHT * _present_order_count(window)
+
+
+def variable_length_reward(name: str, eos: int):
+    """The registered reward `name` for responses that end with token `eos`: a vectorized RewardFn."""
+    if name not in VARIABLE_LENGTH:
+        raise ValueError(f"unknown reward {name!r}; choose one of: {', '.join(VARIABLE_LENGTH)}")
+    fn = VARIABLE_LENGTH[name]
+    return lambda prompts, responses: fn(prompts, responses, eos)
+
+
+def _window_reference(prompt: list[int], response: list[int], eos: int) -> tuple[list[int], int]:
+    content = response[:response.index(eos)] if eos in response else response
+    return content[:len(prompt)], max(0, len(content) - len(prompt))
+
+
+def distance_varlen_reference(prompt: list[int], response: list[int], eos: int) -> float:
+    window, extra = _window_reference(prompt, response, eos)
+    return float(sum(y == s for y, s in zip(window, sorted(prompt))) - extra)
+
+
+def inclusion_ordering_varlen_reference(prompt: list[int], response: list[int], eos: int) -> float:
+    window, extra = _window_reference(prompt, response, eos)
+    inclusion = sum(1 for token in prompt if token in window)
+    ordering = sum(1 for a, b in zip(window, window[1:]) if a <= b)
+    return float(inclusion + ordering - extra)
+
+
+def blended_varlen_reference(prompt: list[int], response: list[int], eos: int) -> float:
+    window, _ = _window_reference(prompt, response, eos)
+    ordering = sum(1 for a, b in zip(window, window[1:]) if a <= b)
+    return distance_varlen_reference(prompt, response, eos) + BLEND_ORDER_WEIGHT * ordering
+
+
+VARIABLE_LENGTH_REFERENCES = {
+    "distance": distance_varlen_reference,
+    "inclusion-ordering": inclusion_ordering_varlen_reference,
+    "blended": blended_varlen_reference,
 }
 
 

@@ -144,13 +144,18 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     exploration = ["exploration_init.png", "exploration_bonus.png", "exploration_pass_at_k.png",
                    "exploration_entropy_reward.png"]
     assert sorted(p.name for p in paths) == sorted([f"{e.name}.png" for e in EXPERIMENTS if not e.exploration]
-                                                   + exploration + ["RESULTS.md"])
+                                                   + exploration + ["length_bias.png", "RESULTS.md"])
     text = (tmp_path / "RESULTS.md").read_text()
     lecture_part, exploration_part = text.split("## Exploration", 1)
-    verdicts = [line.rsplit("**", 2)[-2] for line in lecture_part.splitlines() if line.endswith("** |")]
-    assert len(verdicts) == 6 and set(verdicts) <= {"holds", "does not hold", "inconclusive", "partly"}
-    verdicts = [line.rsplit("**", 2)[-2] for line in exploration_part.splitlines() if line.endswith("** |")]
-    assert len(verdicts) == 14 and set(verdicts) <= {"holds", "does not hold", "inconclusive"}
+    exploration_part, length_part = exploration_part.split("## Variable length", 1)
+
+    def verdicts(part: str) -> list[str]:
+        return [line.rsplit("**", 2)[-2] for line in part.splitlines() if line.endswith("** |")]
+    assert len(verdicts(lecture_part)) == 6 and set(verdicts(lecture_part)) <= {"holds", "does not hold", "inconclusive", "partly"}
+    assert len(verdicts(exploration_part)) == 14
+    assert set(verdicts(exploration_part)) <= {"holds", "does not hold", "inconclusive"}
+    assert len(verdicts(length_part)) == 2 and set(verdicts(length_part)) <= {"holds", "does not hold", "inconclusive"}
+    assert "1/\\|o\\| normalisation lengthens wrong responses (centered deltas)" in text
     raw = reproduction.runs["lecture_deltas", 0]
     assert mean_interval(reproduction.records.final("mean_reward")[raw]).text(3) in text
     assert len(set(reproduction.runs["baselines", 1]) & set(reproduction.runs["lecture_deltas", 1])) == 6  # trained once

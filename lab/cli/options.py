@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
+from lab.aggregation import LossAgg
 from lab.config import Device
 from lab.deltas import DeltaMode
 from lab.losses import LossMode
+from lab.policies.interface import PolicyKind
 from lab.samplers import Sampler
 from tasks import sorting
 
@@ -44,6 +46,11 @@ PromptLengthOpt = Annotated[int, typer.Option(help="length of the prompts --prom
 VocabOpt = Annotated[int, typer.Option(help="vocabulary size: tokens are 0..vocab-1")]
 HeldoutOpt = Annotated[int, typer.Option(help="random held-out prompts evaluated greedily, never trained on")]
 PromptSeedOpt = Annotated[int, typer.Option(help="seed for random and held-out prompts")]
+PolicyOpt = Annotated[PolicyKind, typer.Option(help="the lecture's factorised policy, or an autoregressive one "
+                                                    "whose responses end with EOS")]
+MaxLengthOpt = Annotated[int | None, typer.Option(help="autoregressive: cap on response tokens, EOS included "
+                                                       "(default: prompt length + 2)")]
+LossAggOpt = Annotated[LossAgg, typer.Option(help="how per-token losses are averaged (verl's loss_agg_mode)")]
 DeviceOpt = Annotated[Device, typer.Option(help="auto takes CUDA when present")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="replace an existing output folder")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="no progress bar and no summary line")]
@@ -60,6 +67,8 @@ InitScalesOpt = Annotated[list[float] | None, typer.Option("--init-scale", help=
                                                            "scales to sweep (1 = the lecture)")]
 EntropyCoefsOpt = Annotated[list[float] | None, typer.Option("--entropy-coef", help="repeatable: entropy "
                                                              "bonus weights to sweep (0 = off)")]
+LossAggsOpt = Annotated[list[LossAgg] | None, typer.Option("--loss-agg", help="repeatable: loss aggregations "
+                                                          "to sweep")]
 GroupsOpt = Annotated[list[int] | None, typer.Option("--group-size", help="repeatable: group sizes G "
                                                      "(each G trains as its own batch)")]
 

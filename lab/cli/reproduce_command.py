@@ -36,7 +36,7 @@ def reproduce(
         files.check(rep.output_names())
     except USER_ERRORS as e:
         fail(str(e))
-    reproduction = run_with_progress(quiet, "reproduce", rep.LECTURE.epochs, lambda progress: rep.run_reproduction(
+    reproduction = run_with_progress(quiet, "reproduce", 2 * rep.LECTURE.epochs, lambda progress: rep.run_reproduction(
         seeds, device=torch_device, progress=progress))
     with files.staging() as tmp:
         paths = rep.write_figures(reproduction, tmp)

@@ -22,9 +22,12 @@ from lab.cli.options import (
     InitScaleOpt,
     KLOpt,
     KLPeriodOpt,
+    LossAggOpt,
     LossOpt,
     LrOpt,
+    MaxLengthOpt,
     NumPromptsOpt,
+    PolicyOpt,
     PromptLengthOpt,
     PromptSeedOpt,
     PromptsOpt,
@@ -37,7 +40,9 @@ from lab.cli.options import (
     make_task,
 )
 from lab.config import Device, TrainConfig, resolve_device
-from lab.policy import policy_from_state, save_policy
+from lab.policies.interface import PolicyKind
+from lab.policies import policy_from_state
+from lab.policy import save_policy
 from lab.outputs import RunFolder, write_json_atomic, write_text_atomic
 from lab.records import metrics_csv, samples_text
 from lab.train import train
@@ -61,6 +66,9 @@ def run(
     reward: RewardOpt = Reward(DEFAULTS.reward),
     kl: KLOpt = DEFAULTS.kl,
     kl_period: KLPeriodOpt = DEFAULTS.kl_period,
+    policy: PolicyOpt = DEFAULTS.policy,
+    max_length: MaxLengthOpt = DEFAULTS.max_length,
+    loss_agg: LossAggOpt = DEFAULTS.loss_agg,
     clip_eps: ClipOpt = DEFAULTS.clip_eps,
     epochs: EpochsOpt = DEFAULTS.epochs,
     steps: StepsOpt = DEFAULTS.steps,
@@ -86,10 +94,12 @@ def run(
     try:
         config = TrainConfig(epochs=epochs, steps=steps, group_size=group_size, lr=lr, seed=seed, sampler=sampler,
                              dim=dim, reward=reward.value, delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
-                             kl_period=kl_period, init_scale=init_scale, entropy_coef=entropy_coef)
+                             kl_period=kl_period, init_scale=init_scale, entropy_coef=entropy_coef,
+                             policy=policy, max_length=max_length, loss_agg=loss_agg)
         prompt_options = dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts,
                               prompt_length=prompt_length, heldout=heldout, prompt_seed=prompt_seed)
         task = make_task(**prompt_options)
+        check_fits(config, task)
         torch_device = resolve_device(device)
         folder = RunFolder(out or Path("runs") / default_run_name(config), force, command="run")
         folder.check()
@@ -133,13 +143,21 @@ def run(
                    f"prompts sorted), {records.seconds:.2f} s -> {folder.out}")
 
 
+def check_fits(config: TrainConfig, task) -> None:
+    """An autoregressive cap too short for sorted(prompt) + EOS is a user error (one line, exit 2)."""
+    if config.policy is not PolicyKind.factorized:
+        from lab.train_varlen import resolve_max_length
+
+        resolve_max_length(config, task.prompts.shape[1])
+
+
 def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.device) -> str:
     """A `lab run` command line that reproduces this run exactly."""
-    settings = {k: v for k, v in config.to_dict().items() if k in RUN_OPTIONS}
+    settings = {k: v for k, v in config.to_dict().items() if k in RUN_OPTIONS and v is not None}
     args = [f"--{k.replace('_', '-')} {v}" for k, v in {**settings, **prompt_options}.items() if k != "prompts"]
     return f"lab run --prompts '{prompt_options['prompts']}' " + " ".join(args) + f" --device {device.type}"
 
 
 RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "clip_eps", "epochs", "steps", "group_size",
-               "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler")
+               "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg")
 """TrainConfig fields that `lab run` exposes as options."""

@@ -23,9 +23,12 @@ from lab.cli.options import (
     InitScalesOpt,
     KLPeriodOpt,
     KLsOpt,
+    LossAggsOpt,
     LossesOpt,
     LrsOpt,
+    MaxLengthOpt,
     NumPromptsOpt,
+    PolicyOpt,
     PromptLengthOpt,
     PromptSeedOpt,
     PromptsOpt,
@@ -36,7 +39,7 @@ from lab.cli.options import (
     VocabOpt,
     make_task,
 )
-from lab.cli.run_command import default_run_name
+from lab.cli.run_command import check_fits, default_run_name
 from lab.config import ConfigError, Device, TrainConfig, resolve_device
 from lab.outputs import RunFolder, write_json_atomic, write_text_atomic
 from lab.records import metrics_csv
@@ -54,11 +57,14 @@ def sweep(
     group_size: GroupsOpt = None,
     init_scale: InitScalesOpt = None,
     entropy_coef: EntropyCoefsOpt = None,
+    loss_agg: LossAggsOpt = None,
     seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
     sampler: SamplerOpt = DEFAULTS.sampler,
     threads: Annotated[int | None, typer.Option(
         help="torch CPU threads (default: 1, or all cores for 100 runs or more; see lab bench)")] = None,
     kl_period: KLPeriodOpt = DEFAULTS.kl_period,
+    policy: PolicyOpt = DEFAULTS.policy,
+    max_length: MaxLengthOpt = DEFAULTS.max_length,
     epochs: EpochsOpt = DEFAULTS.epochs,
     steps: StepsOpt = DEFAULTS.steps,
     dim: DimOpt = DEFAULTS.dim,
@@ -78,10 +84,11 @@ def sweep(
 
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
-             "entropy_coef": entropy_coef}
+             "entropy_coef": entropy_coef, "loss_agg": loss_agg}
     try:
         grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
-        base = TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler)
+        base = TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler,
+                           policy=policy, max_length=max_length)
         configs = sweeps.build_grid(base, grid, seeds)
         names = [name for name, values in grid.items() if len(values) > 1]
         # summary.csv names every swept setting and every one given on the command line, even once
@@ -89,6 +96,7 @@ def sweep(
         prompt_options = dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts,
                               prompt_length=prompt_length, heldout=heldout, prompt_seed=prompt_seed)
         task = make_task(**prompt_options)
+        check_fits(base, task)
         torch_device = resolve_device(device)
         label = "-".join(f"{n.replace('_', '')}" for n in names) or "-".join(default_run_name(configs[0]).split("-")[:3])
         folder = RunFolder(out or Path("runs") / f"sweep-{label}-{seeds}seeds", force, command="sweep")

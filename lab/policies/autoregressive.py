@@ -1,0 +1,229 @@
+"""An autoregressive policy in the lecture's style, with an end-of-sequence token.
+
+    h          = sum_p  E[x_p] @ A_p                                (the lecture's encoder, unchanged)
+    z_q        = h @ B_q  +  sum_{j<q} E[y_j] @ C_qj                (C_qj: previous-token matrix, j < q)
+    logits_q   = z_q @ E^T                                          over V + 1 tokens: 0..V-1 and EOS = V
+    pi(y | x)  = prod_{q < |y|} softmax(logits_q)[y_q]
+
+The embedding E[(V + 1) dim] is tied as in the lecture, with one extra row for EOS. A response
+is int[pos] with pos = max_length: it ends at its first EOS, and every position after that
+holds EOS again as padding, which is masked out (`response_mask`): padding has no log-prob,
+no loss, no KL and no metric. |y| counts the live tokens, the EOS included. A response that
+reaches max_length without EOS is truncated there: it has max_length live tokens, all content,
+and the rewards score those content tokens like any other response (`tasks.sorting`).
+
+Initialisation follows the lecture's rules and draws the lecture model's parameters first
+(`lab.policy.init_parameters`), then the EOS row of E ~ N(0, 1) and C_qj ~ N(0, 1/dim); so
+with every C = 0 the first V columns of the logits are the lecture model's logits from the same
+generator, and conditioned on never choosing EOS the response distribution is the lecture's
+(tests/test_autoregressive.py). C_qj for j >= q stays exactly zero (the forward masks it).
+Every parameter may carry a leading `run` axis (`AutoregressiveStack`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from lab.policies.interface import PolicyKind, PolicyOps
+from lab.policy import embed, init_parameters
+
+
+def causal_mask(length: int, device=None) -> Tensor:
+    """float[q j 1 1]: 1 where j < q (position q sees the tokens emitted before it)."""
+    return torch.ones(length, length, device=device).tril(-1)[..., None, None]
+
+
+def init_autoregressive(vocab_size: int, prompt_length: int, max_length: int, dim: int,
+                        generator: torch.Generator | None = None, device=None) -> dict[str, Tensor]:
+    """One policy's parameters; `vocab_size` counts content tokens (EOS is the extra id vocab_size)."""
+    device = generator.device if generator is not None else device
+    lecture = init_parameters(vocab_size, prompt_length, max_length, dim, generator, device)
+    eos_row = torch.randn(1, dim, generator=generator, device=device)  # as nn.Embedding: N(0, 1)
+    previous = torch.randn(max_length, max_length, dim, dim, generator=generator, device=device) / math.sqrt(dim)
+    return {
+        "embedding": torch.cat([lecture["embedding"], eos_row]),  # float[(vocab + 1) dim]
+        "encode": lecture["encode"],  # float[pos dim dim]
+        "decode": lecture["decode"],  # float[pos dim dim]
+        "previous": previous * causal_mask(max_length, device),  # float[q j dim dim]
+    }
+
+
+def lookup(embedding: Tensor, tokens: Tensor) -> Tensor:
+    """Rows of E: embedding float[... vocab dim], tokens int[... batch trial pos] -> float[... batch trial pos dim].
+
+    The tokens carry the embedding's leading axes, or none (then shared by every leading index).
+    """
+    if embedding.dim() == 2:
+        return embedding[tokens]
+    lead = embedding.shape[:-2]
+    tokens = tokens.expand(*lead, *tokens.shape[-3:]) if tokens.dim() == 3 else tokens
+    index = tokens.reshape(*lead, -1, 1).expand(*lead, -1, embedding.shape[-1])
+    return embedding.gather(-2, index).reshape(*tokens.shape, embedding.shape[-1])
+
+
+def prompt_state(embedding: Tensor, encode: Tensor, decode: Tensor, prompts: Tensor) -> Tensor:
+    """h @ B_q for every prompt and position: float[... batch pos dim] (the lecture's z_q)."""
+    batch, prompt_length = prompts.shape[-2:]
+    dim = embedding.shape[-1]
+    x = embed(embedding, prompts)  # float[... (batch pos) dim]
+    h = x.reshape(*x.shape[:-2], batch, prompt_length * dim) @ encode.flatten(-3, -2)  # float[... batch dim]
+    return torch.einsum("...bd,...qde->...bqe", h, decode)
+
+
+def teacher_forced_logits(embedding: Tensor, encode: Tensor, decode: Tensor, previous: Tensor,
+                          prompts: Tensor, responses: Tensor) -> Tensor:
+    """Logits of every position given the response's own earlier tokens.
+
+    prompts int[... batch pos], responses int[... batch trial pos] -> float[... batch trial pos vocab+1].
+    """
+    length = previous.shape[-4]
+    emitted = lookup(embedding, responses)  # float[... batch trial j dim]
+    causal = previous * causal_mask(length, previous.device).to(previous)
+    # "... batch trial j d, ... q j d e -> ... batch trial q e": the sum over earlier tokens j < q
+    z = prompt_state(embedding, encode, decode, prompts).unsqueeze(-3) + torch.einsum(
+        "...btjd,...qjde->...btqe", emitted, causal)
+    return torch.einsum("...btqe,...ve->...btqv", z, embedding)  # tied output: z_q @ E^T
+
+
+def response_mask(responses: Tensor, eos: int) -> Tensor:
+    """Live tokens: position q is live when no EOS comes before it. int[... pos] -> bool[... pos]."""
+    ended = (responses == eos).long().cumsum(dim=-1)  # EOS seen at or before q
+    return (ended - (responses == eos).long()) == 0
+
+
+def decode_step(z: Tensor, embedding: Tensor) -> Tensor:
+    """Logits from z float[... batch trial dim]: float[... batch trial vocab+1]."""
+    return torch.einsum("...bte,...ve->...btv", z, embedding)  # tied output: z_q @ E^T
+
+
+def generate(embedding: Tensor, encode: Tensor, decode: Tensor, previous: Tensor, prompts: Tensor,
+             choose, num_trials: int) -> Tensor:
+    """Emit responses one position at a time; `choose(q, logits float[... batch trial vocab+1])` picks tokens.
+
+    After a sequence's EOS every later position is EOS (padding), whatever `choose` returns.
+    Returns int[... batch trial pos].
+    """
+    eos = embedding.shape[-2] - 1
+    length = previous.shape[-4]
+    base = prompt_state(embedding, encode, decode, prompts)  # float[... batch pos dim]
+    lead_batch = base.shape[:-2]
+    z_history = torch.zeros(*lead_batch, num_trials, length, base.shape[-1], device=base.device, dtype=base.dtype)
+    tokens = torch.full((*lead_batch, num_trials, length), eos, dtype=torch.long, device=base.device)
+    done = torch.zeros(*lead_batch, num_trials, dtype=torch.bool, device=base.device)
+    for q in range(length):
+        z = base[..., q, :].unsqueeze(-2) + z_history[..., q, :]  # float[... batch trial dim]
+        token = torch.where(done, eos, choose(q, decode_step(z, embedding)))
+        tokens[..., q] = token
+        done = done | (token == eos)
+        if q + 1 < length:  # add this token's contribution to every later position
+            e = lookup(embedding, token.unsqueeze(-1)).squeeze(-2)  # float[... batch trial dim]
+            z_history = z_history + torch.einsum("...btd,...qde->...btqe", e, previous[..., :, q, :, :])
+    return tokens
+
+
+def sample(embedding, encode, decode, previous, prompts: Tensor, num_trials: int,
+           generator: torch.Generator | Sequence[torch.Generator] | None = None) -> Tensor:
+    """Draw `num_trials` responses per prompt, int[... batch trial pos], by inverse CDF.
+
+    One uniform per (batch, trial, pos) is drawn up front, as in `lab.rollout.sample_responses`
+    (a list of generators: run r's uniforms come from generator r alone), so a run samples the
+    same responses alone or inside a sweep.
+    """
+    batch, length = prompts.shape[-2], previous.shape[-4]
+    shape = (batch, num_trials, length)
+    options = dict(device=embedding.device, dtype=torch.float64)
+    if isinstance(generator, Sequence):
+        if len(generator) != embedding.shape[0]:
+            raise ValueError(f"got {len(generator)} generators for {embedding.shape[0]} runs")
+        uniforms = torch.stack([torch.rand(shape, generator=g, **options) for g in generator])
+    else:
+        uniforms = torch.rand(*embedding.shape[:-2], *shape, generator=generator, **options)
+
+    def choose(q: int, logits: Tensor) -> Tensor:
+        cdf = torch.softmax(logits.detach().double(), dim=-1).cumsum(dim=-1)
+        below = (cdf <= uniforms[..., q].unsqueeze(-1)).sum(dim=-1)
+        return below.clamp(max=logits.shape[-1] - 1)
+
+    with torch.no_grad():
+        return generate(embedding, encode, decode, previous, prompts, choose, num_trials)
+
+
+def greedy(embedding, encode, decode, previous, prompts: Tensor) -> Tensor:
+    """The argmax response of every prompt, chosen position by position: int[... batch pos]."""
+    with torch.no_grad():
+        return generate(embedding, encode, decode, previous, prompts,
+                        lambda q, logits: logits.argmax(dim=-1), 1).squeeze(-2)
+
+
+class AutoregressivePolicy(nn.Module):
+    """One autoregressive policy. `forward(prompts, responses)` gives teacher-forced logits
+    float[batch trial pos vocab+1]; `vocab_size` counts content tokens, `eos` = vocab_size."""
+
+    def __init__(self, vocab_size: int, prompt_length: int, max_length: int, dim: int = 10,
+                 generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.vocab_size, self.prompt_length, self.response_length, self.dim = (
+            vocab_size, prompt_length, max_length, dim)
+        for name, value in init_autoregressive(vocab_size, prompt_length, max_length, dim, generator).items():
+            setattr(self, name, nn.Parameter(value))
+
+    @property
+    def eos(self) -> int:
+        return self.vocab_size
+
+    @property
+    def max_length(self) -> int:
+        return self.response_length
+
+    def forward(self, prompts: Tensor, responses: Tensor) -> Tensor:
+        return teacher_forced_logits(self.embedding, self.encode, self.decode, self.previous, prompts, responses)
+
+
+class AutoregressiveStack(AutoregressivePolicy):
+    """R independent autoregressive policies with a leading run axis on every parameter.
+
+    Run r is initialised from `generators[r]` exactly as `AutoregressivePolicy(..., generator=generators[r])`.
+    `forward(prompts int[batch pos] or int[run batch pos], responses int[run batch trial pos])`.
+    """
+
+    def __init__(self, vocab_size: int, prompt_length: int, max_length: int, dim: int,
+                 generators: list[torch.Generator]) -> None:
+        nn.Module.__init__(self)
+        self.vocab_size, self.prompt_length, self.response_length, self.dim = (
+            vocab_size, prompt_length, max_length, dim)
+        per_run = [init_autoregressive(vocab_size, prompt_length, max_length, dim, g) for g in generators]
+        for name in per_run[0]:
+            setattr(self, name, nn.Parameter(torch.stack([p[name] for p in per_run])))
+
+    @property
+    def num_runs(self) -> int:
+        return self.embedding.shape[0]
+
+    def unstack(self, run: int) -> AutoregressivePolicy:
+        """Run `run` as a standalone policy (a copy)."""
+        policy = AutoregressivePolicy(self.vocab_size, self.prompt_length, self.response_length, self.dim)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                getattr(policy, name).copy_(p[run])
+        return policy.to(self.embedding.device)
+
+
+def _unpack(params: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return params["embedding"], params["encode"], params["decode"], params["previous"]
+
+
+OPS = PolicyOps(
+    kind=PolicyKind.autoregressive,
+    classes=(AutoregressivePolicy, AutoregressiveStack),
+    token_logits=lambda params, prompts, responses: teacher_forced_logits(*_unpack(params), prompts, responses),
+    sample=lambda params, prompts, num_trials, generator=None: sample(
+        *_unpack(params), prompts, num_trials, generator),
+    greedy=lambda params, prompts: greedy(*_unpack(params), prompts),
+    eos=lambda policy: policy.vocab_size,
+    build=AutoregressiveStack,
+    single=AutoregressivePolicy,
+)
