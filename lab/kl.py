@@ -9,7 +9,9 @@ With the sampled token y ~ pi_theta and rho = pi_ref(y) / pi_theta(y):
     penalty = beta * mean over (batch, trial) of  sum over pos of  k3
 
 The per-position KLs add up over positions because positions are independent
-given the prompt. Used as losses, the estimators' *gradients* differ from their
+given the prompt. TRL and verl average k3 over tokens instead: at response length
+T the same penalty takes their beta = T x the lab's (verl's `low_var_kl` also
+clamps k3 to [-10, 10]; the lab never clamps). Used as losses, the estimators' *gradients* differ from their
 values (claim 14, docs/claims.md): in expectation grad k1 = 0, grad k2 = grad KL(pi_theta || pi_ref)
 and grad k3 = grad KL(pi_ref || pi_theta).
 

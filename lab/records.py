@@ -1,8 +1,9 @@
 """What a training call returns, what each metric means, and how it is written.
 
-Records hold one row per (run, optimizer step). Per-epoch metrics (those of the
-epoch's samples and of the greedy evaluation) repeat on every step row of their
-epoch, so `metrics.csv` is one flat table. Files are written atomically
+Records hold one row per (run, optimizer step). In a run's `metrics.csv` the
+per-epoch metrics (those of the epoch's samples and of the greedy evaluation)
+repeat on every step row of their epoch, so it is one flat table; a sweep writes
+them once per epoch (`lab.tables`). Files are written atomically
 (`lab.outputs`): an interrupted run leaves no file that looks complete.
 """
 
@@ -19,24 +20,38 @@ from lab.lengths import LENGTH_METRICS
 STEP_METRICS = {
     "loss": "the minimised loss: surrogate + beta * KL (its value is not progress; the reward is)",
     "pg_loss": "the surrogate alone (naive / unclipped / clipped)",
-    "kl": "k3 estimate of KL(pi_theta || pi_ref) per sequence on the epoch's samples "
-          "(recorded also when beta = 0; TRL `kl`, verl `actor/kl_loss`, CleanRL `approx_kl`)",
+    "kl": "k3 estimate of KL(pi_theta || pi_ref) per sequence: summed over positions, averaged over the "
+          "epoch's samples (recorded also when beta = 0). On an epoch's first step the samples come from "
+          "pi_theta itself and k3 is unbiased; on later steps they are stale (drawn from pi_old), so `kl` is "
+          "biased there (claim 7) while `kl_exact` stays exact. TRL `kl` and verl `actor/kl_loss` average "
+          "over tokens instead: theirs = ours / response length",
     "kl_exact": "exact KL(pi_theta || pi_ref) per sequence, summed over positions and averaged over prompts: "
-                "what `kl` estimates, without its heavy tail (the toy's factorised policy makes it cheap)",
-    "ratio_mean": "mean of pi_theta / pi_old over tokens (1 on an epoch's first step)",
+                "what `kl` estimates, without its sampling noise, heavy tail or stale-sample bias (the toy's "
+                "factorised policy makes it cheap)",
+    "ratio_mean": "mean of pi_theta / pi_old over tokens (1 on an epoch's first step). CleanRL's "
+                  "`old_approx_kl` (mean of -log ratio) and `approx_kl` (mean of ratio - 1 - log ratio) and "
+                  "verl's `actor/ppo_kl` come from these ratios: a KL between the sampling and the current "
+                  "policy, not to the reference",
     "ratio_max": "largest pi_theta / pi_old over tokens",
-    "clip_fraction": "tokens whose clipped term has no gradient, as if eps applied in every loss mode "
-                     "(TRL `clip_ratio/region_mean`, verl `actor/pg_clipfrac`, CleanRL `clipfrac`)",
-    "clip_low_fraction": "ratio < 1 - eps with delta < 0 (TRL `clip_ratio/low_mean`)",
+    "clip_fraction": "tokens whose clipped term has no gradient: ratio > 1 + eps with delta > 0, or "
+                     "ratio < 1 - eps with delta < 0 (a token whose delta is 0 never counts), as if eps "
+                     "applied in every loss mode (TRL `clip_ratio/region_mean`, verl `actor/pg_clipfrac`; "
+                     "CleanRL's `clipfrac` differs: |ratio - 1| > eps whatever the delta's sign)",
+    "clip_low_fraction": "ratio < 1 - eps with delta < 0 (TRL `clip_ratio/low_mean`; not verl's "
+                         "`actor/pg_clipfrac_lower`, which counts dual-clip events: delta < 0 and ratio "
+                         "above clip_ratio_c = 3)",
     "clip_high_fraction": "ratio > 1 + eps with delta > 0 (TRL `clip_ratio/high_mean`)",
     "entropy": "mean per-position policy entropy in nats on the training prompts (TRL `entropy`)",
 }
 """Measured on every optimizer step, before that step's update."""
 
 EPOCH_METRICS = {
-    "mean_reward": "mean reward of the epoch's samples (TRL `reward`)",
+    "mean_reward": "mean reward of the epoch's samples (TRL `reward`; with one reward function also "
+                   "`rewards/<func>/mean`)",
     "reward_fraction": "mean of reward / best achievable reward of its prompt",
-    "reward_std": "group std of rewards, averaged over prompts (TRL `reward_std`)",
+    "reward_std": "std of the rewards within each group, averaged over prompts; Bessel-corrected when "
+                  "`std_unbiased` (the default), the population std otherwise. TRL before 0.27 logged this "
+                  "as `reward_std`; TRL >= 0.27 logs the std over the whole batch under that name",
     "zero_std_fraction": "fraction of groups whose rewards are all equal: no GRPO signal "
                          "(TRL `frac_reward_zero_std`)",
     "greedy_reward": "mean reward of the argmax response per training prompt, after the epoch's steps",
@@ -52,7 +67,8 @@ EPOCH_METRICS = {
                      "estimates",
     **LENGTH_METRICS,
 }
-"""Measured once per epoch and repeated on its step rows."""
+"""Measured once per epoch; in a run's metrics.csv repeated on its step rows, in a sweep's
+`metrics_epoch` table stored once (`lab.tables`)."""
 
 INDEX_COLUMNS = ("epoch", "step", "inner_step")
 METRIC_COLUMNS = (*INDEX_COLUMNS, *EPOCH_METRICS, *STEP_METRICS)

@@ -13,6 +13,7 @@ prompt with a Wilson 95% interval (`lab.intervals`). Pure: nothing prints.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import itertools
 from collections.abc import Callable, Sequence
@@ -69,6 +70,8 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
     `parts` are (run indices in the sweep, that batch's records); `order` is the number of runs.
     Per-epoch samples are dropped (their trial axis differs between group sizes).
     """
+    if len(parts) == 1 and list(parts[0][0]) == list(range(order)):  # one batch, in order: nothing to copy
+        return dataclasses.replace(parts[0][1], samples=[])
     where = np.empty(order, dtype=int)
     flat = [(i, part, r) for part, (indices, _) in enumerate(parts) for r, i in enumerate(indices)]
     for position, (i, _, _) in enumerate(flat):
@@ -158,6 +161,7 @@ SUMMARY_COLUMNS = ("seeds", "final_mean_reward", "final_mean_reward_low", "final
 def summary_csv(summaries: Sequence[SettingSummary], names: Sequence[str]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
+    # settings by their plain names: no outcome column shares one (the metric tables prefix them: lab.tables)
     writer.writerow([*names, *SUMMARY_COLUMNS])
     for s in summaries:
         r, f = s.final_mean_reward, s.optimal_fraction
@@ -177,10 +181,3 @@ def summary_table(summaries: Sequence[SettingSummary], names: Sequence[str]) -> 
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
-
-def extra_columns(records: Records, names: Sequence[str]) -> dict[str, list]:
-    """metrics.csv's leading columns: the seed, then one per swept setting, one value per run."""
-    columns = {"seed": [c.seed for c in records.configs]}
-    for name in names:
-        columns[name] = [c.to_dict()[name] for c in records.configs]
-    return columns

@@ -132,7 +132,6 @@ def train(
     samples: list[Samples] = []
     # a single reward has no spread: std 0 for G = 1 (Bessel's correction would give NaN)
     correction = 1 if shared.std_unbiased and shared.group_size > 1 else 0
-    ones = torch.ones(runs, device=device)
     start = time.perf_counter()
     with torch.no_grad():
         logits = policy(prompts)  # float[run batch pos vocab]; later epochs reuse the greedy evaluation's
@@ -177,8 +176,9 @@ def train(
                 loss = loss.index_add(0, bonus_runs, -entropy_coef[bonus_runs] * entropy_bonus(live))
             optimizer.zero_grad()
             # d(sum of the runs' losses)/d(loss_r) = 1: each run gets exactly its own gradient (no parameter
-            # is shared); seeding backward with those ones skips a sum and its backward node
-            loss.backward(ones)
+            # is shared). Not loss.backward(ones): an explicit gradient makes torch import its symbolic-shape
+            # machinery (sympy), about 0.6 s of start-up, far more than the sum costs
+            loss.sum().backward()
             optimizer.step()
             block.add_step(step, log_probs, log_softmaxes, pg_loss)
         block.end_epoch(old_log_probs, ref_log_probs, ref_log_softmax, deltas)

@@ -28,10 +28,12 @@
 # | k2 | $\tfrac12(\log\rho)^2$ | biased, $\ge 0$ |
 # | k3 | $\rho - \log\rho - 1$ | unbiased (because $\mathbb E[\rho] = 1$), $\ge 0$ |
 #
-# GRPO, TRL and verl (`low_var_kl`) use k3, summed over a response's positions. This lesson looks
-# at the three as **values** (bias, variance, sign), on samples from the current policy and from
-# a stale one, then as **gradients**, which is what a loss actually delivers and where they differ
-# most. It checks the explainer's $(\pi_{\text{ref}}/\pi - 1)$ term, and ends with two training
+# GRPO, TRL and verl (`low_var_kl`) use k3. The lab sums it over a response's positions; TRL and
+# verl average it per token (so the same $\beta$ weighs $T$ times more here, $T$ the response
+# length), and verl clamps it to $[-10, 10]$. This lesson looks at the three as **values** (bias,
+# variance, sign), on samples from the current policy and from a stale one, then as **gradients**,
+# which is what a loss actually delivers and where they differ most. It checks the explainer's
+# $(\pi_{\text{ref}}/\pi - 1)$ term, and ends with two training
 # experiments: a frozen versus a refreshed reference, and the trade-off $\beta$ controls.
 #
 # Expectations are exact (`lab.exact` enumerates every token); variances and signs come from

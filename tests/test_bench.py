@@ -27,3 +27,15 @@ def test_the_lecture_loop_learns_its_reward_like_the_lab():
     first = sum(r["mean_reward"] for r in log[:100]) / 100
     last = sum(r["mean_reward"] for r in log[-100:]) / 100
     assert last > first + 0.5
+
+
+def test_the_end_to_end_row_times_a_real_sweep_and_measures_its_folder():
+    """`lab bench`'s end-to-end row runs `lab sweep` in a fresh process (tiny here) and sizes its folder."""
+    from lab.endtoend import end_to_end, end_to_end_report
+
+    row = end_to_end(runs=3, repeats=1, extra=["--epochs", "2", "--steps", "2"])
+    assert row.runs == 3 and row.seconds > 0
+    assert {"metrics_step.parquet", "metrics_epoch.parquet", "summary.csv", "curves.png"} <= set(row.files)
+    assert row.folder_bytes == sum(row.files.values())
+    assert row.speedup_vs_lecture(0.5) == 3 * 0.5 / row.seconds
+    assert "3 runs" in end_to_end_report(row, 0.5) and "MB" in end_to_end_report(row, 0.5)

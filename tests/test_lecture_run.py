@@ -27,9 +27,11 @@ from lab.config import ConfigError, TrainConfig
 from lab.deltas import compute_deltas
 from lab.losses import compute_loss
 from lab.policy import Policy, init_parameters
+from lab.records import format_value
 from lab.rollout import response_log_probs, sample_responses
 from lab.samplers import SAMPLERS, Sampler, draw, sample_multinomial
 from lab.simple_loop import simple_train
+from lab.tables import read_table
 from lab.train import train
 from tasks.sorting import make_task
 
@@ -192,11 +194,12 @@ def test_lab_sweep_sampler_applies_to_every_run_and_its_seed_5_is_the_lecture_ru
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["run", *short, "--seed", "5", "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
-    sweep_rows = [r for r in csv.DictReader(io.StringIO((tmp_path / "sweep" / "metrics.csv").read_text()))
-                  if r["seed"] == "5"]
+    steps = read_table(tmp_path / "sweep" / "metrics_step.parquet")
+    epochs = read_table(tmp_path / "sweep" / "metrics_epoch.parquet")
     run_rows = list(csv.DictReader(io.StringIO((tmp_path / "run" / "metrics.csv").read_text())))
-    assert [r["mean_reward"] for r in sweep_rows] == [r["mean_reward"] for r in run_rows]
-    np.testing.assert_allclose([float(r["loss"]) for r in sweep_rows], [float(r["loss"]) for r in run_rows],
+    assert ([format_value(v) for v in epochs["mean_reward"][epochs["seed"] == 5]]
+            == [r["mean_reward"] for r in run_rows if r["inner_step"] == "0"])
+    np.testing.assert_allclose(steps["loss"][steps["seed"] == 5], [float(r["loss"]) for r in run_rows],
                                rtol=1e-5, atol=1e-6)
     assert_matches_log([float(r["loss"]) for r in run_rows], [float(r["mean_reward"]) for r in run_rows],
                        LOGS["centered"], "2 epochs")

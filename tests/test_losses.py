@@ -121,6 +121,27 @@ def test_clipped_token_outside_the_band_on_its_delta_side_has_no_gradient(rho, d
     assert low.item() == (1.0 if (rho < 0.99 and delta < 0) else 0.0)
 
 
+def test_clip_fractions_ignore_tokens_whose_delta_is_zero_but_count_them_in_the_denominator():
+    """A token with delta = 0 has no gradient in any loss mode, whatever its ratio: it is never
+    'clipped', on either side (TRL's `clip_ratio/*` and verl's `actor/pg_clipfrac` agree). It still
+    counts among the tokens, so the fractions are over all tokens. CleanRL's `clipfrac`,
+    |ratio - 1| > eps, would count all four tokens below: a different quantity (README, Metrics glossary)."""
+    old = torch.zeros(1, 4, 1)  # one prompt, four responses of one token, each with its own delta
+    rho = torch.tensor([3.0, 0.2, 3.0, 0.2])
+    log_probs = rho.log().view(1, 4, 1)
+    deltas = torch.tensor([[0.0, 0.0, 1.0, -1.0]])  # far outside the band: the zero-delta tokens too
+    low, high = clip_fractions(log_probs, old, deltas, 0.1)
+    assert (low.item(), high.item()) == (0.25, 0.25)  # only the two tokens with a delta, out of four
+    cleanrl = ((rho - 1).abs() > 0.1).float().mean().item()  # the mutant: ignores the delta's sign and zero
+    assert cleanrl == 1.0 != (low + high).item()
+    zero = torch.zeros(1, 4)
+    assert [f.item() for f in clip_fractions(log_probs, old, zero, 0.1)] == [0.0, 0.0]
+    for mode in LossMode:  # and indeed none of these tokens moves any loss
+        lp = log_probs.clone().requires_grad_()
+        compute_loss(lp, zero, mode, old, 0.1).backward()
+        assert (lp.grad == 0).all(), mode
+
+
 @given(inputs=loss_inputs(), clip_eps=st.sampled_from([0.01, 0.1, 0.3]))
 def test_clipped_is_never_above_unclipped_and_equal_inside_the_band(inputs, clip_eps):
     """Claim 15 (docs/claims.md): the clipped surrogate's per-token value is <= the unclipped one's (as a loss: >=),

@@ -38,3 +38,23 @@ def test_kl_estimate_tracks_kl_exact_on_average():
     standard_error = difference.std(ddof=1) / np.sqrt(difference.size)
     assert abs(difference.mean()) < 5 * standard_error + 1e-6
     assert records.step_metrics["kl_exact"][:, 1:].mean() > 10 * standard_error  # not trivially zero
+
+
+def test_reward_std_uses_the_configured_std_convention():
+    """`reward_std` is the std within each group, averaged over prompts, with Bessel's correction
+    exactly when `std_unbiased` (the convention `normalized` deltas use). Recomputed here from the
+    recorded samples with numpy; the other convention (the mutant) gives a different number, and TRL
+    >= 0.27's whole-batch std yet another (README, Metrics glossary)."""
+    task = make_task()
+    for unbiased, ddof in ((True, 1), (False, 0)):
+        config = TrainConfig(epochs=4, steps=1, sample_every=1, std_unbiased=unbiased, delta="centered", seed=0)
+        records = train(task, config)
+        assert len(records.samples) == 4
+        for snap in records.samples:
+            rewards = snap.rewards[0].astype(np.float64)  # float[batch trial]
+            expected = rewards.std(axis=-1, ddof=ddof).mean()
+            assert expected > 0.05  # some group's rewards vary (seed 0), so the conventions differ
+            np.testing.assert_allclose(records.epoch_metrics["reward_std"][0, snap.epoch], expected, rtol=1e-6)
+            mutant = rewards.std(axis=-1, ddof=1 - ddof).mean()
+            assert abs(mutant - expected) > 1e-3
+            assert abs(rewards.std(ddof=ddof) - expected) > 1e-3  # the whole batch's std is not the group one

@@ -10,7 +10,9 @@ from typer.testing import CliRunner
 from lab.cli import app
 from lab.config import ConfigError, TrainConfig
 from lab.intervals import mean_interval, t_quantile, wilson_interval
-from lab.sweep import build_grid, optimal_everywhere, run_sweep, summarise
+from lab.records import INDEX_COLUMNS, STEP_METRICS, format_value
+from lab.sweep import GRID_FIELDS, build_grid, optimal_everywhere, run_sweep, summarise
+from lab.tables import read_table
 from lab.train import train
 from tasks.sorting import make_task
 
@@ -84,7 +86,7 @@ def _rows(text):
 
 
 def test_a_sweeps_seed_3_run_equals_lab_run_seed_3(tmp_path):
-    """Through the CLI: the seed-3 rows of a 4-seed sweep are `lab run --seed 3`'s metrics rows."""
+    """Through the CLI: the seed-3 rows of a 4-seed sweep's tables are `lab run --seed 3`'s metrics rows."""
     runner = CliRunner()
     common = ["--epochs", "6", "--steps", "3", "--quiet"]
     swept = runner.invoke(app, ["sweep", "--delta", "centered", "--delta", "raw", "--seeds", "4",
@@ -92,18 +94,26 @@ def test_a_sweeps_seed_3_run_equals_lab_run_seed_3(tmp_path):
     assert swept.exit_code == 0, swept.output
     single = runner.invoke(app, ["run", "--delta", "centered", "--seed", "3", "--out", str(tmp_path / "run"), *common])
     assert single.exit_code == 0, single.output
-    sweep_rows = _rows((tmp_path / "sweep" / "metrics.csv").read_text())
+    steps = read_table(tmp_path / "sweep" / "metrics_step.parquet")
+    epochs = read_table(tmp_path / "sweep" / "metrics_epoch.parquet")
     run_rows = _rows((tmp_path / "run" / "metrics.csv").read_text())
-    assert {"seed", "delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size"} <= set(sweep_rows[0])
-    assert len(sweep_rows) == 2 * 4 * 6 * 3
-    mine = [r for r in sweep_rows if r["seed"] == "3" and r["delta"] == "centered"]
-    assert len(mine) == len(run_rows) == 18
-    for a, b in zip(mine, run_rows):
+    assert {"run", "seed", *(f"config_{n}" for n in GRID_FIELDS)} <= set(steps) & set(epochs)
+    assert len(steps["run"]) == 2 * 4 * 6 * 3 and len(epochs["run"]) == 2 * 4 * 6
+    mine = (steps["seed"] == 3) & (steps["config_delta"] == "centered")
+    mine_epochs = (epochs["seed"] == 3) & (epochs["config_delta"] == "centered")
+    assert mine.sum() == len(run_rows) == 18 and mine_epochs.sum() == 6
+    for i, (row, b) in enumerate(zip(np.flatnonzero(mine), run_rows)):
         for column, value in b.items():
-            if column in INDEX_AND_SAMPLE_COLUMNS or value == "":
-                assert a[column] == value, column
+            if column in STEP_METRICS or column in INDEX_COLUMNS:
+                got = steps[column][row]
+            else:  # an epoch metric: stored once per epoch in the sweep, repeated per step in the run
+                got = epochs[column][np.flatnonzero(mine_epochs)[int(b["epoch"])]]
+            if value == "":
+                assert np.isnan(got), column
+            elif column in INDEX_AND_SAMPLE_COLUMNS:
+                assert format_value(got if column in INDEX_COLUMNS else np.float32(got)) == value, column
             else:
-                assert float(a[column]) == pytest.approx(float(value), rel=STEP_RTOL, abs=STEP_ATOL), column
+                assert float(got) == pytest.approx(float(value), rel=STEP_RTOL, abs=STEP_ATOL), column
     for name in ("config.json", "summary.csv", "curves.png"):
         assert (tmp_path / "sweep" / name).stat().st_size > 0
     summary = _rows((tmp_path / "sweep" / "summary.csv").read_text())

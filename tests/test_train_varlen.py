@@ -10,6 +10,7 @@ import io
 import math
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -130,9 +131,9 @@ def test_an_autoregressive_sweep_over_two_aggregations_runs(tmp_path):
                     "seq-mean-token-mean", "--seeds", "2", "--epochs", "2", "--steps", "1", "--quiet",
                     "--device", "cpu", "--out", str(out))
     assert result.exit_code == 0, result.output
-    rows = list(csv.DictReader(io.StringIO((out / "metrics.csv").read_text())))
-    assert {row["loss_agg"] for row in rows} == {"token-mean", "seq-mean-token-mean"}
-    assert all(row["response_length"] for row in rows)
+    epochs = pq.read_table(out / "metrics_epoch.parquet").to_pydict()
+    assert set(epochs["config_loss_agg"]) == {"token-mean", "seq-mean-token-mean"}
+    assert all(length is not None and length > 0 for length in epochs["response_length"])
 
 
 def test_diagnose_says_it_analyses_the_factorised_policy_only(tmp_path):

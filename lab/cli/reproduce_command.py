@@ -11,6 +11,7 @@ import typer
 from lab.cli.app import USER_ERRORS, app, fail, run_with_progress
 from lab.cli.options import DeviceOpt, QuietOpt
 from lab.config import ConfigError, Device, resolve_device
+from lab.endtoend import END_TO_END_RUNS
 from lab.outputs import OutputFiles
 
 
@@ -51,6 +52,9 @@ def bench(
     threads: Annotated[list[int] | None, typer.Option(
         help="repeatable: torch CPU threads of the lab's runs (default: 1 and all cores, each reported)")] = None,
     repeats: Annotated[int, typer.Option(help="timings per measurement; the best counts")] = 3,
+    sweep_runs: Annotated[int, typer.Option(
+        help="runs of the end-to-end row: a real `lab sweep` timed from start-up to its written folder "
+             "(0 = skip it)")] = END_TO_END_RUNS,
 ) -> None:
     """Time the lecture's setting: the lecture-style loop, one run alone, and sweeps of R runs (CPU, CUDA)."""
     from lab.bench import ALL_CORES, SIZES, bench_report, lecture_baseline
@@ -59,9 +63,17 @@ def bench(
     try:
         if repeats <= 0 or any(n <= 0 for n in [*(sizes or []), *(threads or [])]):
             raise ConfigError("--threads, --repeats and every --runs must be positive integers")
+        if sweep_runs < 0:
+            raise ConfigError(f"--sweep-runs must be >= 0 (0 skips the end-to-end row), got {sweep_runs}")
     except USER_ERRORS as e:
         fail(str(e))
     devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
     lecture = lecture_baseline(repeats=repeats)  # once, at 1 thread and all cores: its fastest is the baseline
     for count in dict.fromkeys(threads or [1, ALL_CORES]):
         typer.echo(bench_report(run_bench(sizes or SIZES, devices, count, repeats, lecture_seconds=lecture)))
+    if sweep_runs:
+        from lab.endtoend import end_to_end, end_to_end_report
+
+        for device in devices:
+            row = end_to_end(sweep_runs, device, repeats=min(repeats, 2))
+            typer.echo(end_to_end_report(row, min(lecture.values())))

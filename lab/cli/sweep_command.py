@@ -42,7 +42,7 @@ from lab.cli.options import (
 from lab.cli.run_command import check_fits, default_run_name
 from lab.config import ConfigError, Device, TrainConfig, resolve_device
 from lab.outputs import RunFolder, write_json_atomic, write_text_atomic
-from lab.records import metrics_csv
+from lab.tables import TableFormat, write_tables
 from tasks import sorting
 
 
@@ -76,10 +76,13 @@ def sweep(
     prompt_seed: PromptSeedOpt = 0,
     device: DeviceOpt = Device.auto,
     out: Annotated[Path | None, typer.Option(help="sweep folder (default runs/sweep-<grid>-<N>seeds)")] = None,
+    table_format: Annotated[TableFormat, typer.Option(
+        "--format", help="file format of the metrics tables metrics_step and metrics_epoch")] = TableFormat.parquet,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Train a grid of settings x seeds as batched runs; write config.json, metrics.csv, summary.csv, curves.png."""
+    """Train a grid of settings x seeds as batched runs; write config.json, metrics_step.parquet,
+    metrics_epoch.parquet (or .csv), summary.csv and curves.png."""
     from lab import sweep as sweeps
 
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
@@ -129,7 +132,7 @@ def sweep(
             "device": str(torch_device), "torch": torch.__version__, "prompt_options": prompt_options,
             "exploration_exact": records.exploration_exact,
         })
-        write_text_atomic(tmp / "metrics.csv", metrics_csv(records, sweeps.extra_columns(records, sweeps.GRID_FIELDS)))
+        write_tables(records, sweeps.GRID_FIELDS, tmp, table_format)
         write_text_atomic(tmp / "summary.csv", sweeps.summary_csv(summaries, columns))
         plot_sweep(records, names, tmp / "curves.png")
     if not quiet:
