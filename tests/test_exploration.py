@@ -11,6 +11,7 @@ import itertools
 import math
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -207,7 +208,7 @@ def test_bad_exploration_options_exit_2_with_one_line(tmp_path, command, args, w
 
 
 def test_sweep_grid_over_init_scale_and_entropy_coef(tmp_path):
-    """Both options repeat to form a grid; summary.csv and metrics.csv carry their columns."""
+    """Both options repeat to form a grid; summary.csv and the sweep's epoch table carry their columns."""
     out = tmp_path / "s"
     result = CliRunner().invoke(app, ["sweep", "--init-scale", "0.1", "--init-scale", "1", "--entropy-coef", "0",
                                       "--entropy-coef", "0.05", "--epochs", "2", "--steps", "2", "--seeds", "2",
@@ -216,8 +217,8 @@ def test_sweep_grid_over_init_scale_and_entropy_coef(tmp_path):
     summary = list(csv.DictReader(io.StringIO((out / "summary.csv").read_text())))
     assert [(r["init_scale"], r["entropy_coef"]) for r in summary] == [
         ("0.1", "0.0"), ("0.1", "0.05"), ("1.0", "0.0"), ("1.0", "0.05")]
-    rows = list(csv.DictReader(io.StringIO((out / "metrics.csv").read_text())))
-    assert {"init_scale", "entropy_coef", "optimal_prob", "zero_std_prob"} <= set(rows[0])
+    epochs = pq.read_table(out / "metrics_epoch.parquet")
+    assert {"config_init_scale", "config_entropy_coef", "optimal_prob", "zero_std_prob"} <= set(epochs.column_names)
     single = CliRunner().invoke(app, ["sweep", "--init-scale", "0.5", "--epochs", "2", "--steps", "2", "--seeds",
                                       "1", "--out", str(tmp_path / "one"), "--quiet"])
     assert single.exit_code == 0
