@@ -15,11 +15,9 @@ enumeration is past `ExactLimits.max_enumerated`; then it is a Monte Carlo estim
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import torch
 from einops import einsum
@@ -45,6 +43,7 @@ from lab.exact import (
     score_matrix,
 )
 from lab.rollout import sample_responses
+from lab.run_files import check_policy_fits, load_run  # noqa: F401  (re-exported)
 
 DEFAULT_GROUP_SIZES = (2, 3, 4, 5)
 
@@ -183,37 +182,3 @@ def objective_summary(policy: nn.Module, task, reward: str | Reward) -> dict:
     reward = task.reward_fn(reward) if isinstance(reward, str) else reward
     J = expected_reward(policy, task.prompts, reward, dtype=torch.float64)
     return {"expected_reward": J.tolist(), "grad_norm": float(flat_grad(J.mean(), policy).norm())}
-
-
-def load_run(folder) -> tuple[nn.Module, dict | None]:
-    """A `lab run` folder's final policy (PATH/policy.pt) and, when PATH/config.json has it, its
-    task description (`{"name", "prompts", "vocab_size", ...}`), so the policy is diagnosed on the
-    prompts it was trained on. Errors name the folder and what is missing."""
-    from lab.policies import AutoregressivePolicy, load_policy
-
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise ValueError(f"--from-run {folder}: no such run folder")
-    if not (folder / "policy.pt").is_file():
-        raise ValueError(f"--from-run {folder}: no policy.pt in it (a folder written by lab run)")
-    try:
-        policy = load_policy(folder / "policy.pt")
-    except Exception as e:  # a damaged or foreign file: say which, not how torch failed
-        raise ValueError(f"--from-run {folder}: cannot read policy.pt ({type(e).__name__})") from None
-    if isinstance(policy, AutoregressivePolicy):
-        raise ValueError(f"--from-run {folder}: an autoregressive run; lab diagnose analyses the factorised policy "
-                         "(for variable-length responses use lab.exact_varlen.expected_update from Python)")
-    try:
-        saved = json.loads((folder / "config.json").read_text())["task"]
-    except (OSError, ValueError, KeyError, TypeError):
-        saved = None  # no (readable) config.json: the prompt options decide
-    return policy, saved
-
-
-def check_policy_fits(policy: nn.Module, task, where: str) -> None:
-    """A policy's (vocab, prompt length, response length) must be the task's."""
-    shape = (policy.vocab_size, policy.prompt_length, policy.response_length)
-    wanted = (task.vocab_size, task.prompts.shape[1], task.response_length)
-    if shape != wanted:
-        raise ValueError(f"{where}: its policy has (vocab, prompt length, response length) "
-                         f"{shape}, the prompts need {wanted}; pass matching --prompts/--vocab-size")

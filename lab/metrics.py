@@ -46,7 +46,8 @@ def step_metrics(log_probs: Tensor, old_log_probs: Tensor, ref_log_probs: Tensor
     rho = (log_probs - old_log_probs).exp_()  # lab.losses.ratios
     low, high = clip_fractions_from_ratios(rho, deltas, clip_eps)
     entropy = entropy_from_log_softmax(log_softmax).mean(dim=(-2, -1))
-    loss = pg_loss + beta * kl
+    # beta = 0 leaves the KL out (as the loop does): 0 * an overflowing k3 is NaN, not 0
+    loss = pg_loss + torch.where(beta > 0, beta * kl, 0.0)
     if entropy_coef is not None:  # the entropy bonus is part of the minimised loss (lab.exploration)
         loss = loss - entropy_coef * entropy
     return dict(loss=loss, pg_loss=pg_loss, kl=kl, kl_exact=kl_exact,

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from lab.figure_files import figure_format, figure_metadata
 from lab.outputs import atomic_path
 from lab.records import Records
 
@@ -64,8 +65,8 @@ def plot_run(records: Records, path: Path, run: int = 0, title: str | None = Non
 def plot_variance_vs_group_size(rows, path: Path, title: str | None = None) -> Path:
     """Save tr Cov of each delta mode's gradient estimator against G (`lab.diagnose` rows) to `path`.
 
-    Log-scale variance; filled markers are exact, hollow ones Monte Carlo estimates. The PNG is
-    written beside `path` under a temporary name and renamed over it when complete.
+    Log-scale variance; filled markers are exact, hollow ones Monte Carlo estimates. The file (format
+    from the suffix, `lab.figure_files`) is written beside `path` under a temporary name and renamed over it when complete.
     """
     fig = Figure(figsize=(5.6, 3.8))
     ax = fig.subplots()
@@ -83,6 +84,7 @@ def plot_variance_vs_group_size(rows, path: Path, title: str | None = None) -> P
     ax.legend(fontsize=8, title="deltas (hollow: Monte Carlo)", title_fontsize=7)
     ax.set_title(title or "variance of the policy-gradient estimator", fontsize=10)
     fig.tight_layout()
+    fmt = figure_format(path)  # .png, .pdf or .svg; signed, so the lab may replace it later
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+        fig.savefig(tmp, dpi=110, format=fmt, metadata=figure_metadata(fmt))
     return Path(path)

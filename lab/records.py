@@ -70,6 +70,10 @@ EPOCH_METRICS = {
 """Measured once per epoch; in a run's metrics.csv repeated on its step rows, in a sweep's
 `metrics_epoch` table stored once (`lab.tables`)."""
 
+GREEDY_METRICS = ("greedy_reward", "greedy_fraction", "greedy_accuracy", "heldout_greedy_reward",
+                  "heldout_greedy_accuracy")
+"""The epoch metrics taken after the epoch's steps (the others describe its samples, taken before)."""
+
 INDEX_COLUMNS = ("epoch", "step", "inner_step")
 METRIC_COLUMNS = (*INDEX_COLUMNS, *EPOCH_METRICS, *STEP_METRICS)
 
@@ -107,10 +111,16 @@ class Records:
     """whether `optimal_prob` and `zero_std_prob` are exact (else Monte Carlo, lab.exploration)"""
     eos: int | None = None
     """the EOS token id of variable-length responses (None: fixed length)"""
+    divergence: list = field(default_factory=list)
+    """per run: None, or the `lab.divergence.Divergence` where it stopped (its later records are NaN)"""
 
     @property
     def num_runs(self) -> int:
         return len(self.configs)
+
+    def diverged(self) -> np.ndarray:
+        """bool[run]: the run diverged (`divergence`)."""
+        return np.array([d is not None for d in self.divergence] or [False] * self.num_runs, dtype=bool)
 
     def final(self, name: str) -> np.ndarray:
         """A metric's last value per run, float[run]."""

@@ -7,7 +7,8 @@ together in one call of `lab.train.train`; a seed's run is the same alone or
 inside a sweep, so batching changes speed, never results. The summary gives,
 per grid point, the final mean reward with a Student-t 95% interval over seeds
 and the fraction of runs whose greedy response is optimal on every training
-prompt with a Wilson 95% interval (`lab.intervals`). Pure: nothing prints.
+prompt with a Wilson 95% interval (`lab.intervals`), both over the runs that did not diverge;
+the diverged runs are counted per grid point (`lab.divergence`). Pure: nothing prints.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import csv
 import dataclasses
 import io
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 import torch
@@ -49,7 +52,8 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int) -> list
         if not values:
             raise ConfigError(f"the grid gives no value for {name}")
         if len(set(values)) < len(values):
-            raise ConfigError(f"{name} is given the same value twice: {values}")
+            shown = ", ".join(str(v.value if isinstance(v, Enum) else v) for v in values)
+            raise ConfigError(f"{name} is given the same value twice: {shown}")
     points = itertools.product(*(list(grid[n]) for n in names))
     return [base.replace(**dict(zip(names, point)), seed=seed) for point in points for seed in range(seeds)]
 
@@ -68,7 +72,8 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
     """Records of several batches as one, with runs in the original config order.
 
     `parts` are (run indices in the sweep, that batch's records); `order` is the number of runs.
-    Per-epoch samples are dropped (their trial axis differs between group sizes).
+    Per-epoch samples are dropped (their trial axis differs between group sizes). A batch whose
+    runs all diverged stops early; its missing records are NaN.
     """
     if len(parts) == 1 and list(parts[0][0]) == list(range(order)):  # one batch, in order: nothing to copy
         return dataclasses.replace(parts[0][1], samples=[])
@@ -77,19 +82,26 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
     for position, (i, _, _) in enumerate(flat):
         where[i] = position
     cat = lambda get: np.concatenate([get(rec) for _, rec in parts])[where]  # noqa: E731
+
+    def cat_padded(get) -> np.ndarray:  # float[run time], NaN past a batch that stopped early
+        width = max(get(rec).shape[1] for _, rec in parts)
+        return cat(lambda rec: np.pad(get(rec), ((0, 0), (0, width - get(rec).shape[1])),
+                                      constant_values=np.nan))
+
     first = parts[0][1]
     return Records(
         configs=[parts[p][1].configs[r] for _, p, r in sorted(flat)],
         prompts=first.prompts,
         optimum=cat(lambda rec: rec.optimum),
-        step_metrics={k: cat(lambda rec: rec.step_metrics[k]) for k in first.step_metrics},
-        epoch_metrics={k: cat(lambda rec: rec.epoch_metrics[k]) for k in first.epoch_metrics},
+        step_metrics={k: cat_padded(lambda rec: rec.step_metrics[k]) for k in first.step_metrics},
+        epoch_metrics={k: cat_padded(lambda rec: rec.epoch_metrics[k]) for k in first.epoch_metrics},
         samples=[],
         state={k: torch.from_numpy(cat(lambda rec: rec.state[k].numpy())) for k in first.state},
         greedy_responses=cat(lambda rec: rec.greedy_responses),
         seconds=sum(rec.seconds for _, rec in parts),
         exploration_exact=all(rec.exploration_exact for _, rec in parts),
         eos=first.eos,
+        divergence=[parts[p][1].divergence[r] for _, p, r in sorted(flat)],
     )
 
 
@@ -136,10 +148,12 @@ class SettingSummary:
     point: tuple
     seeds: int
     final_mean_reward: Interval
-    """t-interval over seeds of the last epoch's mean sample reward"""
+    """t-interval over the seeds that did not diverge of the last epoch's mean sample reward"""
     optimal_fraction: Interval
-    """Wilson interval of the fraction of runs whose greedy response is optimal on every prompt"""
+    """Wilson interval of the fraction of those runs whose greedy response is optimal on every prompt"""
     optimum: float
+    diverged: int = 0
+    """runs of this point that diverged: left out of both intervals"""
 
 
 def summarise(records: Records, names: Sequence[str]) -> list[SettingSummary]:
@@ -147,14 +161,19 @@ def summarise(records: Records, names: Sequence[str]) -> list[SettingSummary]:
     points: dict[tuple, list[int]] = {}
     for run, config in enumerate(records.configs):
         points.setdefault(setting(config, names), []).append(run)
-    final, optimal = records.final("mean_reward"), optimal_everywhere(records)
-    return [SettingSummary(point, len(runs), mean_interval(final[runs]),
-                           wilson_interval(int(optimal[runs].sum()), len(runs)),
-                           float(records.optimum[runs].mean()))
-            for point, runs in points.items()]
+    final, optimal, diverged = records.final("mean_reward"), optimal_everywhere(records), records.diverged()
+    nothing = Interval(math.nan, math.nan, math.nan, 0)  # every seed diverged: no estimate
+    summaries = []
+    for point, runs in points.items():
+        kept = [r for r in runs if not diverged[r]]
+        summaries.append(SettingSummary(
+            point, len(runs), mean_interval(final[kept]) if kept else nothing,
+            wilson_interval(int(optimal[kept].sum()), len(kept)) if kept else nothing,
+            float(records.optimum[runs].mean()), len(runs) - len(kept)))
+    return summaries
 
 
-SUMMARY_COLUMNS = ("seeds", "final_mean_reward", "final_mean_reward_low", "final_mean_reward_high",
+SUMMARY_COLUMNS = ("seeds", "diverged", "final_mean_reward", "final_mean_reward_low", "final_mean_reward_high",
                    "optimal_fraction", "optimal_fraction_low", "optimal_fraction_high", "optimum")
 
 
@@ -165,19 +184,28 @@ def summary_csv(summaries: Sequence[SettingSummary], names: Sequence[str]) -> st
     writer.writerow([*names, *SUMMARY_COLUMNS])
     for s in summaries:
         r, f = s.final_mean_reward, s.optimal_fraction
-        writer.writerow([*s.point, s.seeds, *(f"{v:.6g}" for v in (r.estimate, r.low, r.high,
+        writer.writerow([*s.point, s.seeds, s.diverged, *(f"{v:.6g}" if math.isfinite(v) else "" for v in (r.estimate, r.low, r.high,
                                                                     f.estimate, f.low, f.high, s.optimum))])
     return out.getvalue()
 
 
 def summary_table(summaries: Sequence[SettingSummary], names: Sequence[str]) -> str:
-    """A plain-text table for the terminal (the caller prints it)."""
-    header = ["setting", "seeds", "final mean reward [95% t]", "optimal on every prompt [95% Wilson]"]
-    rows = [[setting_label(names, s.point), str(s.seeds),
-             f"{s.final_mean_reward.text(2)} / {s.optimum:g}",
-             f"{s.optimal_fraction.estimate:.0%} [{s.optimal_fraction.low:.0%}, {s.optimal_fraction.high:.0%}]"]
+    """A plain-text table for the terminal (the caller prints it); a `diverged` column and a note
+    appear when some run diverged."""
+    any_diverged = any(s.diverged for s in summaries)
+    header = ["setting", "seeds", *(["diverged"] * any_diverged), "final mean reward [95% t]",
+              "optimal on every prompt [95% Wilson]"]
+
+    def fraction(f: Interval) -> str:
+        return "-" if f.n == 0 else f"{f.estimate:.0%} [{f.low:.0%}, {f.high:.0%}]"
+
+    rows = [[setting_label(names, s.point), str(s.seeds), *([str(s.diverged)] * any_diverged),
+             ("-" if s.final_mean_reward.n == 0 else s.final_mean_reward.text(2)) + f" / {s.optimum:g}",
+             fraction(s.optimal_fraction)]
             for s in summaries]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
-    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+    note = (["diverged runs are left out of the reward and the fraction (- : every seed diverged)"]
+            if any_diverged else [])
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:], *note])
 

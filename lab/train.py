@@ -24,6 +24,7 @@ from torch import Tensor
 from lab.aggregation import LossAgg, kl_term
 from lab.config import TrainConfig, check_batchable
 from lab.deltas import compute_deltas
+from lab.divergence import DivergenceGuard
 from lab.exploration import entropy_bonus, epoch_exploration, is_exact
 from lab.fused import policy_log_probs
 from lab.kl import freeze, k3, kl_estimate, reference_due
@@ -33,7 +34,7 @@ from lab.metrics import StepMetricBlock, block_epochs, greedy_metrics, sample_me
 from lab.optim import RunAdam
 from lab.policies import PolicyKind
 from lab.policy import PolicyStack, policy_logits
-from lab.records import EPOCH_METRICS, STEP_METRICS, Records, Samples
+from lab.records import EPOCH_METRICS, GREEDY_METRICS, STEP_METRICS, Records, Samples
 from lab.rollout import greedy_responses
 from lab.samplers import SAMPLERS
 from tasks import Task
@@ -106,6 +107,11 @@ def train(
     bonus_runs = torch.tensor([r for r, c in enumerate(configs) if c.entropy_coef > 0], device=device,
                               dtype=torch.long)
     any_kl = any(c.kl > 0 for c in configs)
+    # where beta = 0 the KL stays out of the loss even beside runs with beta > 0: 0 * an overflowing
+    # k3 would make that run's loss and gradient NaN
+    kl_list = [r for r, c in enumerate(configs) if c.kl > 0]
+    kl_runs = None if len(kl_list) == runs else torch.tensor(kl_list, device=device, dtype=torch.long)
+    kl_agg_groups = RunGroups([configs[r].loss_agg for r in kl_list], device) if kl_list else None
     reward_groups = RunGroups([c.reward for c in configs], device)
     delta_groups = RunGroups([c.delta for c in configs], device)
     loss_groups = RunGroups([(c.loss, c.loss_agg) for c in configs], device)
@@ -132,11 +138,14 @@ def train(
     samples: list[Samples] = []
     # a single reward has no spread: std 0 for G = 1 (Bessel's correction would give NaN)
     correction = 1 if shared.std_unbiased and shared.group_size > 1 else 0
+    guard = DivergenceGuard(runs, steps, [name for name, _ in policy.named_parameters()])
     start = time.perf_counter()
     with torch.no_grad():
         logits = policy(prompts)  # float[run batch pos vocab]; later epochs reuse the greedy evaluation's
 
     for epoch in range(shared.epochs):
+        guard.start_epoch(parameters)
+        losses = []  # float[run] per step, for the divergence check
         fresh_reference = reference_due(epoch, shared.kl_period)
         if fresh_reference:
             reference = freeze(policy)
@@ -170,7 +179,13 @@ def train(
                 lambda key, lp, d, old, eps: compute_loss(lp, d, key[0], old, eps, key[1]),
                 log_probs, deltas, old_log_probs, clip_eps)
             # beta = 0 everywhere adds exactly nothing to the gradient: leave the KL out of the graph
-            loss = pg_loss + beta * agg_groups.apply(kl_penalty_term, log_probs, ref_log_probs) if any_kl else pg_loss
+            if not any_kl:
+                loss = pg_loss
+            elif kl_runs is None:
+                loss = pg_loss + beta * agg_groups.apply(kl_penalty_term, log_probs, ref_log_probs)
+            else:
+                loss = pg_loss.index_add(0, kl_runs, beta[kl_runs] * kl_agg_groups.apply(
+                    kl_penalty_term, log_probs[kl_runs], ref_log_probs[kl_runs]))
             if len(bonus_runs):  # - c_H * the exact mean entropy, on the bonus runs only
                 live = policy_logits(*(p.index_select(0, bonus_runs) for p in parameters), prompts)
                 loss = loss.index_add(0, bonus_runs, -entropy_coef[bonus_runs] * entropy_bonus(live))
@@ -180,20 +195,29 @@ def train(
             # machinery (sympy), about 0.6 s of start-up, far more than the sum costs
             loss.sum().backward()
             optimizer.step()
+            guard.after_step(parameters)
+            losses.append(loss.detach())
             block.add_step(step, log_probs, log_softmaxes, pg_loss)
         block.end_epoch(old_log_probs, ref_log_probs, ref_log_softmax, deltas)
-        if block.full or epoch == shared.epochs - 1:
+
+        with torch.no_grad():
+            logits = policy(prompts)  # also the next epoch's sampling logits: the policy is unchanged until then
+            if guard.check(epoch, losses, logits, parameters):  # a run diverged: it is back at its epoch start
+                logits = policy(prompts)
+        stop = guard.all_diverged  # nothing left to train
+        if block.full or epoch == shared.epochs - 1 or stop:
             bonus_weights = entropy_coef if len(bonus_runs) else None
             for name, values in block.flush(beta, clip_eps, bonus_weights).items():  # float[(epoch step) run]
                 step_log[name].append(values)
 
         with torch.no_grad():
-            logits = policy(prompts)  # also the next epoch's sampling logits: the policy is unchanged until then
             epoch_greedy.append(greedy_responses(logits))  # int[run batch pos]
             if eval_prompts is not None:
                 epoch_heldout_greedy.append(greedy_responses(policy(eval_prompts)))
         if progress is not None:
             progress(epoch + 1, shared.epochs)
+        if stop:
+            break
 
     with torch.no_grad():  # the epochs' sample and greedy metrics, all at once
         epoch_log = sample_metrics(torch.stack(epoch_rewards, dim=1), optimum, correction)
@@ -203,7 +227,7 @@ def train(
         (epoch_log["greedy_reward"], epoch_log["greedy_fraction"],
          epoch_log["greedy_accuracy"]) = greedy_metrics(score(prompts, greedy), greedy, targets, optimum)
         if eval_prompts is None:
-            nan = torch.full((runs, shared.epochs), float("nan"), device=device)
+            nan = torch.full((runs, len(epoch_greedy)), float("nan"), device=device)
             epoch_log["heldout_greedy_reward"], epoch_log["heldout_greedy_accuracy"] = nan, nan
         else:
             held = torch.stack(epoch_heldout_greedy, dim=1)
@@ -221,16 +245,23 @@ def train(
         epoch_log["optimal_prob"], epoch_log["zero_std_prob"] = explored.unbind(-1)
 
     to_numpy = lambda log, join: {k: join(v).cpu().float().numpy() for k, v in log.items()}  # noqa: E731
+    step_values = to_numpy(step_log, lambda v: torch.cat(v).T)  # [step run] per block -> [run step]
+    epoch_values = {name: epoch_log[name].cpu().float().numpy() for name in EPOCH_METRICS}
+    guard.mask(step_values, epoch_values, GREEDY_METRICS)
+    if guard.all_diverged:  # the records end at the last run's divergence
+        last = max(d.step for d in guard.found) + 1
+        step_values = {name: values[:, :last] for name, values in step_values.items()}
     return Records(
         configs=configs,
         prompts=task.prompts.cpu().numpy(),
         optimum=optimum.cpu().numpy(),
-        step_metrics=to_numpy(step_log, lambda v: torch.cat(v).T),  # [step run] per block -> [run step]
-        epoch_metrics={name: epoch_log[name].cpu().float().numpy() for name in EPOCH_METRICS},
+        step_metrics=step_values,
+        epoch_metrics=epoch_values,
         samples=samples,
         state={name: p.detach().cpu().clone(memory_format=torch.contiguous_format)
                for name, p in policy.named_parameters()},
         greedy_responses=epoch_greedy[-1].cpu().numpy(),
         seconds=time.perf_counter() - start,
         exploration_exact=exact,
+        divergence=guard.found,
     )

@@ -128,8 +128,8 @@ def test_cli_from_run_diagnoses_the_saved_policy(tmp_path, lecture):
     trained = Policy(5, 3, 3, dim=4, generator=torch.Generator().manual_seed(9))
     (tmp_path / "myrun").mkdir()
     save_policy(trained, tmp_path / "myrun" / "policy.pt")
-    result = invoke("--from-run", str(tmp_path / "myrun"), "--delta", "max", "--group-size", "3",
-                    "--out", str(tmp_path / "f.png"))
+    result = invoke("--from-run", str(tmp_path / "myrun"), "--prompts", "lecture", "--delta", "max",
+                    "--group-size", "3", "--out", str(tmp_path / "f.png"))
     assert result.exit_code == 0, result.output
     assert "policy myrun" in result.output
     expected = gradient_diagnostics(trained, task, "inclusion-ordering", ["max"], (3,))[0]
@@ -146,7 +146,8 @@ def test_cli_from_run_errors_are_one_line(tmp_path):
     assert_one_line_error(invoke("--from-run", str(tmp_path / "broken")), "cannot read policy.pt")
     (tmp_path / "other").mkdir()
     save_policy(Policy(4, 3, 3, dim=4), tmp_path / "other" / "policy.pt")
-    assert_one_line_error(invoke("--from-run", str(tmp_path / "other")), "(4, 3, 3)", "(5, 3, 3)")
+    assert_one_line_error(invoke("--from-run", str(tmp_path / "other"), "--prompts", "lecture"), "(4, 3, 3)",
+                          "(5, 3, 3)")
     assert not os.path.exists("runs")  # nothing written on an error
 
 

@@ -14,7 +14,10 @@ cell swapped for its code, every check passes.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,6 +43,8 @@ LESSONS = ("01_policy_gradient_and_baselines", "02_grpo_deltas_and_losses", "03_
 NOTEBOOK_TIMEOUT_S = 60
 """Budget for one whole notebook (issue 5: "runs top to bottom on a CPU in under a minute")."""
 KERNEL_NAME = "grpo-lab-test"
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+"""The backend a Jupyter kernel uses by default: figures shown in a cell become its image outputs."""
 MIN_MARKDOWN_CELLS = 6
 MIN_PROSE_WORDS = 400
 MIN_CODE_CELLS = 6
@@ -146,6 +151,19 @@ def test_readme_links_the_notebooks_in_order():
     assert tuple(linked) == LESSONS
 
 
+def plotting_environment(config_dir: Path) -> dict[str, str]:
+    """The kernel's matplotlib settings, whatever the shell running pytest exported.
+
+    ipykernel selects the inline backend (figures become `image/png` outputs) only when
+    `MPLBACKEND` is unset, so an exported `MPLBACKEND=Agg` (common on servers and CI) silently
+    turned every figure into nothing. The kernel gets Jupyter's own backend explicitly, and an
+    empty private config folder, so that no user's `matplotlibrc` (`MPLCONFIGDIR`, `MATPLOTLIBRC`)
+    changes what the lessons draw.
+    """
+    config_dir.mkdir(parents=True, exist_ok=True)
+    return {"MPLBACKEND": INLINE_BACKEND, "MPLCONFIGDIR": str(config_dir), "MATPLOTLIBRC": str(config_dir)}
+
+
 @pytest.fixture(scope="module")
 def kernel_specs(tmp_path_factory):
     """A kernelspec that launches *this* interpreter, in a private folder searched alone.
@@ -157,7 +175,12 @@ def kernel_specs(tmp_path_factory):
     """
     prefix = tmp_path_factory.mktemp("kernel")
     install_kernelspec(kernel_name=KERNEL_NAME, prefix=str(prefix), display_name="grpo-lab tests")
-    specs = KernelSpecManager(kernel_dirs=[str(prefix / "share" / "jupyter" / "kernels")])
+    kernels = prefix / "share" / "jupyter" / "kernels"
+    spec_file = kernels / KERNEL_NAME / "kernel.json"
+    spec = json.loads(spec_file.read_text())
+    spec["env"] = plotting_environment(prefix / "matplotlib")
+    spec_file.write_text(json.dumps(spec))
+    specs = KernelSpecManager(kernel_dirs=[str(kernels)])
     assert specs.get_kernel_spec(KERNEL_NAME).argv[0] == sys.executable
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JUPYTER_RUNTIME_DIR", str(prefix / "runtime"))
@@ -221,3 +244,33 @@ def test_a_students_run_all_reaches_the_end_and_shows_no_solution(path, kernel_s
     for _, solution, check in found:
         assert NOT_YET_SOLVED in output_text(notebook.cells[check]), f"check cell {check}"
         assert solution_code(notebook.cells[solution].source).strip() not in printed, f"solution {solution} printed"
+
+
+def test_the_kernel_draws_inline_whatever_plotting_variables_the_shell_exported(kernel_specs, monkeypatch,
+                                                                               tmp_path):
+    """With MPLBACKEND=Agg and a matplotlibrc choosing Agg exported, a figure still reaches the notebook.
+
+    This used to fail all five lessons with "the lesson draws no figure" on machines that export
+    MPLBACKEND=Agg. A figure shown in a cell must come back as an `image/png` output.
+    """
+    (tmp_path / "matplotlibrc").write_text("backend: Agg\n")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path))
+    monkeypatch.setenv("MATPLOTLIBRC", str(tmp_path))
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import matplotlib.pyplot as plt\nplt.plot([0, 1])\nplt.show()")])
+    execute(notebook, kernel_specs, NOTEBOOK_TIMEOUT_S)
+    assert any("image/png" in o.get("data", {}) for o in notebook.cells[0].outputs)
+
+
+@pytest.mark.skipif(os.environ.get("MPLBACKEND") == "Agg", reason="this is the run it starts")
+def test_a_lesson_runs_under_an_exported_mplbackend():
+    """The whole harness, end to end, in a pytest started with MPLBACKEND=Agg exported (one lesson suffices:
+    the backend is chosen per kernel, the same way for every lesson)."""
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__)),
+         "-k", f"test_notebook_runs_top_to_bottom_with_the_solutions and {LESSONS[0]}"],
+        env=env, capture_output=True, text=True, timeout=4 * NOTEBOOK_TIMEOUT_S, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "1 passed" in result.stdout

@@ -175,3 +175,20 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     assert _mostly(Interval(0.5, 0.4, 0.6, 2), 0.1) == "partly" and _mostly(Interval(0.95, 0.91, 1, 2), 0.1) == "holds"
     assert _mostly(Interval(0.05, 0, 0.09, 2), 0.1) == "does not hold"
     assert _mostly(Interval(0.5, 0.05, 0.6, 2), 0.1) == "inconclusive"
+
+
+def test_help_shows_the_defaults_of_the_grid_options_and_of_bench_runs():
+    """Issue 11 point 7: `lab sweep --help` and `lab bench --help` showed no default for the repeatable options."""
+    sweep_help = " ".join(CliRunner().invoke(app, ["sweep", "--help"], terminal_width=200).output.split())
+    for option, default in (("--delta", "raw"), ("--loss", "naive"), ("--reward", "inclusion-ordering"),
+                            ("--kl", "0.0"), ("--clip-eps", "0.01"), ("--lr", "0.001"), ("--group-size", "10")):
+        line = sweep_help.split(option + " ", 1)[1].split(" --", 1)[0]
+        assert f"[default: ({default})]" in line, (option, line)
+    bench_help = " ".join(CliRunner().invoke(app, ["bench", "--help"], terminal_width=200).output.split())
+    assert "[default: (1 10 100 500)]" in bench_help
+
+
+def test_errors_show_values_not_enum_reprs():
+    result = CliRunner().invoke(app, ["sweep", "--delta", "raw", "--delta", "raw"])
+    assert result.exit_code == 2 and "--delta is given the same value twice: raw, raw" in result.output
+    assert "DeltaMode" not in result.output

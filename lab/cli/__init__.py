@@ -21,9 +21,15 @@ from lab.cli import run_command, sweep_command, diagnose_command, reproduce_comm
 
 
 def main() -> None:
-    """Console entry point (`lab`)."""
-    torch.set_num_threads(1)  # tiny tensors: one thread beats the threading overhead
-    app()
+    """The former console entry point: `lab_console.main` (signal handling), or the app alone in an
+    environment installed before `lab_console` existed (`pip install -e .` adds it)."""
+    try:
+        from lab_console import main as console_main
+    except ImportError:
+        torch.set_num_threads(1)  # tiny tensors: one thread beats the threading overhead
+        app()
+        return
+    console_main()
 
 
 __all__ = ["app", "main"]

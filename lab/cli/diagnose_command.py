@@ -8,7 +8,7 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.app import DEFAULTS, USER_ERRORS, app, fail
+from lab.cli.app import DEFAULTS, USER_ERRORS, app, fail, writing
 from lab.cli.options import (
     DimOpt,
     NumPromptsOpt,
@@ -17,6 +17,7 @@ from lab.cli.options import (
     Reward,
     RewardOpt,
     VocabOpt,
+    cli_message,
     make_task,
 )
 from lab.deltas import DeltaMode
@@ -41,44 +42,64 @@ def diagnose(
     vocab_size: VocabOpt = sorting.LECTURE_VOCAB_SIZE,
     prompt_seed: PromptSeedOpt = 0,
     out: Annotated[Path | None, typer.Option(
-        help="figure of variance versus G (default runs/diagnose-<reward>-<prompts>-<policy>.png)")] = None,
+        help="figure of variance versus G: .png, .pdf or .svg (default runs/diagnose-<reward>-<prompts>-"
+             "<policy>.png); an existing file is replaced only if the lab wrote it")] = None,
 ) -> None:
     """Exact gradient bias (scale along grad J, angle to it) and variance of each delta mode, for G in a list."""
     from lab import diagnose as diagnostics
+    from lab.figure_files import check_figure_path
+    from lab.limits import check_diagnose_memory
     from lab.policy import Policy
+    from lab.writable import check_writable
 
     try:
+        if dim <= 0:
+            raise ValueError(f"--dim must be a positive integer, got {dim}")
+        if not -2**63 <= seed < 2**64:  # what torch.Generator.manual_seed accepts
+            raise ValueError(f"--seed must be an integer from -2**63 to 2**64 - 1 (torch's range), got {seed}")
         saved = None
+        if out is not None:  # before any work: a bad suffix or a user's file
+            check_figure_path(out)
         if from_run is not None:
-            policy, saved = diagnostics.load_run(from_run)
-        if saved is not None and prompts is None:  # the prompts the run was trained on
-            task = load_task_module(saved["name"]).make_task(saved["prompts"], saved["vocab_size"])
+            policy, saved = diagnostics.load_run(from_run, need_task=prompts is None)
+        if saved is not None:  # the prompts the run was trained on
+            try:
+                task = load_task_module(saved["name"]).make_task(saved["prompts"], saved["vocab_size"])
+            except ValueError as e:
+                raise ValueError(f"{from_run / 'config.json'}: {e}") from None
             label = "run-prompts"
         else:
             spec = prompts or "lecture"
             task = make_task(spec, vocab_size, num_prompts, prompt_length, 0, prompt_seed)
             label = spec if spec in sorting.PROMPT_SOURCES else "custom"
+        sizes = group_size or list(diagnostics.DEFAULT_GROUP_SIZES)
+        if any(G < 1 for G in sizes):
+            raise ValueError(f"--group-size must be >= 1, got {min(sizes)}")
+        check_diagnose_memory(dim if from_run is None else policy.dim, task, sizes)
         if from_run is None:
             policy = Policy(task.vocab_size, task.prompts.shape[1], task.response_length, dim,
                             generator=torch.Generator().manual_seed(seed))
             source = f"init-seed{seed}-dim{dim}"
         else:
-            diagnostics.check_policy_fits(policy, task, f"--from-run {from_run}")
+            diagnostics.check_policy_fits(policy, task, f"--from-run {from_run}: policy.pt")
             source = from_run.resolve().name
         modes = delta or list(DeltaMode)
-        sizes = group_size or list(diagnostics.DEFAULT_GROUP_SIZES)
+        out = out or Path("runs") / f"diagnose-{reward.value}-{label}-{source}.png"
+        check_figure_path(out)
+        check_writable(out, temporary=False)
         rows = diagnostics.gradient_diagnostics(policy, task, reward.value, modes, sizes)
         summary = diagnostics.objective_summary(policy, task, reward.value)
     except USER_ERRORS as e:
-        fail(str(e))
+        fail(cli_message(str(e)))
 
     from lab.plots import (
         plot_variance_vs_group_size,  # matplotlib only where a figure is made
     )
 
-    out = out or Path("runs") / f"diagnose-{reward.value}-{label}-{source}.png"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    plot_variance_vs_group_size(rows, out, title=f"{reward.value} reward, {label} prompts, {source}")
+    with writing(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        check_figure_path(out)  # nobody put a file of theirs there meanwhile
+        plot_variance_vs_group_size(rows, out, title=f"{reward.value} reward, {label} prompts, {source}")
     J = ", ".join(f"{j:.4f}" for j in summary["expected_reward"])
     typer.echo(f"policy {source}; {reward.value} reward; exact J per prompt [{J}], "
                f"|grad J| = {summary['grad_norm']:.4g}")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from enum import Enum
 from typing import Annotated
 
 import typer
 
 from lab.aggregation import LossAgg
-from lab.config import Device
+from lab.config import Device, TrainConfig
 from lab.deltas import DeltaMode
 from lab.losses import LossMode
 from lab.policies.interface import PolicyKind
@@ -56,24 +58,82 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="replace an existing out
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="no progress bar and no summary line")]
 
 
-# `lab sweep`: the grid options repeat (--delta raw --delta centered); one value each by default.
-DeltasOpt = Annotated[list[DeltaMode] | None, typer.Option("--delta", help="repeatable: deltas to sweep")]
-LossesOpt = Annotated[list[LossMode] | None, typer.Option("--loss", help="repeatable: losses to sweep")]
-RewardsOpt = Annotated[list[Reward] | None, typer.Option("--reward", help="repeatable: rewards to sweep")]
-KLsOpt = Annotated[list[float] | None, typer.Option("--kl", help="repeatable: KL weights beta to sweep")]
-ClipsOpt = Annotated[list[float] | None, typer.Option("--clip-eps", help="repeatable: clip eps to sweep")]
-LrsOpt = Annotated[list[float] | None, typer.Option("--lr", help="repeatable: learning rates to sweep")]
+# `lab sweep`: the grid options repeat (--delta raw --delta centered); one value each by default,
+# the one `lab run` uses, which --help shows
+_RUN = TrainConfig()
+DeltasOpt = Annotated[list[DeltaMode] | None, typer.Option("--delta", help="repeatable: deltas to sweep",
+                                                           show_default=_RUN.delta.value)]
+LossesOpt = Annotated[list[LossMode] | None, typer.Option("--loss", help="repeatable: losses to sweep",
+                                                          show_default=_RUN.loss.value)]
+RewardsOpt = Annotated[list[Reward] | None, typer.Option("--reward", help="repeatable: rewards to sweep",
+                                                         show_default=_RUN.reward)]
+KLsOpt = Annotated[list[float] | None, typer.Option("--kl", help="repeatable: KL weights beta to sweep",
+                                                    show_default=str(_RUN.kl))]
+ClipsOpt = Annotated[list[float] | None, typer.Option("--clip-eps", help="repeatable: clip eps to sweep",
+                                                      show_default=str(_RUN.clip_eps))]
+LrsOpt = Annotated[list[float] | None, typer.Option("--lr", help="repeatable: learning rates to sweep",
+                                                    show_default=str(_RUN.lr))]
 InitScalesOpt = Annotated[list[float] | None, typer.Option("--init-scale", help="repeatable: embedding init "
-                                                           "scales to sweep (1 = the lecture)")]
+                                                           "scales to sweep (1 = the lecture)",
+                                                           show_default=str(_RUN.init_scale))]
 EntropyCoefsOpt = Annotated[list[float] | None, typer.Option("--entropy-coef", help="repeatable: entropy "
-                                                             "bonus weights to sweep (0 = off)")]
+                                                             "bonus weights to sweep (0 = off)",
+                                                             show_default=str(_RUN.entropy_coef))]
 LossAggsOpt = Annotated[list[LossAgg] | None, typer.Option("--loss-agg", help="repeatable: loss aggregations "
-                                                          "to sweep")]
+                                                          "to sweep",
+                                                          show_default=_RUN.loss_agg.value)]
 GroupsOpt = Annotated[list[int] | None, typer.Option("--group-size", help="repeatable: group sizes G "
-                                                     "(each G trains as its own batch)")]
+                                                     "(each G trains as its own batch)",
+                                                     show_default=str(_RUN.group_size))]
 
 
 def make_task(prompts: str, vocab_size: int, num_prompts: int, prompt_length: int, heldout: int,
               prompt_seed: int):
     """The sorting task the prompt options describe (`tasks.sorting.task_from_spec`)."""
     return sorting.task_from_spec(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
+
+
+PROMPT_DEFAULTS = dict(prompts="lecture", vocab_size=sorting.LECTURE_VOCAB_SIZE, num_prompts=3, prompt_length=3,
+                       heldout=0, prompt_seed=0)
+"""The prompt options' defaults (the lecture's prompts), shared by run, sweep and diagnose."""
+
+
+def prompts_label(options: dict) -> str:
+    """The part of a default folder name that tells the prompt options apart ('' for the defaults).
+
+    'random3x4' (count x length), 'prompts<hash>' for a JSON list, then 'vocab7', 'heldout10',
+    'promptseed2' where they differ from the defaults, so different experiments never share a name.
+    """
+    options = {**PROMPT_DEFAULTS, **options}
+    spec, parts = options["prompts"], []
+    if spec == "random":
+        parts.append(f"random{options['num_prompts']}x{options['prompt_length']}")
+    elif spec != "lecture":
+        parts.append("prompts" + hashlib.sha256(spec.encode()).hexdigest()[:8])
+    for name, short in (("vocab_size", "vocab"), ("heldout", "heldout"), ("prompt_seed", "promptseed")):
+        if options[name] != PROMPT_DEFAULTS[name]:
+            parts.append(f"{short}{options[name]}")
+    return "-".join(parts)
+
+
+CLI_NAMES = {
+    # library wording -> the option a command-line user typed
+    "vocab size": "--vocab-size", "prompt count": "--num-prompts", "prompt length": "--prompt-length",
+    "the number of held-out prompts": "--heldout", "the prompt seed": "--prompt-seed",
+    "kl (beta)": "--kl (beta)",
+}
+FIELD_NAMES = ("group_size", "clip_eps", "kl_period", "epochs", "steps", "lr", "dim", "seed", "delta", "loss",
+               "reward", "kl")
+"""TrainConfig fields that are `lab run` options (underscores become dashes)."""
+
+
+def cli_message(message: str) -> str:
+    """A library error as a command-line user should read it: `--group-size`, not `group_size`."""
+    for words, option in CLI_NAMES.items():
+        message = re.sub(rf"(?<![-\w]){re.escape(words)}(?= must)", option, message, flags=re.I)
+    for name in FIELD_NAMES:  # multi-word fields anywhere; one-word ones only where they start a clause
+        option = "--" + name.replace("_", "-")
+        pattern = (rf"(?<![-\w]){name}\b" if "_" in name else
+                   rf"(^|(?<=: )|(?<=needs )|(?<=unknown )){name}(?= must| is| '| [><=])")
+        message = re.sub(pattern, option, message)
+    return message

@@ -8,11 +8,13 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.app import USER_ERRORS, app, fail, run_with_progress
-from lab.cli.options import DeviceOpt, QuietOpt
+from lab.cli.app import USER_ERRORS, app, fail, run_with_progress, writing
+from lab.cli.options import DeviceOpt, QuietOpt, cli_message
 from lab.config import ConfigError, Device, resolve_device
 from lab.endtoend import END_TO_END_RUNS
+from lab.limits import check_memory, check_threads
 from lab.outputs import OutputFiles
+from lab.writable import check_writable
 
 
 @app.command()
@@ -33,13 +35,18 @@ def reproduce(
             raise ConfigError(f"--seeds must be > {rep.LECTURE_SEED} so that the lecture's seed "
                               f"{rep.LECTURE_SEED} is among them, got {seeds}")
         torch_device = resolve_device(device)
+        settings = list({repr(sorted(rep.config_of(o, 0).to_dict().items())): rep.config_of(o, 0)
+                         for e in rep.EXPERIMENTS for o in e.settings}.values())
+        check_memory(settings, 5, 3, 3, 0, torch_device, f"the reproduction ({len(settings)} settings x {seeds} "
+                     "seeds)", seeds=seeds)
         files = OutputFiles(out, "reproduce")
         files.check(rep.output_names())
+        check_writable(out / "RESULTS.md", temporary=False)
     except USER_ERRORS as e:
-        fail(str(e))
+        fail(cli_message(str(e)))
     reproduction = run_with_progress(quiet, "reproduce", 2 * rep.LECTURE.epochs, lambda progress: rep.run_reproduction(
         seeds, device=torch_device, progress=progress))
-    with files.staging() as tmp:
+    with writing(out), files.staging() as tmp:
         paths = rep.write_figures(reproduction, tmp)
     if not quiet:
         typer.echo(f"{reproduction.records.num_runs} runs, {len(paths)} files -> {out}/ "
@@ -48,9 +55,11 @@ def reproduce(
 
 @app.command()
 def bench(
-    sizes: Annotated[list[int] | None, typer.Option("--runs", help="repeatable: sweep sizes R")] = None,
+    sizes: Annotated[list[int] | None, typer.Option("--runs", help="repeatable: sweep sizes R",
+                                                    show_default="1 10 100 500")] = None,
     threads: Annotated[list[int] | None, typer.Option(
-        help="repeatable: torch CPU threads of the lab's runs (default: 1 and all cores, each reported)")] = None,
+        help="repeatable: torch CPU threads of the lab's runs (each reported)",
+        show_default="1 and all cores")] = None,
     repeats: Annotated[int, typer.Option(help="timings per measurement; the best counts")] = 3,
     sweep_runs: Annotated[int, typer.Option(
         help="runs of the end-to-end row: a real `lab sweep` timed from start-up to its written folder "
@@ -59,14 +68,19 @@ def bench(
     """Time the lecture's setting: the lecture-style loop, one run alone, and sweeps of R runs (CPU, CUDA)."""
     from lab.bench import ALL_CORES, SIZES, bench_report, lecture_baseline
     from lab.bench import bench as run_bench
+    from lab.config import TrainConfig
 
     try:
-        if repeats <= 0 or any(n <= 0 for n in [*(sizes or []), *(threads or [])]):
-            raise ConfigError("--threads, --repeats and every --runs must be positive integers")
+        if repeats <= 0 or any(n <= 0 for n in [*(sizes or [])]):
+            raise ConfigError("--repeats and every --runs must be positive integers")
         if sweep_runs < 0:
             raise ConfigError(f"--sweep-runs must be >= 0 (0 skips the end-to-end row), got {sweep_runs}")
+        for count in threads or []:
+            check_threads(count)
+        check_memory([TrainConfig()], 5, 3, 3, 0, torch.device("cpu"), f"a sweep of {max(sizes or SIZES)} runs",
+                     seeds=max(sizes or SIZES))
     except USER_ERRORS as e:
-        fail(str(e))
+        fail(cli_message(str(e)))
     devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
     lecture = lecture_baseline(repeats=repeats)  # once, at 1 thread and all cores: its fastest is the baseline
     for count in dict.fromkeys(threads or [1, ALL_CORES]):

@@ -8,7 +8,7 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.app import DEFAULTS, USER_ERRORS, app, fail, run_with_progress
+from lab.cli.app import DEFAULTS, USER_ERRORS, app, fail, run_with_progress, writing
 from lab.cli.options import (
     ClipOpt,
     DeltaOpt,
@@ -37,26 +37,33 @@ from lab.cli.options import (
     SamplerOpt,
     StepsOpt,
     VocabOpt,
+    cli_message,
     make_task,
+    prompts_label,
 )
 from lab.config import Device, TrainConfig, resolve_device
 from lab.policies.interface import PolicyKind
 from lab.policies import policy_from_state
 from lab.policy import save_policy
+from lab.divergence import DIVERGED_EXIT_CODE
+from lab.limits import check_memory
 from lab.outputs import RunFolder, write_json_atomic, write_text_atomic
 from lab.records import metrics_csv, samples_text
 from lab.train import train
+from lab.writable import check_writable
 from tasks import sorting
 
 
-def default_run_name(config: TrainConfig) -> str:
-    """`<delta>-<loss>-<reward>`, then every other setting that differs from the lecture's, then the seed."""
+def default_run_name(config: TrainConfig, prompt_options: dict | None = None) -> str:
+    """`<delta>-<loss>-<reward>`, then every other setting that differs from the lecture's (the
+    prompt options included: `prompts_label`), then the seed."""
     parts = [config.delta.value, config.loss.value, config.reward]
     for name, value in config.to_dict().items():
         if name in ("delta", "loss", "reward", "seed") or value == DEFAULTS.to_dict()[name]:
             continue
         parts.append(f"{name.replace('_', '')}{value:g}" if isinstance(value, float) else f"{name}{value}")
-    return "-".join(parts) + f"-seed{config.seed}"
+    label = prompts_label(prompt_options or {})
+    return "-".join(parts + ([label] if label else [])) + f"-seed{config.seed}"
 
 
 @app.command()
@@ -90,7 +97,14 @@ def run(
     force: ForceOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Train one run and write config.json, metrics.csv, samples.txt, summary.json and curves.png."""
+    """Train one run and write config.json, metrics.csv, samples.txt, summary.json, policy.pt and curves.png.
+
+    \b
+    Exit codes: 0 done; 2 a mistake in the input (one line, nothing written);
+    3 the run diverged: a loss or parameter became inf/NaN (one line saying where;
+      the records up to that step are written, summary.json says "status": "diverged",
+      no policy.pt); 1 writing failed (full disk: nothing written); 130 interrupted.
+    """
     try:
         config = TrainConfig(epochs=epochs, steps=steps, group_size=group_size, lr=lr, seed=seed, sampler=sampler,
                              dim=dim, reward=reward.value, delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
@@ -98,29 +112,37 @@ def run(
                              policy=policy, max_length=max_length, loss_agg=loss_agg)
         prompt_options = dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts,
                               prompt_length=prompt_length, heldout=heldout, prompt_seed=prompt_seed)
+        torch_device = resolve_device(device)
+        if prompts == "random":  # before drawing them
+            check_memory([config], vocab_size, num_prompts, prompt_length, heldout, torch_device)
         task = make_task(**prompt_options)
         check_fits(config, task)
-        torch_device = resolve_device(device)
-        folder = RunFolder(out or Path("runs") / default_run_name(config), force, command="run")
+        check_memory([config], vocab_size, *task.prompts.shape, heldout, torch_device)
+        folder = RunFolder(out or Path("runs") / default_run_name(config, prompt_options), force, command="run")
+        check_writable(folder.out)  # first: a name too long for the file system fails any other look at it
         folder.check()
     except USER_ERRORS as e:
-        fail(str(e))
+        fail(cli_message(str(e)))
 
     records = run_with_progress(quiet, "training", config.epochs, lambda progress: train(
         task, config, device=torch_device, progress=progress))
+    diverged = records.divergence[0] if records.divergence else None  # (checked by lab.train)
 
     from lab.plots import plot_run  # matplotlib only where a figure is made
 
+    final = (lambda name: None) if diverged else (lambda name: float(records.final(name)[0]))  # noqa: E731
     summary = {
-        "final_mean_reward": float(records.final("mean_reward")[0]),
+        "status": "diverged" if diverged else "ok",
+        **({"diverged": diverged.to_dict()} if diverged else {}),
+        "final_mean_reward": final("mean_reward"),
         "optimum": float(records.optimum[0].mean()),
-        "final_greedy_reward": float(records.final("greedy_reward")[0]),
-        "final_greedy_accuracy": float(records.final("greedy_accuracy")[0]),
-        "final_greedy_responses": records.greedy_responses[0].tolist(),
+        "final_greedy_reward": final("greedy_reward"),
+        "final_greedy_accuracy": final("greedy_accuracy"),
+        "final_greedy_responses": None if diverged else records.greedy_responses[0].tolist(),
         "seconds": records.seconds,
         "exploration_exact": records.exploration_exact,
     }
-    with folder as tmp:
+    with writing(folder.out), folder as tmp:
         write_json_atomic(tmp / "config.json", {
             "command": "run",
             "config": config.to_dict(),
@@ -134,8 +156,14 @@ def run(
         write_text_atomic(tmp / "metrics.csv", metrics_csv(records))
         write_text_atomic(tmp / "samples.txt", samples_text(records))
         write_json_atomic(tmp / "summary.json", summary)
-        save_policy(policy_from_state(records.state), tmp / "policy.pt")
-        plot_run(records, tmp / "curves.png")
+        if not diverged:  # a diverged run has no final policy
+            save_policy(policy_from_state(records.state), tmp / "policy.pt")
+        plot_run(records, tmp / "curves.png", title=None if not diverged else
+                 f"{config.delta.value} deltas, {config.loss.value} loss: diverged at step {diverged.step}")
+    if diverged:
+        typer.echo(f"Error: {diverged.message(config.lr, config.steps)}; the records up to that step are in "
+                   f"{folder.out} (summary.json \"status\": \"diverged\")", err=True)
+        raise typer.Exit(DIVERGED_EXIT_CODE)
     if not quiet:
         accuracy = summary["final_greedy_accuracy"]
         typer.echo(f"final mean reward {summary['final_mean_reward']:.3f} / {summary['optimum']:g}, "

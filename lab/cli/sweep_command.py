@@ -9,7 +9,7 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.app import DEFAULTS, USER_ERRORS, app, fail, run_with_progress
+from lab.cli.app import DEFAULTS, USER_ERRORS, app, fail, run_with_progress, writing
 from lab.cli.options import (
     ClipsOpt,
     DeltasOpt,
@@ -37,12 +37,17 @@ from lab.cli.options import (
     SamplerOpt,
     StepsOpt,
     VocabOpt,
+    cli_message,
     make_task,
+    prompts_label,
 )
-from lab.cli.run_command import check_fits, default_run_name
-from lab.config import ConfigError, Device, TrainConfig, resolve_device
+from lab.cli.run_command import check_fits
+from lab.config import Device, TrainConfig, resolve_device
+from lab.divergence import DIVERGED_EXIT_CODE
+from lab.limits import check_memory, check_threads
 from lab.outputs import RunFolder, write_json_atomic, write_text_atomic
 from lab.tables import TableFormat, write_tables
+from lab.writable import check_writable
 from tasks import sorting
 
 
@@ -82,7 +87,14 @@ def sweep(
     quiet: QuietOpt = False,
 ) -> None:
     """Train a grid of settings x seeds as batched runs; write config.json, metrics_step.parquet,
-    metrics_epoch.parquet (or .csv), summary.csv and curves.png."""
+    metrics_epoch.parquet (or .csv), summary.csv and curves.png.
+
+    \b
+    A run that diverges (inf/NaN loss or parameters) is frozen where it diverged and left out of
+    the means; summary.csv and the table count such runs per setting. Exit codes: 0 done (also
+    when some runs diverged: a line on stderr says how many); 3 every run diverged; 2 a mistake
+    in the input (one line, nothing written); 1 writing failed; 130 interrupted.
+    """
     from lab import sweep as sweeps
 
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
@@ -92,22 +104,29 @@ def sweep(
         grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
         base = TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler,
                            policy=policy, max_length=max_length)
-        configs = sweeps.build_grid(base, grid, seeds)
+        points = sweeps.build_grid(base, grid, 1)  # one config per grid point: sized before seeds multiply it
         names = [name for name, values in grid.items() if len(values) > 1]
         # summary.csv names every swept setting and every one given on the command line, even once
         columns = [name for name, values in grid.items() if len(values) > 1 or given[name]]
         prompt_options = dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts,
                               prompt_length=prompt_length, heldout=heldout, prompt_seed=prompt_seed)
+        check_threads(threads)
+        torch_device = resolve_device(device)
+        what = f"this sweep ({len(points)} settings x {seeds} seeds)"
+        if prompts == "random":  # before drawing them
+            check_memory(points, vocab_size, num_prompts, prompt_length, heldout, torch_device, what, seeds)
         task = make_task(**prompt_options)
         check_fits(base, task)
-        torch_device = resolve_device(device)
-        label = "-".join(f"{n.replace('_', '')}" for n in names) or "-".join(default_run_name(configs[0]).split("-")[:3])
+        check_memory(points, vocab_size, *task.prompts.shape, heldout, torch_device, what, seeds)
+        configs = sweeps.build_grid(base, grid, seeds)
+        first = configs[0]
+        label = "-".join(f"{n.replace('_', '')}" for n in names) or f"{first.delta.value}-{first.loss.value}-{first.reward}"
+        label = "-".join(filter(None, [label, prompts_label(prompt_options)]))
         folder = RunFolder(out or Path("runs") / f"sweep-{label}-{seeds}seeds", force, command="sweep")
+        check_writable(folder.out)  # first: a name too long for the file system fails any other look at it
         folder.check()
-        if threads is not None and threads <= 0:
-            raise ConfigError(f"--threads must be a positive integer, got {threads}")
     except USER_ERRORS as e:
-        fail(str(e))
+        fail(cli_message(str(e)))
 
     from lab.bench import sweep_threads
 
@@ -123,7 +142,7 @@ def sweep(
 
     from lab.figures import plot_sweep  # matplotlib only where a figure is made
 
-    with folder as tmp:
+    with writing(folder.out), folder as tmp:
         write_json_atomic(tmp / "config.json", {
             "command": "sweep", "grid": {k: [v.value if isinstance(v, Enum) else v for v in vs]
                                          for k, vs in grid.items()},
@@ -138,3 +157,13 @@ def sweep(
     if not quiet:
         typer.echo(sweeps.summary_table(summaries, columns))
         typer.echo(f"{len(configs)} runs in {records.seconds:.2f} s -> {folder.out}")
+    diverged = [(run, d) for run, d in enumerate(records.divergence) if d is not None]
+    if diverged:  # also when quiet: a result the user must not miss
+        run, first = diverged[0]
+        every = len(diverged) == len(configs)
+        count = f"Error: all {len(configs)} runs diverged" if every else \
+            f"Warning: {len(diverged)} of {len(configs)} runs diverged (left out of the means)"
+        typer.echo(f"{count}; counts per setting in summary.csv; the first (seed {configs[run].seed}): "
+                   f"{first.message(configs[run].lr, steps)}", err=True)
+        if len(diverged) == len(configs):
+            raise typer.Exit(DIVERGED_EXIT_CODE)

@@ -1,0 +1,112 @@
+"""Divergence: a run whose loss or parameters stop being finite is stopped, frozen and reported.
+
+    run r diverges at step s  <=>  loss_r(s) is inf or NaN,  or  a parameter of r is after step s
+    then: run r's parameters go back to the last values known finite (its epoch's start) and stay
+          there; its records after step s are NaN (its greedy evaluation of that epoch too); the
+          other runs of the batch carry on untouched (nothing couples runs)
+
+The check is cheap on purpose: the loop keeps each step's per-run loss (computed anyway) and
+looks at them once per epoch, together with the policy's logits at the epoch's end (computed
+anyway for the next epoch's sampling); a non-finite parameter makes its logits non-finite. So a
+healthy run pays one small reduction and one device sync per epoch, never per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+DIVERGED_EXIT_CODE = 3
+"""`lab run`'s exit code when the run diverged (its records up to that step are written)."""
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where and how one run diverged: `step` counts optimizer steps from 0 over the whole run."""
+
+    epoch: int
+    step: int
+    inner_step: int
+    what: str
+    """e.g. 'loss is nan', 'parameters encode, decode are not finite'"""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def message(self, lr: float, steps: int) -> str:
+        """One line for the user, with what to try."""
+        return (f"the run diverged at epoch {self.epoch}, step {self.step} (inner step {self.inner_step}): "
+                f"{self.what}; try a smaller --lr (now {lr:g}) or fewer --steps (now {steps})")
+
+
+class DivergenceGuard:
+    """Watches R runs trained together; freezes each run at its first non-finite loss or parameter.
+
+        guard.start_epoch(parameters)                     snapshot (the last values known finite)
+        losses.append(loss.detach())                      every step, the loss float[run] already computed
+        guard.after_step(parameters)                      every step: keeps frozen runs frozen (no-op if none)
+        if guard.check(epoch, losses, logits, parameters):  at the epoch's end; True when a run just diverged
+            logits = policy(prompts)                      (recompute: the diverged runs were restored)
+    """
+
+    def __init__(self, runs: int, steps: int, names: list[str]) -> None:
+        self.runs, self.steps, self.names = runs, steps, names
+        self.found: list[Divergence | None] = [None] * runs
+        self.dead: Tensor | None = None  # int[dead runs], or None while every run is healthy
+        self.frozen: list[Tensor] = []  # the dead runs' parameters, float[dead ...] each
+
+    @property
+    def all_diverged(self) -> bool:
+        return all(d is not None for d in self.found)
+
+    def start_epoch(self, parameters: list[Tensor]) -> None:
+        self.snapshot = [p.detach().clone() for p in parameters]
+
+    def after_step(self, parameters: list[Tensor]) -> None:
+        if self.dead is not None:
+            for p, frozen in zip(parameters, self.frozen):
+                p.detach().index_copy_(0, self.dead, frozen)
+
+    def check(self, epoch: int, losses: list[Tensor], logits: Tensor, parameters: list[Tensor]) -> bool:
+        """Record every run that diverged during `epoch`; freeze it; True when there is a new one."""
+        loss = torch.stack(losses)  # float[step run]
+        healthy = loss.isfinite().all(0) & logits.isfinite().flatten(1).all(1)  # bool[run]
+        if bool(healthy.all()):
+            return False
+        new = [r for r in torch.nonzero(~healthy).flatten().tolist() if self.found[r] is None]
+        if not new:
+            return False
+        for r in new:
+            bad_steps = torch.nonzero(~loss[:, r].isfinite()).flatten().tolist()
+            if bad_steps:
+                inner = bad_steps[0]
+                what = f"loss is {float(loss[inner, r])}"
+            else:
+                inner = self.steps - 1
+                names = [n for n, p in zip(self.names, parameters) if not bool(p[r].isfinite().all())]
+                what = f"parameters {', '.join(names) or '(logits)'} are not finite after the step"
+            self.found[r] = Divergence(epoch, epoch * self.steps + inner, inner, what)
+        dead = [r for r, d in enumerate(self.found) if d is not None]
+        self.dead = torch.tensor(dead, device=logits.device)
+        # a run that died before keeps its frozen values; a new one goes back to this epoch's start
+        self.frozen = [snap.index_select(0, self.dead) for snap in self.snapshot]
+        self.after_step(parameters)
+        return True
+
+    def mask(self, step_metrics: dict[str, np.ndarray], epoch_metrics: dict[str, np.ndarray],
+             greedy_names: tuple[str, ...]) -> None:
+        """NaN every record of a diverged run after its divergence (in place): nothing after it is real.
+
+        Its epoch's sample metrics stay (sampled before the divergence); that epoch's greedy
+        evaluation (`greedy_names`, taken after the epoch's steps) does not.
+        """
+        for r, d in enumerate(self.found):
+            if d is None:
+                continue
+            for values in step_metrics.values():
+                values[r, d.step + 1:] = np.nan
+            for name, values in epoch_metrics.items():
+                values[r, d.epoch + (name not in greedy_names):] = np.nan
