@@ -70,10 +70,15 @@ class DivergenceGuard:
             for p, frozen in zip(parameters, self.frozen):
                 p.detach().index_copy_(0, self.dead, frozen)
 
-    def check(self, epoch: int, losses: list[Tensor], logits: Tensor, parameters: list[Tensor]) -> bool:
-        """Record every run that diverged during `epoch`; freeze it; True when there is a new one."""
+    def check(self, epoch: int, losses: list[Tensor], logits: Tensor | None, parameters: list[Tensor]) -> bool:
+        """Record every run that diverged during `epoch`; freeze it; True when there is a new one.
+
+        `logits` float[run ...] of the policy after the epoch (computed anyway by the caller), or None
+        to look at the parameters themselves."""
         loss = torch.stack(losses)  # float[step run]
-        healthy = loss.isfinite().all(0) & logits.isfinite().flatten(1).all(1)  # bool[run]
+        finite = (logits.isfinite().flatten(1).all(1) if logits is not None else
+                  torch.stack([p.detach().isfinite().flatten(1).all(1) for p in parameters]).all(0))
+        healthy = loss.isfinite().all(0) & finite  # bool[run]
         if bool(healthy.all()):
             return False
         new = [r for r in torch.nonzero(~healthy).flatten().tolist() if self.found[r] is None]
@@ -90,7 +95,7 @@ class DivergenceGuard:
                 what = f"parameters {', '.join(names) or '(logits)'} are not finite after the step"
             self.found[r] = Divergence(epoch, epoch * self.steps + inner, inner, what)
         dead = [r for r, d in enumerate(self.found) if d is not None]
-        self.dead = torch.tensor(dead, device=logits.device)
+        self.dead = torch.tensor(dead, device=loss.device)
         # a run that died before keeps its frozen values; a new one goes back to this epoch's start
         self.frozen = [snap.index_select(0, self.dead) for snap in self.snapshot]
         self.after_step(parameters)

@@ -29,12 +29,13 @@ import lab.policies as P
 from lab.aggregation import kl_term
 from lab.config import TrainConfig, check_batchable
 from lab.deltas import compute_deltas
+from lab.divergence import DivergenceGuard
 from lab.kl import freeze, k3, reference_due
 from lab.lengths import length_metrics
 from lab.losses import compute_loss
 from lab.metrics import greedy_metrics, sample_metrics
 from lab.optim import RunAdam
-from lab.records import EPOCH_METRICS, STEP_METRICS, Records, Samples
+from lab.records import EPOCH_METRICS, GREEDY_METRICS, STEP_METRICS, Records, Samples
 from lab.train import RunGroups
 from tasks import Task
 from tasks.sorting import variable_length_reward
@@ -122,9 +123,12 @@ def train_varlen(
     samples: list[Samples] = []
     correction = 1 if shared.std_unbiased and shared.group_size > 1 else 0
     ones = torch.ones(runs, device=device)
+    guard = DivergenceGuard(runs, steps, [name for name, _ in policy.named_parameters()])
     start = time.perf_counter()
 
     for epoch in range(shared.epochs):
+        guard.start_epoch(parameters)
+        losses = []  # float[run] per step, for the divergence check (lab.divergence)
         fresh_reference = reference_due(epoch, shared.kl_period)
         if fresh_reference:
             reference = freeze(policy)
@@ -163,12 +167,18 @@ def train_varlen(
             optimizer.zero_grad()
             loss.backward(ones)
             optimizer.step()
+            guard.after_step(parameters)
+            losses.append(loss.detach())
 
+        with torch.no_grad():
+            guard.check(epoch, losses, None, parameters)  # a diverged run goes back to its epoch start
         epoch_greedy.append(P.greedy(policy, prompts))  # int[run batch pos]
         if eval_prompts is not None:
             epoch_heldout_greedy.append(P.greedy(policy, eval_prompts))
         if progress is not None:
             progress(epoch + 1, shared.epochs)
+        if guard.all_diverged:  # nothing left to train
+            break
 
     with torch.no_grad():
         epoch_log = sample_metrics(torch.stack(epoch_rewards, dim=1), optimum, correction)
@@ -177,23 +187,30 @@ def train_varlen(
         (epoch_log["greedy_reward"], epoch_log["greedy_fraction"],
          epoch_log["greedy_accuracy"]) = greedy_metrics(score(prompts, greedy), greedy, targets, optimum)
         if eval_prompts is None:
-            nan = torch.full((runs, shared.epochs), math.nan, device=device)
+            nan = torch.full((runs, len(epoch_greedy)), math.nan, device=device)
             epoch_log["heldout_greedy_reward"], epoch_log["heldout_greedy_accuracy"] = nan, nan
         else:
             held = torch.stack(epoch_heldout_greedy, dim=1)
             held_reward, _, held_accuracy = greedy_metrics(score(eval_prompts, held), held, eval_targets,
                                                            eval_optimum)
             epoch_log["heldout_greedy_reward"], epoch_log["heldout_greedy_accuracy"] = held_reward, held_accuracy
-    nan_epochs = torch.full((runs, shared.epochs), math.nan)
+    nan_epochs = torch.full((runs, len(epoch_greedy)), math.nan)
+    step_values = {name: torch.stack(values, dim=1).cpu().float().numpy() for name, values in step_log.items()}
+    epoch_values = {name: epoch_log.get(name, nan_epochs).cpu().float().numpy() for name in EPOCH_METRICS}
+    guard.mask(step_values, epoch_values, GREEDY_METRICS)
+    if guard.all_diverged:  # the records end at the last run's divergence
+        last = max(d.step for d in guard.found) + 1
+        step_values = {name: values[:, :last] for name, values in step_values.items()}
     return Records(
         configs=configs,
         prompts=task.prompts.cpu().numpy(),
         optimum=optimum.cpu().numpy(),
-        step_metrics={name: torch.stack(values, dim=1).cpu().float().numpy() for name, values in step_log.items()},
-        epoch_metrics={name: epoch_log.get(name, nan_epochs).cpu().float().numpy() for name in EPOCH_METRICS},
+        step_metrics=step_values,
+        epoch_metrics=epoch_values,
         samples=samples,
         state={name: p.detach().cpu().clone() for name, p in policy.named_parameters()},
         greedy_responses=epoch_greedy[-1].cpu().numpy(),
         seconds=time.perf_counter() - start,
         eos=eos,
+        divergence=guard.found,
     )

@@ -139,3 +139,11 @@ def test_a_non_finite_parameter_with_finite_losses_is_caught_at_the_epochs_end()
     guard.after_step(parameters)
     assert torch.equal(parameters[1][1], torch.zeros(4))
     assert not guard.check(5, [torch.zeros(2)] * 3, torch.zeros(2, 3, 5), parameters)  # nothing new
+
+
+def test_the_autoregressive_loop_stops_a_diverging_run_too(task):
+    records = train(task, DIVERGING.replace(policy="autoregressive"))
+    found = records.divergence[0]
+    assert found is not None and records.step_metrics["loss"].shape == (1, found.step + 1)
+    healthy = train(task, HEALTHY.replace(policy="autoregressive", epochs=2))
+    assert healthy.divergence == [None]
