@@ -134,6 +134,9 @@ class TrainConfig:
         if self.policy is PolicyKind.autoregressive and self.sampler is not Sampler.inverse_cdf:
             raise ConfigError("the autoregressive policy draws each position by inverse CDF given the tokens before "
                               "it; --sampler multinomial applies to the factorised policy only")
+        if self.policy is PolicyKind.autoregressive and self.entropy_coef > 0:
+            raise ConfigError("--entropy-coef is the exact per-position entropy of the factorised policy; the "
+                              "autoregressive policy has no such bonus yet: use --entropy-coef 0 with it")
         if self.max_length is not None:
             if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length <= 0:
                 raise ConfigError(f"max_length must be a positive integer, got {self.max_length!r}")

@@ -4,6 +4,9 @@
                    + R * B * G * Q * (vocab + 64) B * steps-in-a-block       sampling, log-probs, metric block
                    + R * E * S * (11 metrics * 8 B + CSV row)            the records and metrics.csv's text
                    + prompts (a Python list while they are drawn)
+    autoregressive: Q = max length, one more token (EOS), the (Q x Q) previous-token matrices, the
+    metric block's log-softmaxes, and the prefix tree R * B * (1 + V + ... + V^(Q-1)) * (V+1) * 4 B * 8
+    (built only within `lab.exact.LIMITS`)
 
 Every term is an over-estimate of the lab's own tensors (float32 values, int64 tokens, a bool
 comparison per vocabulary entry while sampling); torch's allocator and Python add some more. A
@@ -22,7 +25,11 @@ from dataclasses import dataclass
 import torch
 
 from lab.config import ConfigError, TrainConfig
+from lab.train_varlen import LENGTH_MARGIN
+from lab.exact import LIMITS
+from lab.exact_varlen import space_size
 from lab.metrics import METRIC_BLOCK_TOKENS
+from lab.policies.interface import PolicyKind
 from lab.records import EPOCH_METRICS, METRIC_COLUMNS, STEP_METRICS
 
 
@@ -38,6 +45,8 @@ class MemoryCosts:
     """text of one metrics.csv row (about 12 characters per value), built once and joined once"""
     prompt_token_bytes: int = 200
     """one prompt token while Python draws the prompts (int objects, list and set entries)"""
+    tree_copies: int = 8
+    """the autoregressive prefix tree: the policy's and the reference's levels and their temporaries"""
 
 
 COSTS = MemoryCosts()
@@ -97,6 +106,14 @@ def estimate(configs: Sequence[TrainConfig], vocab_size: int, prompt_count: int,
                                                          + B * shared.group_size * 4)
     text = rows * costs.csv_row_bytes * 2
     prompts = (B + heldout) * P * costs.prompt_token_bytes
+    if shared.policy is PolicyKind.autoregressive:  # lab.train_varlen: see the module docstring
+        Q = shared.max_length or P + LENGTH_MARGIN
+        params += runs * (Q * Q + Q - P) * dim * dim * 4 * costs.parameter_copies
+        scale = Q / P  # longer responses: every token term grows
+        sampling, block = int(sampling * scale), int(block * scale + block_tokens * scale * (vocab_size + 1) * 4)
+        if space_size(vocab_size, Q) <= LIMITS.max_responses:  # else no tree (lab.ar_exploration)
+            prefixes = sum(vocab_size ** q for q in range(Q))
+            block += runs * B * prefixes * (vocab_size + 1) * 4 * costs.tree_copies
     return {"device": params + sampling + block, "host": records + text + prompts}
 
 

@@ -1,5 +1,6 @@
 """The training loop's diagnostics, computed in bulk (definitions in `lab.records`).
 
+    loss      = the loss the step minimised, as the step computed it (surrogate + beta * KL term - bonus)
     kl        = mean over (batch, trial) of sum over pos of k3(l, l_ref)       (an estimate)
     kl_exact  = mean over batch of sum over pos of sum_v p(v) (log p(v) - log p_ref(v))
     ratio     = exp(l - l_old);  clip fractions by side;  entropy = -sum_v p log p
@@ -30,15 +31,15 @@ def block_epochs(epochs: int, tokens_per_epoch: int) -> int:
 
 
 def step_metrics(log_probs: Tensor, old_log_probs: Tensor, ref_log_probs: Tensor, log_softmax: Tensor,
-                 ref_log_softmax: Tensor, pg_loss: Tensor, deltas: Tensor, beta: Tensor,
-                 clip_eps: Tensor, entropy_coef: Tensor | None = None) -> dict[str, Tensor]:
+                 ref_log_softmax: Tensor, pg_loss: Tensor, loss: Tensor, deltas: Tensor,
+                 clip_eps: Tensor) -> dict[str, Tensor]:
     """Every step metric of a block of epochs, each float[step epoch run].
 
     log_probs float[step epoch run batch trial pos] (each measured before its step's update),
-    log_softmax float[step epoch run batch pos vocab], pg_loss float[step epoch run]; the epochs'
-    old_log_probs, ref_log_probs float[epoch run batch trial pos], ref_log_softmax
-    float[epoch run batch pos vocab] and deltas float[epoch run batch trial]; `entropy_coef` float[run]
-    when an entropy bonus is on.
+    log_softmax float[step epoch run batch pos vocab], pg_loss and loss float[step epoch run] (the
+    loss as the step computed it: under seq-mean-token-sum its KL term is C times `kl`, and an
+    entropy bonus is in it); the epochs' old_log_probs, ref_log_probs float[epoch run batch trial pos],
+    ref_log_softmax float[epoch run batch pos vocab] and deltas float[epoch run batch trial].
     """
     kl = kl_estimate(log_probs, ref_log_probs)  # k3
     # a KL is >= 0; float rounding can leave -1e-8 where the policies agree
@@ -46,10 +47,6 @@ def step_metrics(log_probs: Tensor, old_log_probs: Tensor, ref_log_probs: Tensor
     rho = (log_probs - old_log_probs).exp_()  # lab.losses.ratios
     low, high = clip_fractions_from_ratios(rho, deltas, clip_eps)
     entropy = entropy_from_log_softmax(log_softmax).mean(dim=(-2, -1))
-    # beta = 0 leaves the KL out (as the loop does): 0 * an overflowing k3 is NaN, not 0
-    loss = pg_loss + torch.where(beta > 0, beta * kl, 0.0)
-    if entropy_coef is not None:  # the entropy bonus is part of the minimised loss (lab.exploration)
-        loss = loss - entropy_coef * entropy
     return dict(loss=loss, pg_loss=pg_loss, kl=kl, kl_exact=kl_exact,
                 ratio_mean=rho.mean(dim=(-3, -2, -1)), ratio_max=rho.amax(dim=(-3, -2, -1)),
                 clip_fraction=low + high, clip_low_fraction=low, clip_high_fraction=high,
@@ -59,9 +56,9 @@ def step_metrics(log_probs: Tensor, old_log_probs: Tensor, ref_log_probs: Tensor
 class StepMetricBlock:
     """Collects a block of epochs' per-step tensors, then computes their metrics in one go.
 
-        block.add_step(step, log_probs, log_softmax, pg_loss)     every optimizer step
+        block.add_step(step, log_probs, log_softmax, pg_loss, loss)   every optimizer step
         block.end_epoch(old_log_probs, ref_log_probs, ref_log_softmax, deltas)
-        if block.full or last epoch:  values = block.flush(beta, clip_eps)   # float[(epoch step) run]
+        if block.full or last epoch:  values = block.flush(clip_eps)   # float[(epoch step) run]
     """
 
     def __init__(self, steps: int, epochs: int) -> None:
@@ -70,15 +67,16 @@ class StepMetricBlock:
 
     def _clear(self) -> None:
         # per step index, one entry per epoch, so that stacking puts the step axis outermost
-        self.log_probs, self.log_softmax, self.pg_loss = ([[] for _ in range(self.steps)] for _ in range(3))
+        self.log_probs, self.log_softmax, self.pg_loss, self.loss = ([[] for _ in range(self.steps)] for _ in range(4))
         self.old, self.ref, self.ref_log_softmax, self.deltas = [], [], [], []
 
-    def add_step(self, step: int, log_probs: Tensor, log_softmax: Tensor, pg_loss: Tensor) -> None:
+    def add_step(self, step: int, log_probs: Tensor, log_softmax: Tensor, pg_loss: Tensor, loss: Tensor) -> None:
         # log-probs are kept in the fused path's memory order (pos before trial) and viewed back as
         # [... trial pos] when the metrics are computed: every token-sized operation is then contiguous
         self.log_probs[step].append(log_probs.detach().mT)
         self.log_softmax[step].append(log_softmax.detach())
         self.pg_loss[step].append(pg_loss.detach())
+        self.loss[step].append(loss.detach())
 
     def end_epoch(self, old_log_probs: Tensor, ref_log_probs: Tensor, ref_log_softmax: Tensor,
                   deltas: Tensor) -> None:
@@ -92,7 +90,7 @@ class StepMetricBlock:
         return len(self.deltas) == self.epochs
 
     @torch.no_grad()
-    def flush(self, beta: Tensor, clip_eps: Tensor, entropy_coef: Tensor | None = None) -> dict[str, Tensor]:
+    def flush(self, clip_eps: Tensor) -> dict[str, Tensor]:
         """The collected epochs' step metrics, float[(epoch step) run] each; then start a new block."""
         epochs = len(self.deltas)
 
@@ -101,7 +99,7 @@ class StepMetricBlock:
 
         values = step_metrics(by_step(self.log_probs).mT, torch.stack(self.old).mT, torch.stack(self.ref).mT,
                               by_step(self.log_softmax), torch.stack(self.ref_log_softmax),
-                              by_step(self.pg_loss), torch.stack(self.deltas), beta, clip_eps, entropy_coef)
+                              by_step(self.pg_loss), by_step(self.loss), torch.stack(self.deltas), clip_eps)
         self._clear()
         return {name: value.transpose(0, 1).flatten(0, 1) for name, value in values.items()}
 

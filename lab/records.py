@@ -27,7 +27,8 @@ STEP_METRICS = {
           "over tokens instead: theirs = ours / response length",
     "kl_exact": "exact KL(pi_theta || pi_ref) per sequence, summed over positions and averaged over prompts: "
                 "what `kl` estimates, without its sampling noise, heavy tail or stale-sample bias (the toy's "
-                "factorised policy makes it cheap)",
+                "factorised policy makes it cheap; autoregressive runs record it exactly at each epoch's first "
+                "step only, empty at the others)",
     "ratio_mean": "mean of pi_theta / pi_old over tokens (1 on an epoch's first step). CleanRL's "
                   "`old_approx_kl` (mean of -log ratio) and `approx_kl` (mean of ratio - 1 - log ratio) and "
                   "verl's `actor/ppo_kl` come from these ratios: a KL between the sampling and the current "
@@ -108,7 +109,8 @@ class Records:
     """int[run batch pos]: each run's final argmax response per training prompt"""
     seconds: float = 0.0
     exploration_exact: bool = True
-    """whether `optimal_prob` and `zero_std_prob` are exact (else Monte Carlo, lab.exploration)"""
+    """whether `optimal_prob` and `zero_std_prob` are exact (else Monte Carlo, lab.exploration; an
+    autoregressive run past the enumeration limit leaves them and `kl_exact` empty, lab.ar_exploration)"""
     eos: int | None = None
     """the EOS token id of variable-length responses (None: fixed length)"""
     divergence: list = field(default_factory=list)

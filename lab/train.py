@@ -197,7 +197,7 @@ def train(
             optimizer.step()
             guard.after_step(parameters)
             losses.append(loss.detach())
-            block.add_step(step, log_probs, log_softmaxes, pg_loss)
+            block.add_step(step, log_probs, log_softmaxes, pg_loss, loss)
         block.end_epoch(old_log_probs, ref_log_probs, ref_log_softmax, deltas)
 
         with torch.no_grad():
@@ -206,8 +206,7 @@ def train(
                 logits = policy(prompts)
         stop = guard.all_diverged  # nothing left to train
         if block.full or epoch == shared.epochs - 1 or stop:
-            bonus_weights = entropy_coef if len(bonus_runs) else None
-            for name, values in block.flush(beta, clip_eps, bonus_weights).items():  # float[(epoch step) run]
+            for name, values in block.flush(clip_eps).items():  # float[(epoch step) run]
                 step_log[name].append(values)
 
         with torch.no_grad():

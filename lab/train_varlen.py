@@ -7,13 +7,17 @@
         repeat S times:
             L = agg(surrogate(l, d, l_old); m) + beta * C * agg(k3(l, l_ref); m)   -> one Adam step
 
-The same algorithm as `lab.train` (which dispatches here), through the policy interface
-(`lab.policies`) instead of the factorised model's fused fast path, with the live-token mask
-applied to the loss, the KL and every token metric. R runs train as one batched computation and
-a seed's run is the same alone or inside a sweep. Step metrics on tokens are means over live
-tokens; `entropy` is the mean entropy of each live position's next-token distribution given the
-sampled prefix; `kl_exact` is left empty (NaN): the exact sequence KL of this policy needs every
-response (`lab.exact_varlen.sequence_kl`), too costly to record every step.
+The same algorithm as `lab.train` (which dispatches here), with the policy's own fused
+log-probs (`lab.policies.ar_fused`: every position in one autograd node) and the live-token mask
+applied to the loss, the KL and every token metric, computed in bulk per block of epochs
+(`lab.metrics_varlen`). R runs train as one batched computation and a seed's run is the same
+alone or inside a sweep. Step metrics on tokens are means over live tokens; `entropy` is the mean entropy of each live position's next-token distribution given the
+sampled prefix. One prefix tree of the sampling policy per epoch (`lab.ar_exploration`, a
+recursion over the 1 + V + ... + V^(L-1) prefixes of each prompt) gives the exact epoch metrics
+`optimal_prob` and `zero_std_prob` and `kl_exact`, the exact sequence KL to the reference, at each
+epoch's first step, where the policy is the one that drew the epoch's samples (so `kl` there is its
+unbiased estimate, claim 21). The other steps leave `kl_exact` empty (NaN): per step the tree would
+cost several times the training step itself (measured at 500 runs: about 6x).
 """
 
 from __future__ import annotations
@@ -27,14 +31,17 @@ from torch import Tensor
 
 import lab.policies as P
 from lab.aggregation import kl_term
+from lab.ar_exploration import SamplingPolicyMetrics
 from lab.config import TrainConfig, check_batchable
 from lab.deltas import compute_deltas
 from lab.divergence import DivergenceGuard
 from lab.kl import freeze, k3, reference_due
 from lab.lengths import length_metrics
 from lab.losses import compute_loss
-from lab.metrics import greedy_metrics, sample_metrics
+from lab.metrics import block_epochs, greedy_metrics, sample_metrics
+from lab.metrics_varlen import VarlenMetricBlock
 from lab.optim import RunAdam
+from lab.policies.ar_fused import ar_log_probs
 from lab.records import EPOCH_METRICS, GREEDY_METRICS, STEP_METRICS, Records, Samples
 from lab.train import RunGroups
 from tasks import Task
@@ -58,24 +65,6 @@ def eos_targets(targets: Tensor, eos: int, length: int) -> Tensor:
     return torch.cat([targets, targets.new_full((targets.shape[0], length - targets.shape[1]), eos)], dim=-1)
 
 
-@torch.no_grad()
-def token_step_metrics(log_probs, old, ref, log_softmax, mask, deltas, clip_eps) -> dict[str, Tensor]:
-    """The token metrics of one step over live tokens: float[run] each."""
-    live = mask.float()
-    tokens = live.sum(dim=(-3, -2, -1))
-    rho = (log_probs - old).exp() * live  # 1 - 1 = 0 would be a ratio of 1 on padding; count live only
-    eps = clip_eps.reshape(-1, 1, 1, 1)
-    side = deltas.unsqueeze(-1)
-    low = ((rho < 1 - eps) & (side < 0) & mask).sum(dim=(-3, -2, -1)) / tokens
-    high = ((rho > 1 + eps) & (side > 0) & mask).sum(dim=(-3, -2, -1)) / tokens
-    entropy = -(log_softmax.exp() * log_softmax).sum(dim=-1) * live
-    batch, trial = log_probs.shape[-3:-1]
-    return dict(kl=k3(log_probs, ref).sum(dim=(-3, -2, -1)) / (batch * trial),  # padding: k3(0, 0) = 0
-                ratio_mean=rho.sum(dim=(-3, -2, -1)) / tokens, ratio_max=rho.amax(dim=(-3, -2, -1)),
-                clip_fraction=low + high, clip_low_fraction=low, clip_high_fraction=high,
-                entropy=entropy.sum(dim=(-3, -2, -1)) / tokens)
-
-
 def train_varlen(
     task: Task,
     configs: TrainConfig | Sequence[TrainConfig],
@@ -94,15 +83,21 @@ def train_varlen(
     prompts = task.prompts.to(device)  # int[batch pos]
     eval_prompts = None if task.eval_prompts is None else task.eval_prompts.to(device)
     length = resolve_max_length(shared, prompts.shape[1])
-    policy = P.make_stack(shared.policy, task.vocab_size, prompts.shape[1], length, shared.dim, list(generators))
+    policy = P.make_stack(shared.policy, task.vocab_size, prompts.shape[1], length, shared.dim, list(generators),
+                          [c.init_scale for c in configs])
     eos = P.ops_of(policy).eos(policy)
     reward = {c.reward: variable_length_reward(c.reward, eos) for c in configs}  # unknown names fail here
 
     per_run = lambda name: torch.tensor([getattr(c, name) for c in configs], device=device)  # noqa: E731
-    parameters = list(policy.parameters())
+    parameters = [policy.embedding, policy.encode, policy.decode, policy.previous]  # float[run ...] each
     optimizer = RunAdam(parameters, per_run("lr").float(), shared.adam_betas, shared.adam_eps)
     beta, clip_eps = per_run("kl").float(), per_run("clip_eps").float()
     any_kl = any(c.kl > 0 for c in configs)
+    # where beta = 0 the KL stays out of the loss even beside runs with beta > 0 (as in lab.train):
+    # 0 * an overflowing k3 would make that run's loss and gradient NaN
+    kl_list = [r for r, c in enumerate(configs) if c.kl > 0]
+    kl_runs = None if len(kl_list) == runs else torch.tensor(kl_list, device=device, dtype=torch.long)
+    kl_agg_groups = RunGroups([configs[r].loss_agg for r in kl_list], device) if kl_list else None
     reward_groups = RunGroups([c.reward for c in configs], device)
     delta_groups = RunGroups([c.delta for c in configs], device)
     loss_groups = RunGroups([(c.loss, c.loss_agg) for c in configs], device)
@@ -122,8 +117,12 @@ def train_varlen(
     epoch_rewards, epoch_lengths, epoch_correct, epoch_greedy, epoch_heldout_greedy = [], [], [], [], []
     samples: list[Samples] = []
     correction = 1 if shared.std_unbiased and shared.group_size > 1 else 0
-    ones = torch.ones(runs, device=device)
     guard = DivergenceGuard(runs, steps, [name for name, _ in policy.named_parameters()])
+    nans = torch.full((runs,), math.nan, device=device)
+    exact_metrics = SamplingPolicyMetrics(prompts, targets, reward, reward_groups, shared.group_size,
+                                          task.vocab_size, length)
+    tokens_per_epoch = steps * runs * prompts.shape[0] * shared.group_size * length * (eos + 1)
+    block = VarlenMetricBlock(steps, block_epochs(shared.epochs, tokens_per_epoch))
     start = time.perf_counter()
 
     for epoch in range(shared.epochs):
@@ -132,6 +131,7 @@ def train_varlen(
         fresh_reference = reference_due(epoch, shared.kl_period)
         if fresh_reference:
             reference = freeze(policy)
+            reference_parameters = [reference.embedding, reference.encode, reference.decode, reference.previous]
         responses = P.sample(policy, prompts, shared.group_size, list(generators))  # int[run batch trial pos]
         mask = P.response_mask(policy, responses)  # bool[run batch trial pos]
         with torch.no_grad():
@@ -145,44 +145,53 @@ def train_varlen(
             samples.append(Samples(epoch, responses.cpu().numpy(), rewards.cpu().numpy(), deltas.cpu().numpy()))
 
         for step in range(steps):
-            logits = P.token_logits(policy, prompts, responses)  # float[run batch trial pos vocab+1]
-            log_softmax = logits - torch.logsumexp(logits, dim=-1, keepdim=True)  # faster than log_softmax here
-            log_probs = P.masked_log_probs(log_softmax, responses, mask)  # float[run batch trial pos]
+            # one autograd node from parameters to masked per-token log-probs (equal to the plain path)
+            log_probs, log_softmax = ar_log_probs(*parameters, prompts, responses, mask)
             if step == 0:  # the sampling policy (and a reference frozen this epoch) is this one
                 old_log_probs = log_probs.detach()
                 with torch.no_grad():
-                    ref_log_probs = (old_log_probs if fresh_reference
-                                     else P.token_log_probs(reference, prompts, responses))
+                    ref_log_probs = (old_log_probs if fresh_reference else
+                                     ar_log_probs(*reference_parameters, prompts, responses, mask)[0])
             pg_loss = loss_groups.apply(
                 lambda key, lp, d, old, eps, m: compute_loss(lp, d, key[0], old, eps, key[1], m, length),
                 log_probs, deltas, old_log_probs, clip_eps, mask)
-            kl_loss = agg_groups.apply(lambda agg, lp, ref, m: kl_term(k3(lp, ref), agg, m, length),
-                                       log_probs, ref_log_probs, mask)
-            loss = pg_loss + beta * kl_loss if any_kl else pg_loss
-            metrics = token_step_metrics(log_probs.detach(), old_log_probs, ref_log_probs, log_softmax.detach(),
-                                         mask, deltas, clip_eps)
-            metrics.update(loss=loss.detach(), pg_loss=pg_loss.detach())
-            for name in STEP_METRICS:
-                step_log[name].append(metrics.get(name, torch.full((runs,), math.nan, device=device)))
+            kl_penalty = lambda agg, lp, ref, m: kl_term(k3(lp, ref), agg, m, length)  # noqa: E731
+            if not any_kl:  # beta = 0 everywhere adds exactly nothing: leave the KL out of the graph
+                loss = pg_loss
+            elif kl_runs is None:
+                loss = pg_loss + beta * agg_groups.apply(kl_penalty, log_probs, ref_log_probs, mask)
+            else:
+                loss = pg_loss.index_add(0, kl_runs, beta[kl_runs] * kl_agg_groups.apply(
+                    kl_penalty, log_probs[kl_runs], ref_log_probs[kl_runs], mask[kl_runs]))
+            # exact at each epoch's first step only, with the exploration metrics (module docstring: the cost)
+            kl_exact = exact_metrics.epoch(policy, fresh_reference) if step == 0 else nans
+            recorded = dict(loss=loss.detach(), pg_loss=pg_loss.detach(), kl_exact=kl_exact)
             optimizer.zero_grad()
-            loss.backward(ones)
+            loss.sum().backward()  # each run's parameters get exactly its own loss's gradient
             optimizer.step()
             guard.after_step(parameters)
             losses.append(loss.detach())
-
+            block.add_step(step, log_probs, log_softmax, recorded)
+        block.end_epoch(old_log_probs, ref_log_probs, mask, deltas)
         with torch.no_grad():
             guard.check(epoch, losses, None, parameters)  # a diverged run goes back to its epoch start
+        stop = guard.all_diverged  # nothing left to train
+        if block.full or epoch == shared.epochs - 1 or stop:
+            for name, values in block.flush(clip_eps).items():  # float[(epoch step) run]
+                step_log[name].append(values)
+
         epoch_greedy.append(P.greedy(policy, prompts))  # int[run batch pos]
         if eval_prompts is not None:
             epoch_heldout_greedy.append(P.greedy(policy, eval_prompts))
         if progress is not None:
             progress(epoch + 1, shared.epochs)
-        if guard.all_diverged:  # nothing left to train
+        if stop:
             break
 
     with torch.no_grad():
         epoch_log = sample_metrics(torch.stack(epoch_rewards, dim=1), optimum, correction)
         epoch_log.update(length_metrics(torch.stack(epoch_lengths, dim=1), torch.stack(epoch_correct, dim=1)))
+        epoch_log.update(exact_metrics.exploration())
         greedy = torch.stack(epoch_greedy, dim=1)  # int[run epoch batch pos]
         (epoch_log["greedy_reward"], epoch_log["greedy_fraction"],
          epoch_log["greedy_accuracy"]) = greedy_metrics(score(prompts, greedy), greedy, targets, optimum)
@@ -195,7 +204,7 @@ def train_varlen(
                                                            eval_optimum)
             epoch_log["heldout_greedy_reward"], epoch_log["heldout_greedy_accuracy"] = held_reward, held_accuracy
     nan_epochs = torch.full((runs, len(epoch_greedy)), math.nan)
-    step_values = {name: torch.stack(values, dim=1).cpu().float().numpy() for name, values in step_log.items()}
+    step_values = {name: torch.cat(values).T.cpu().float().numpy() for name, values in step_log.items()}
     epoch_values = {name: epoch_log.get(name, nan_epochs).cpu().float().numpy() for name in EPOCH_METRICS}
     guard.mask(step_values, epoch_values, GREEDY_METRICS)
     if guard.all_diverged:  # the records end at the last run's divergence
@@ -212,5 +221,6 @@ def train_varlen(
         greedy_responses=epoch_greedy[-1].cpu().numpy(),
         seconds=time.perf_counter() - start,
         eos=eos,
+        exploration_exact=exact_metrics.exact,
         divergence=guard.found,
     )

@@ -167,3 +167,28 @@ def test_the_factorized_policy_behind_the_interface_is_the_lecture_path():
 def test_an_unknown_policy_kind_lists_the_choices():
     with pytest.raises(ValueError, match="choose one of: factorized, autoregressive"):
         P.make_policy("transformer", 5, 3, 3)
+
+
+def test_init_scale_multiplies_the_whole_embedding_and_nothing_else():
+    """TrainConfig.init_scale applies to the autoregressive policy as to the lecture's: the same draws,
+    the embedding (EOS row included) scaled; a run's stack row is the single policy."""
+    one = AutoregressivePolicy(5, 3, 5, 10, generator=torch.Generator().manual_seed(4))
+    small = AutoregressivePolicy(5, 3, 5, 10, generator=torch.Generator().manual_seed(4), init_scale=0.1)
+    torch.testing.assert_close(small.embedding, one.embedding * 0.1)
+    for name in ("encode", "decode", "previous"):
+        assert torch.equal(getattr(small, name), getattr(one, name)), name
+    stack = AutoregressiveStack(5, 3, 5, 10, [torch.Generator().manual_seed(s) for s in (3, 4)], [1.0, 0.1])
+    assert torch.equal(stack.embedding[1], small.embedding) and torch.equal(stack.previous[1], small.previous)
+
+
+def test_training_honours_init_scale_and_refuses_an_entropy_bonus():
+    from lab.config import ConfigError, TrainConfig
+    from lab.train import train
+    from tasks.sorting import make_task
+
+    config = TrainConfig(epochs=1, steps=1, policy="autoregressive", init_scale=0.1, lr=1e-9)
+    state = train(make_task(), config).state
+    start = AutoregressivePolicy(5, 3, 5, 10, generator=torch.Generator().manual_seed(config.seed), init_scale=0.1)
+    torch.testing.assert_close(state["embedding"][0], start.embedding.detach(), rtol=0, atol=1e-6)
+    with pytest.raises(ConfigError, match="entropy-coef"):
+        TrainConfig(policy="autoregressive", entropy_coef=0.01)

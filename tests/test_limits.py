@@ -132,3 +132,13 @@ def test_sweep_default_names_include_the_prompts(tmp_path):
         assert CliRunner().invoke(app, ["sweep", *SHORT, "--seeds", "1", *extra]).exit_code == 0
     assert sorted(os.listdir(tmp_path / "runs")) == ["sweep-raw-naive-inclusion-ordering-1seeds",
                                                      "sweep-raw-naive-inclusion-ordering-vocab7-1seeds"]
+
+
+def test_the_estimate_counts_the_autoregressive_policy_and_its_prefix_tree():
+    """Its previous-token matrices, longer responses with EOS, and the exact prefix tree (only where it is built)."""
+    base, ar = TrainConfig(), TrainConfig(policy="autoregressive")
+    factorised, autoregressive = (estimate([c], 5, 3, 3, seeds=100)["device"] for c in (base, ar))
+    tree = 100 * 3 * sum(5 ** q for q in range(5)) * 6 * 4 * 8
+    assert autoregressive > factorised + tree
+    past_limit = estimate([ar.replace(max_length=9)], 5, 3, 3, seeds=100)["device"]  # 5^9 responses: no tree
+    assert past_limit < 100 * 3 * sum(5 ** q for q in range(9)) * 6 * 4

@@ -147,3 +147,20 @@ def test_diagnose_says_it_analyses_the_factorised_policy_only(tmp_path):
 def test_the_autoregressive_policy_refuses_the_multinomial_sampler():
     with pytest.raises(ConfigError, match="factorised policy only"):
         TrainConfig(policy="autoregressive", sampler="multinomial")
+
+
+def test_autoregressive_kl_exact_is_the_exact_sequence_kl_at_each_epochs_first_step():
+    """At an epoch's first step kl_exact is KL(pi_theta || pi_ref) over whole responses
+    (lab.exact_varlen.sequence_kl, by enumeration); at the other steps it is empty, as documented."""
+    from lab.exact_varlen import sequence_kl
+    from lab.policies import make_policy, policy_from_state
+
+    config = SMALL.replace(epochs=2, kl_period=0, lr=0.05, seed=2)
+    task = make_task()
+    two, one = train(task, config), train(task, config.replace(epochs=1))
+    start = make_policy("autoregressive", 5, 3, 5, 10, torch.Generator().manual_seed(config.seed)).double()
+    exact = sequence_kl(policy_from_state(one.state).double(), start, task.prompts).mean().item()
+    logged = two.step_metrics["kl_exact"][0]
+    assert logged[0] == 0 and np.isnan(logged[[1, 3]]).all()
+    assert exact > 1e-3
+    np.testing.assert_allclose(logged[2], exact, rtol=1e-4)

@@ -49,15 +49,16 @@ def ops_of(policy: nn.Module) -> PolicyOps:
 
 
 def make_policy(kind: PolicyKind | str, vocab_size: int, prompt_length: int, max_length: int, dim: int = 10,
-                generator: torch.Generator | None = None) -> nn.Module:
+                generator: torch.Generator | None = None, init_scale: float = 1.0) -> nn.Module:
     """One policy of the given kind (`max_length` is the response length of the factorised one)."""
-    return POLICIES[parse_kind(kind)].single(vocab_size, prompt_length, max_length, dim, generator)
+    return POLICIES[parse_kind(kind)].single(vocab_size, prompt_length, max_length, dim, generator, init_scale)
 
 
 def make_stack(kind: PolicyKind | str, vocab_size: int, prompt_length: int, max_length: int, dim: int,
-               generators: list[torch.Generator]) -> nn.Module:
-    """R policies of the given kind with a leading run axis, run r drawn from generators[r]."""
-    return POLICIES[parse_kind(kind)].build(vocab_size, prompt_length, max_length, dim, generators)
+               generators: list[torch.Generator], init_scales: list[float] | None = None) -> nn.Module:
+    """R policies of the given kind with a leading run axis, run r drawn from generators[r] (embedding
+    scaled by init_scales[r], default 1: `TrainConfig.init_scale`)."""
+    return POLICIES[parse_kind(kind)].build(vocab_size, prompt_length, max_length, dim, generators, init_scales)
 
 
 def _params(policy: nn.Module) -> dict[str, Tensor]:

@@ -17,13 +17,13 @@ Initialisation follows the lecture's rules and draws the lecture model's paramet
 with every C = 0 the first V columns of the logits are the lecture model's logits from the same
 generator, and conditioned on never choosing EOS the response distribution is the lecture's
 (tests/test_autoregressive.py). C_qj for j >= q stays exactly zero (the forward masks it).
-Every parameter may carry a leading `run` axis (`AutoregressiveStack`).
+Every parameter may carry a leading `run` axis (`AutoregressiveStack`). Decoding (sampling,
+greedy) is `lab.policies.ar_decoding`; the training loop's fast log-probs `lab.policies.ar_fused`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -38,11 +38,16 @@ def causal_mask(length: int, device=None) -> Tensor:
 
 
 def init_autoregressive(vocab_size: int, prompt_length: int, max_length: int, dim: int,
-                        generator: torch.Generator | None = None, device=None) -> dict[str, Tensor]:
-    """One policy's parameters; `vocab_size` counts content tokens (EOS is the extra id vocab_size)."""
+                        generator: torch.Generator | None = None, device=None,
+                        init_scale: float = 1.0) -> dict[str, Tensor]:
+    """One policy's parameters; `vocab_size` counts content tokens (EOS is the extra id vocab_size).
+
+    `init_scale` multiplies the whole embedding, EOS row included, as `lab.policy.init_parameters`
+    does the lecture's (the same draws at every scale).
+    """
     device = generator.device if generator is not None else device
-    lecture = init_parameters(vocab_size, prompt_length, max_length, dim, generator, device)
-    eos_row = torch.randn(1, dim, generator=generator, device=device)  # as nn.Embedding: N(0, 1)
+    lecture = init_parameters(vocab_size, prompt_length, max_length, dim, generator, device, init_scale=init_scale)
+    eos_row = torch.randn(1, dim, generator=generator, device=device) * init_scale  # as nn.Embedding: N(0, 1)
     previous = torch.randn(max_length, max_length, dim, dim, generator=generator, device=device) / math.sqrt(dim)
     return {
         "embedding": torch.cat([lecture["embedding"], eos_row]),  # float[(vocab + 1) dim]
@@ -95,80 +100,17 @@ def response_mask(responses: Tensor, eos: int) -> Tensor:
     return (ended - (responses == eos).long()) == 0
 
 
-def decode_step(z: Tensor, embedding: Tensor) -> Tensor:
-    """Logits from z float[... batch trial dim]: float[... batch trial vocab+1]."""
-    return torch.einsum("...bte,...ve->...btv", z, embedding)  # tied output: z_q @ E^T
-
-
-def generate(embedding: Tensor, encode: Tensor, decode: Tensor, previous: Tensor, prompts: Tensor,
-             choose, num_trials: int) -> Tensor:
-    """Emit responses one position at a time; `choose(q, logits float[... batch trial vocab+1])` picks tokens.
-
-    After a sequence's EOS every later position is EOS (padding), whatever `choose` returns.
-    Returns int[... batch trial pos].
-    """
-    eos = embedding.shape[-2] - 1
-    length = previous.shape[-4]
-    base = prompt_state(embedding, encode, decode, prompts)  # float[... batch pos dim]
-    lead_batch = base.shape[:-2]
-    z_history = torch.zeros(*lead_batch, num_trials, length, base.shape[-1], device=base.device, dtype=base.dtype)
-    tokens = torch.full((*lead_batch, num_trials, length), eos, dtype=torch.long, device=base.device)
-    done = torch.zeros(*lead_batch, num_trials, dtype=torch.bool, device=base.device)
-    for q in range(length):
-        z = base[..., q, :].unsqueeze(-2) + z_history[..., q, :]  # float[... batch trial dim]
-        token = torch.where(done, eos, choose(q, decode_step(z, embedding)))
-        tokens[..., q] = token
-        done = done | (token == eos)
-        if q + 1 < length:  # add this token's contribution to every later position
-            e = lookup(embedding, token.unsqueeze(-1)).squeeze(-2)  # float[... batch trial dim]
-            z_history = z_history + torch.einsum("...btd,...qde->...btqe", e, previous[..., :, q, :, :])
-    return tokens
-
-
-def sample(embedding, encode, decode, previous, prompts: Tensor, num_trials: int,
-           generator: torch.Generator | Sequence[torch.Generator] | None = None) -> Tensor:
-    """Draw `num_trials` responses per prompt, int[... batch trial pos], by inverse CDF.
-
-    One uniform per (batch, trial, pos) is drawn up front, as in `lab.rollout.sample_responses`
-    (a list of generators: run r's uniforms come from generator r alone), so a run samples the
-    same responses alone or inside a sweep.
-    """
-    batch, length = prompts.shape[-2], previous.shape[-4]
-    shape = (batch, num_trials, length)
-    options = dict(device=embedding.device, dtype=torch.float64)
-    if isinstance(generator, Sequence):
-        if len(generator) != embedding.shape[0]:
-            raise ValueError(f"got {len(generator)} generators for {embedding.shape[0]} runs")
-        uniforms = torch.stack([torch.rand(shape, generator=g, **options) for g in generator])
-    else:
-        uniforms = torch.rand(*embedding.shape[:-2], *shape, generator=generator, **options)
-
-    def choose(q: int, logits: Tensor) -> Tensor:
-        cdf = torch.softmax(logits.detach().double(), dim=-1).cumsum(dim=-1)
-        below = (cdf <= uniforms[..., q].unsqueeze(-1)).sum(dim=-1)
-        return below.clamp(max=logits.shape[-1] - 1)
-
-    with torch.no_grad():
-        return generate(embedding, encode, decode, previous, prompts, choose, num_trials)
-
-
-def greedy(embedding, encode, decode, previous, prompts: Tensor) -> Tensor:
-    """The argmax response of every prompt, chosen position by position: int[... batch pos]."""
-    with torch.no_grad():
-        return generate(embedding, encode, decode, previous, prompts,
-                        lambda q, logits: logits.argmax(dim=-1), 1).squeeze(-2)
-
-
 class AutoregressivePolicy(nn.Module):
     """One autoregressive policy. `forward(prompts, responses)` gives teacher-forced logits
     float[batch trial pos vocab+1]; `vocab_size` counts content tokens, `eos` = vocab_size."""
 
     def __init__(self, vocab_size: int, prompt_length: int, max_length: int, dim: int = 10,
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, init_scale: float = 1.0) -> None:
         super().__init__()
         self.vocab_size, self.prompt_length, self.response_length, self.dim = (
             vocab_size, prompt_length, max_length, dim)
-        for name, value in init_autoregressive(vocab_size, prompt_length, max_length, dim, generator).items():
+        params = init_autoregressive(vocab_size, prompt_length, max_length, dim, generator, init_scale=init_scale)
+        for name, value in params.items():
             setattr(self, name, nn.Parameter(value))
 
     @property
@@ -186,16 +128,19 @@ class AutoregressivePolicy(nn.Module):
 class AutoregressiveStack(AutoregressivePolicy):
     """R independent autoregressive policies with a leading run axis on every parameter.
 
-    Run r is initialised from `generators[r]` exactly as `AutoregressivePolicy(..., generator=generators[r])`.
+    Run r is initialised from `generators[r]` (and `init_scales[r]`, default 1) exactly as
+    `AutoregressivePolicy(..., generator=generators[r], init_scale=init_scales[r])`.
     `forward(prompts int[batch pos] or int[run batch pos], responses int[run batch trial pos])`.
     """
 
     def __init__(self, vocab_size: int, prompt_length: int, max_length: int, dim: int,
-                 generators: list[torch.Generator]) -> None:
+                 generators: list[torch.Generator], init_scales: list[float] | None = None) -> None:
         nn.Module.__init__(self)
         self.vocab_size, self.prompt_length, self.response_length, self.dim = (
             vocab_size, prompt_length, max_length, dim)
-        per_run = [init_autoregressive(vocab_size, prompt_length, max_length, dim, g) for g in generators]
+        scales = init_scales or [1.0] * len(generators)
+        per_run = [init_autoregressive(vocab_size, prompt_length, max_length, dim, g, init_scale=s)
+                   for g, s in zip(generators, scales)]
         for name in per_run[0]:
             setattr(self, name, nn.Parameter(torch.stack([p[name] for p in per_run])))
 
@@ -215,6 +160,8 @@ class AutoregressiveStack(AutoregressivePolicy):
 def _unpack(params: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return params["embedding"], params["encode"], params["decode"], params["previous"]
 
+
+from lab.policies.ar_decoding import greedy, sample  # noqa: E402  (decoding uses the functions above)
 
 OPS = PolicyOps(
     kind=PolicyKind.autoregressive,

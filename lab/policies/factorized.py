@@ -40,6 +40,6 @@ OPS = PolicyOps(
     greedy=lambda params, prompts: greedy_responses(_logits(params, prompts)),
     eos=lambda policy: None,
     build=PolicyStack,
-    single=lambda vocab_size, prompt_length, max_length, dim, generator=None: Policy(
-        vocab_size, prompt_length, max_length, dim, generator),
+    single=lambda vocab_size, prompt_length, max_length, dim, generator=None, init_scale=1.0: Policy(
+        vocab_size, prompt_length, max_length, dim, generator, init_scale),
 )

@@ -43,6 +43,6 @@ class PolicyOps:
     eos: Callable[[object], int | None]
     """module -> the EOS token id, or None for fixed-length responses"""
     build: Callable[..., object]
-    """(vocab_size, prompt_length, max_length, dim, generators) -> a run stack"""
+    """(vocab_size, prompt_length, max_length, dim, generators, init_scales or None) -> a run stack"""
     single: Callable[..., object]
-    """(vocab_size, prompt_length, max_length, dim, generator) -> one policy"""
+    """(vocab_size, prompt_length, max_length, dim, generator, init_scale) -> one policy"""

@@ -1,0 +1,111 @@
+"""The autoregressive policy's teacher-forced log-probs as one autograd node, backward written out.
+
+Forward (the same function as `teacher_forced_logits` then `masked_log_probs`, regrouped):
+
+    h        = E[prompts] @ A                                    float[run batch dim]
+    z0_q     = h @ B_q                                           float[run batch pos dim]
+    T[v,j,q] = E[v] @ C_qj          (C masked to j < q)          float[run (vocab j) (q dim)]
+    z_q      = z0_q + sum_j T[y_j, j, q]  =  z0 + onehot(y) @ T   float[run (batch trial) (q dim)]
+    logits   = z @ E^T;  log_softmax = logits - logsumexp;  log_probs = mask * log_softmax[y]
+
+The previous-token term is a table T of every token's contribution to every later position, so
+the sum over earlier tokens is one matmul with the responses' one-hot codes (vocab x pos columns)
+instead of a product of every emitted embedding with every C_qj. Backward, with g = dL/dlog_probs
+(0 on padding), p = softmax(logits), Y = onehot(y):
+
+    dL/dlogits = g (Y - p);   dL/dz = dL/dlogits @ E;   dL/dz0 = sum over trials of dL/dz
+    dL/dT = onehot^T @ dL/dz;  dL/dC_qj = E^T dL/dT[., j, q] (masked to j < q);  dL/dE gets E's four uses
+
+A speed path only: the plain path (`lab.policies.autoregressive.teacher_forced_logits`, then
+`lab.policies.masked_log_probs`) is the reference, and tests/test_ar_fused.py checks that the two
+agree in value and gradient. Prompts are shared by every run (int[batch pos]), as in the loop.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def causal(like: Tensor) -> Tensor:
+    """float[q j d e] shaped like one run's C, 1 where j < q: materialised, so that the product
+    with C runs as one contiguous pass (a [q j 1 1] broadcast runs as many short loops)."""
+    length, dim = like.shape[-4], like.shape[-1]
+    mask = torch.ones(length, length, device=like.device, dtype=like.dtype).tril(-1)[..., None, None]
+    return mask.expand(length, length, dim, dim).contiguous()
+
+
+class _ARLogProbs(torch.autograd.Function):
+    """(E, encode, decode, previous, prompts, responses, mask) -> (log_probs, log_softmax), with a run axis."""
+
+    @staticmethod
+    def forward(ctx, embedding, encode, decode, previous, prompts, responses, mask):
+        runs, tokens_, dim = embedding.shape
+        batch, prompt_length = prompts.shape
+        trials, length = responses.shape[-2:]
+        prompt_tokens = prompts.flatten()
+        x = embedding.index_select(1, prompt_tokens).view(runs, batch, prompt_length * dim)
+        a = encode.reshape(runs, prompt_length * dim, dim)
+        h = torch.bmm(x, a)  # float[run batch dim]
+        b = decode.transpose(1, 2).reshape(runs, dim, length * dim)  # float[run dim (q e)]
+        z0 = torch.bmm(h, b)  # float[run batch (q e)]
+        # C masked and laid out as [run d (j q e)] in one pass: the product writes the permuted copy
+        c_view = previous.permute(0, 3, 2, 1, 4)
+        c = torch.mul(c_view, causal(previous).permute(2, 1, 0, 3),
+                      out=torch.empty(c_view.shape, dtype=x.dtype, device=x.device)).view(runs, dim, -1)
+        table = torch.bmm(embedding, c).view(runs, tokens_ * length, length * dim)  # rows (v j), columns (q e)
+        code = responses.reshape(runs, batch * trials, length) * length + torch.arange(length, device=x.device)
+        onehot = torch.zeros(runs, batch * trials, tokens_ * length, dtype=x.dtype, device=x.device)
+        onehot.scatter_(-1, code, 1.0)  # float[run (batch trial) (v j)]
+        z = (torch.bmm(onehot, table).view(runs, batch, trials, length * dim) + z0.unsqueeze(2))
+        z = z.view(runs, -1, dim)  # float[run (batch trial q) dim]
+        logits = torch.bmm(z, embedding.mT)
+        log_softmax = logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True))  # float[run (b t q) vocab]
+        index = responses.reshape(runs, -1, 1)
+        picked = log_softmax.gather(-1, index).view(responses.shape)
+        log_probs = torch.where(mask, picked, torch.zeros((), dtype=picked.dtype, device=picked.device))
+        ctx.save_for_backward(embedding, a, b, c, x, h, z, log_softmax, onehot, index, prompt_tokens, mask)
+        ctx.mark_non_differentiable(log_softmax)
+        return log_probs, log_softmax.view(*responses.shape, tokens_)
+
+    @staticmethod
+    def backward(ctx, grad_log_probs, _grad_log_softmax):
+        embedding, a, b, c, x, h, z, log_softmax, onehot, index, prompt_tokens, mask = ctx.saved_tensors
+        runs, tokens_, dim = embedding.shape
+        batch, trials, length = mask.shape[-3:]
+        g = torch.where(mask, grad_log_probs, torch.zeros((), dtype=grad_log_probs.dtype))
+        g = g.reshape(runs, -1, 1)  # float[run (b t q) 1]
+        grad_logits = torch.zeros_like(log_softmax).scatter_(-1, index, g).sub_(log_softmax.exp() * g)
+        grad_embedding = torch.bmm(grad_logits.mT, z)  # the output layer: float[run vocab dim]
+        grad_z = torch.bmm(grad_logits, embedding).view(runs, batch, trials, length * dim)
+        grad_z0 = grad_z.sum(dim=2)  # float[run batch (q e)]
+        grad_table = torch.bmm(onehot.mT, grad_z.view(runs, batch * trials, -1)).view(runs, tokens_, -1)
+        grad_embedding += torch.bmm(grad_table, c.mT)  # the table's rows E[v]
+        grad_c = torch.bmm(embedding.mT, grad_table).view(runs, dim, length, length, dim)
+        grad_c = grad_c.permute(0, 3, 2, 1, 4)  # float[run q j d e], C's own layout written by the product
+        grad_previous = torch.mul(grad_c, causal(grad_c),
+                                  out=torch.empty(grad_c.shape, dtype=grad_c.dtype, device=grad_c.device))
+        grad_decode = torch.bmm(h.mT, grad_z0).view(runs, dim, length, dim).transpose(1, 2).contiguous()
+        grad_h = torch.bmm(grad_z0, b.mT)  # float[run batch dim]
+        grad_encode = torch.bmm(x.mT, grad_h).view(runs, -1, dim, dim)
+        grad_x = torch.bmm(grad_h, a.mT).view(runs, -1, dim)  # float[run (batch pos) dim]
+        grad_embedding.index_add_(1, prompt_tokens, grad_x)  # the input layer
+        return grad_embedding, grad_encode, grad_decode, grad_previous, None, None, None
+
+
+def ar_log_probs(embedding: Tensor, encode: Tensor, decode: Tensor, previous: Tensor, prompts: Tensor,
+                 responses: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-token log-probs (0 on padding) and the log-softmaxes they come from, through one node.
+
+    Parameters with an optional leading run axis, prompts int[batch pos] (shared by every run),
+    responses int[... batch trial pos], mask bool[... batch trial pos] -> log_probs float[... batch
+    trial pos] (differentiable) and log_softmax float[... batch trial pos vocab+1] (no gradient).
+    """
+    if prompts.dim() != 2:
+        raise ValueError(f"ar_log_probs takes prompts int[batch pos] shared by every run, "
+                         f"got shape {tuple(prompts.shape)}")
+    if embedding.dim() == 2:  # one policy: a run axis of one
+        out = _ARLogProbs.apply(*(p.unsqueeze(0) for p in (embedding, encode, decode, previous)), prompts,
+                                responses.unsqueeze(0), mask.unsqueeze(0))
+        return out[0].squeeze(0), out[1].squeeze(0)
+    return _ARLogProbs.apply(embedding, encode, decode, previous, prompts, responses, mask)

@@ -1,0 +1,49 @@
+"""The prefix recursion's exact sequence KL (lab/prefix_kl.py) equals enumeration over every
+response (lab.exact_varlen.sequence_kl) for the autoregressive policy, per run of a stack too."""
+
+import torch
+
+import lab.policies as P
+from lab.exact_varlen import sequence_kl
+from lab.ar_exploration import varlen_response_probs
+from lab.prefix_kl import prefix_log_softmaxes, tree_kl, tree_pass
+
+
+def test_prefix_recursion_kl_is_the_enumerated_sequence_kl():
+    prompts = torch.tensor([[0, 2, 1], [3, 3, 0]])
+    policy = P.make_policy("autoregressive", 4, 3, 4, 5, torch.Generator().manual_seed(0)).double()
+    reference = P.make_policy("autoregressive", 4, 3, 4, 5, torch.Generator().manual_seed(1)).double()
+    params = lambda m: dict(m.named_parameters())  # noqa: E731
+    with torch.no_grad():
+        fast = tree_kl(prefix_log_softmaxes(params(policy), prompts), prefix_log_softmaxes(params(reference), prompts))
+        same = tree_kl(prefix_log_softmaxes(params(policy), prompts), prefix_log_softmaxes(params(policy), prompts))
+    torch.testing.assert_close(fast, sequence_kl(policy, reference, prompts), rtol=1e-10, atol=1e-12)
+    assert (fast > 0.01).all() and (same == 0).all()
+
+
+def test_prefix_recursion_kl_keeps_the_run_axis():
+    prompts = torch.tensor([[0, 2, 1]])
+    stacks = [P.make_stack("autoregressive", 4, 3, 4, 5, [torch.Generator().manual_seed(s + k) for s in (0, 5)])
+              for k in (0, 1)]
+    with torch.no_grad():
+        levels = [prefix_log_softmaxes(dict(s.named_parameters()), prompts) for s in stacks]
+        kl = tree_kl(*levels)  # float[run batch]
+        for run in range(2):
+            one = sequence_kl(stacks[0].unstack(run).double(), stacks[1].unstack(run).double(), prompts)
+            torch.testing.assert_close(kl[run].double(), one, rtol=1e-4, atol=1e-6)
+
+
+def test_the_loops_one_pass_over_the_tree_equals_the_plain_functions():
+    prompts = torch.tensor([[0, 2, 1], [3, 3, 0]])
+    stacks = [P.make_stack("autoregressive", 4, 3, 4, 5, [torch.Generator().manual_seed(s + k) for s in (0, 5)])
+              for k in (0, 1)]
+    params = [{name: p.double() for name, p in s.named_parameters()} for s in stacks]
+    with torch.no_grad():
+        levels, ref = (prefix_log_softmaxes(p, prompts) for p in params)
+        fast_levels, kl, probs = tree_pass(params[0], prompts, ref)
+        _, zero, _ = tree_pass(params[0], prompts, None)
+    for fast, plain in zip(fast_levels, levels):
+        torch.testing.assert_close(fast, plain, rtol=0, atol=1e-12)
+    torch.testing.assert_close(kl, tree_kl(levels, ref), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(torch.cat(probs, -1), varlen_response_probs(levels), rtol=1e-10, atol=1e-14)
+    assert (zero == 0).all() and (kl > 0.01).all()
