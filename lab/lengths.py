@@ -6,12 +6,15 @@
 
 |o| counts live tokens, EOS included (`lab.policies.response_lengths`); a factorised response always
 has the prompt's length. "Correct" is the task's target exactly: sorted(prompt), followed by EOS
-for the autoregressive policy.
+for the autoregressive policy (`eos_targets`), whose responses are capped at `resolve_max_length`.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
+
+from lab.config import TrainConfig
 
 LENGTH_METRICS = {
     "response_length": "mean length of the epoch's sampled responses in tokens, EOS included",
@@ -31,3 +34,21 @@ def length_metrics(lengths: Tensor, correct: Tensor) -> dict[str, Tensor]:
     return dict(response_length=lengths.mean(dim=(-2, -1)),
                 correct_length=(lengths * right).sum(dim=(-2, -1)) / right.sum(dim=(-2, -1)),
                 incorrect_length=(lengths * wrong).sum(dim=(-2, -1)) / wrong.sum(dim=(-2, -1)))
+
+
+LENGTH_MARGIN = 2
+"""max_length = None means prompt length + LENGTH_MARGIN: room for sorted(x), EOS and one extra token."""
+
+
+def resolve_max_length(config: TrainConfig, prompt_length: int) -> int:
+    """The response cap of an autoregressive run; a ValueError when sorted(prompt) + EOS cannot fit."""
+    cap = prompt_length + LENGTH_MARGIN if config.max_length is None else config.max_length
+    if cap < prompt_length + 1:
+        raise ValueError(f"max_length {cap} cannot hold the sorted prompt ({prompt_length} tokens) and EOS; "
+                         f"use --max-length {prompt_length + 1} or more")
+    return cap
+
+
+def eos_targets(targets: Tensor, eos: int, length: int) -> Tensor:
+    """sorted(prompt) followed by EOS padding: int[batch n] -> int[batch length]."""
+    return torch.cat([targets, targets.new_full((targets.shape[0], length - targets.shape[1]), eos)], dim=-1)

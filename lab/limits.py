@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import torch
 
 from lab.config import ConfigError, TrainConfig
-from lab.train_varlen import LENGTH_MARGIN
 from lab.exact import LIMITS
 from lab.exact_varlen import space_size
+from lab.lengths import LENGTH_MARGIN
 from lab.metrics import METRIC_BLOCK_TOKENS
 from lab.policies.interface import PolicyKind
 from lab.records import EPOCH_METRICS, METRIC_COLUMNS, STEP_METRICS

@@ -7,17 +7,14 @@
         repeat S times:
             L = agg(surrogate(l, d, l_old); m) + beta * C * agg(k3(l, l_ref); m)   -> one Adam step
 
-The same algorithm as `lab.train` (which dispatches here), with the policy's own fused
-log-probs (`lab.policies.ar_fused`: every position in one autograd node) and the live-token mask
-applied to the loss, the KL and every token metric, computed in bulk per block of epochs
-(`lab.metrics_varlen`). R runs train as one batched computation and a seed's run is the same
-alone or inside a sweep. Step metrics on tokens are means over live tokens; `entropy` is the mean entropy of each live position's next-token distribution given the
-sampled prefix. One prefix tree of the sampling policy per epoch (`lab.ar_exploration`, a
-recursion over the 1 + V + ... + V^(L-1) prefixes of each prompt) gives the exact epoch metrics
-`optimal_prob` and `zero_std_prob` and `kl_exact`, the exact sequence KL to the reference, at each
-epoch's first step, where the policy is the one that drew the epoch's samples (so `kl` there is its
-unbiased estimate, claim 21). The other steps leave `kl_exact` empty (NaN): per step the tree would
-cost several times the training step itself (measured at 500 runs: about 6x).
+The same algorithm as `lab.train` (which dispatches here), with the policy's fused log-probs
+(`lab.policies.ar_fused`) and the live-token mask applied to the loss, the KL and every token
+metric (means over live tokens, in bulk per block of epochs: `lab.metrics_varlen`). R runs train
+as one batched computation; a seed's run is the same alone or inside a sweep, and a diverging run
+is stopped and frozen (`lab.divergence`). One prefix tree of the sampling policy per epoch
+(`lab.ar_exploration`) gives the exact `optimal_prob`, `zero_std_prob` and, at each epoch's first
+step only, `kl_exact` (where `kl` is its unbiased estimate, claim 21); later steps leave it empty,
+since the tree costs several times a training step (about 6x at 500 runs).
 """
 
 from __future__ import annotations
@@ -36,7 +33,7 @@ from lab.config import TrainConfig, check_batchable
 from lab.deltas import compute_deltas
 from lab.divergence import DivergenceGuard
 from lab.kl import freeze, k3, reference_due
-from lab.lengths import length_metrics
+from lab.lengths import LENGTH_MARGIN, eos_targets, length_metrics, resolve_max_length  # noqa: F401 (re-exported)
 from lab.losses import compute_loss
 from lab.metrics import block_epochs, greedy_metrics, sample_metrics
 from lab.metrics_varlen import VarlenMetricBlock
@@ -46,24 +43,6 @@ from lab.records import EPOCH_METRICS, GREEDY_METRICS, STEP_METRICS, Records, Sa
 from lab.train import RunGroups
 from tasks import Task
 from tasks.sorting import variable_length_reward
-
-LENGTH_MARGIN = 2
-"""max_length = None means prompt length + LENGTH_MARGIN: room for sorted(x), EOS and one extra token."""
-
-
-def resolve_max_length(config: TrainConfig, prompt_length: int) -> int:
-    """The response cap of an autoregressive run; a ValueError when sorted(prompt) + EOS cannot fit."""
-    cap = prompt_length + LENGTH_MARGIN if config.max_length is None else config.max_length
-    if cap < prompt_length + 1:
-        raise ValueError(f"max_length {cap} cannot hold the sorted prompt ({prompt_length} tokens) and EOS; "
-                         f"use --max-length {prompt_length + 1} or more")
-    return cap
-
-
-def eos_targets(targets: Tensor, eos: int, length: int) -> Tensor:
-    """sorted(prompt) followed by EOS padding: int[batch n] -> int[batch length]."""
-    return torch.cat([targets, targets.new_full((targets.shape[0], length - targets.shape[1]), eos)], dim=-1)
-
 
 def train_varlen(
     task: Task,
