@@ -40,13 +40,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-import lab.baselines
+import lab.exact.baselines
 from lab import Policy, compute_deltas, compute_loss
-from lab.diagnose import gradient_diagnostics, objective_summary
-from lab.estimators import gradient_moments
+from lab.exact.diagnose import gradient_diagnostics, objective_summary
+from lab.exact.estimators import gradient_moments
 from lab.exact import all_probs, expected_reward, flat_grad, reward_table, score_matrix
 from lab.exercises import check
-from lab.rollout import response_log_probs, sample_responses
+from lab.policies.rollout import response_log_probs, sample_responses
 from tasks.sorting import make_task
 
 torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible
@@ -200,7 +200,7 @@ for b in (1.0, 10.0):
 # Write `estimate_variance(probs, rewards, scores, baseline)`: for each prompt, the exact
 # $\mathrm{tr}\,\mathrm{Cov}[(R - b)\,s]$ of one sampled response, from the tables of section 2
 # (`probs` and `rewards` float[batch n], `scores` float[batch n params], `baseline` a number). The check
-# compares it with `lab.estimators.gradient_moments`, which computes the same variance another way
+# compares it with `lab.exact.estimators.gradient_moments`, which computes the same variance another way
 # (from the moments of the deltas, for a reward table shifted by $b$).
 
 # %% tags=["exercise"]
@@ -240,7 +240,7 @@ check("Exercise 1, the variance of (R - b) s", test_estimate_variance, estimate_
 # ### Exercise 2: the optimal constant baseline
 #
 # Write `optimal_baseline(probs, rewards, scores)`: $b^*$ for each prompt, float[batch]. The check
-# compares it with `lab.baselines.optimal_baseline` and makes sure that moving it either way raises
+# compares it with `lab.exact.baselines.optimal_baseline` and makes sure that moving it either way raises
 # the variance.
 
 # %% tags=["exercise"]
@@ -264,24 +264,24 @@ def optimal_baseline(probs, rewards, scores):
 # %%
 def test_optimal_baseline(optimal_baseline):
     yours = optimal_baseline(probs, rewards, scores)
-    lab_value = lab.baselines.optimal_baseline(probs, rewards, scores)
+    lab_value = lab.exact.baselines.optimal_baseline(probs, rewards, scores)
     assert torch.allclose(yours, lab_value, rtol=1e-9), f"yours {yours}, the lab's {lab_value}"
-    lowest = lab.baselines.estimate_variance(probs, rewards, scores, yours)
+    lowest = lab.exact.baselines.estimate_variance(probs, rewards, scores, yours)
     for shift in (-0.05, 0.05):
-        assert (lab.baselines.estimate_variance(probs, rewards, scores, yours + shift) > lowest).all()
+        assert (lab.exact.baselines.estimate_variance(probs, rewards, scores, yours + shift) > lowest).all()
 
 
 check("Exercise 2, the optimal constant baseline", test_optimal_baseline, optimal_baseline);
 
 # %% [markdown]
-# With the lab's versions of the two functions (`lab.baselines`), the parabola of each prompt, and
+# With the lab's versions of the two functions (`lab.exact.baselines`), the parabola of each prompt, and
 # three baselines on it: none ($b = 0$, raw rewards), the mean reward $\mathbb E[R]$ (the
 # baseline a group mean estimates), and $b^*$.
 
 # %%
 mean_reward = (probs * rewards).sum(-1)  # E[R] per prompt = J
-best = lab.baselines.optimal_baseline(probs, rewards, scores)
-variance = {name: lab.baselines.estimate_variance(probs, rewards, scores, b)
+best = lab.exact.baselines.optimal_baseline(probs, rewards, scores)
+variance = {name: lab.exact.baselines.estimate_variance(probs, rewards, scores, b)
             for name, b in (("none", 0.0), ("mean reward", mean_reward), ("optimal", best))}
 print(f"{'prompt':>6}  {'E[R]':>6}  {'b*':>6}  {'tr Cov, no baseline':>20}  {'with E[R]':>9}  {'with b*':>8}")
 for prompt in range(len(best)):
@@ -297,7 +297,7 @@ assert (mean_reward_cost < 0.25).all()
 baselines = torch.linspace(-1.0, 6.0, 141, dtype=torch.float64)
 fig, ax = plt.subplots(figsize=(6.4, 3.8))
 for prompt in range(len(best)):
-    curve = torch.stack([lab.baselines.estimate_variance(probs, rewards, scores, b)[prompt] for b in baselines])
+    curve = torch.stack([lab.exact.baselines.estimate_variance(probs, rewards, scores, b)[prompt] for b in baselines])
     line, = ax.plot(baselines, curve, label=f"prompt {task.prompts[prompt].tolist()}")
     ax.plot(mean_reward[prompt], variance["mean reward"][prompt], "o", mfc="none", color=line.get_color())
     ax.plot(best[prompt], variance["optimal"][prompt], "*", ms=9, color=line.get_color())
@@ -320,7 +320,7 @@ fig.tight_layout()
 # ## 5. The estimator's variance as $G$ grows: raw, centered, leave-one-out
 #
 # GRPO samples a group of $G$ responses per prompt and uses the group itself as the baseline.
-# For the per-group estimator $g = \frac1G\sum_i \delta_i\,\nabla\log\pi(o_i)$, `lab.diagnose`
+# For the per-group estimator $g = \frac1G\sum_i \delta_i\,\nabla\log\pi(o_i)$, `lab.exact.diagnose`
 # computes exactly, for each delta mode and $G$: the *scale* of $\mathbb E[g]$ along $\nabla J$,
 # its *angle* to $\nabla J$, and the total variance $\mathrm{tr}\,\mathrm{Cov}[g]$ (the batch
 # estimator, averaged over the three prompts).

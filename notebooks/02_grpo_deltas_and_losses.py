@@ -30,8 +30,8 @@
 # 4. freezing the old policy, and what happens without it;
 # 5. reusing one batch for several steps: the naive loss against the ratio losses.
 #
-# Everything is computed by the lab's own functions (`lab.deltas`, `lab.losses`, `lab.exact`,
-# `lab.train`); the notebook only arranges and plots. Claim numbers refer to
+# Everything is computed by the lab's own functions (`lab.core.deltas`, `lab.core.losses`, `lab.exact`,
+# `lab.training.train`); the notebook only arranges and plots. Claim numbers refer to
 # [docs/claims.md](../docs/claims.md) (each claim, its source, the test that proves it). Two graded
 # exercises let you write a piece yourself: the leave-one-out deltas (section 2) and the clipped
 # loss (section 3), each with a check against the lab and a collapsed solution.
@@ -43,10 +43,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-import lab.losses
+import lab.core.losses
 from lab import DeltaMode, LossMode, Policy, TrainConfig, compute_deltas, compute_loss, train
 from lab.exercises import check
-from lab.rollout import response_log_probs, sample_responses
+from lab.policies.rollout import response_log_probs, sample_responses
 from tasks.sorting import make_task
 
 torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible
@@ -56,7 +56,7 @@ np.set_printoptions(precision=4, suppress=True)
 # ## 1. The worked example: one group with rewards $[3, 2, 1]$
 #
 # For one prompt's group of rewards $R_1, \dots, R_G$ the lab offers five modes
-# (`lab.deltas.DeltaMode`):
+# (`lab.core.deltas.DeltaMode`):
 #
 # | mode | $\delta_i$ |
 # | --- | --- |
@@ -197,8 +197,8 @@ check("Exercise 1, leave-one-out deltas", test_leave_one_out, leave_one_out);
 # $\lVert\nabla J\rVert^2$) and its *angle* to $\nabla J$.
 
 # %%
-from lab.diagnose import gradient_diagnostics
-from lab.estimators import gradient_moments
+from lab.exact.diagnose import gradient_diagnostics
+from lab.exact.estimators import gradient_moments
 
 task = make_task()  # the lecture's three prompts, vocabulary 0..4
 policy = Policy(task.vocab_size, 3, task.response_length, generator=torch.Generator().manual_seed(5))
@@ -376,7 +376,7 @@ check("Exercise 2, the clipped loss", test_clipped_loss, clipped_loss);
 # The ratio needs $\log\pi_{\text{old}}$ as a **constant**. If it is recomputed from the current
 # parameters inside the step and not detached, then $\rho = \exp(\log\pi_\theta - \log\pi_\theta)$
 # is identically 1 *as a function of* $\theta$, and its gradient is zero (claim 10): the loss
-# prints sensible values and the policy never moves. The lab's `lab.losses.ratios` detaches the old
+# prints sensible values and the policy never moves. The lab's `lab.core.losses.ratios` detaches the old
 # log-probs; we check its gradient against the naive loss at $\theta = \theta_{\text{old}}$, then
 # swap in a ratio that forgets the `detach` (for this cell only) and look at the gradient.
 
@@ -400,7 +400,7 @@ def undetached_ratios(log_probs, old_log_probs):
 
 
 naive, unclipped = gradient_norm("naive", False), gradient_norm("unclipped")
-with mock.patch.object(lab.losses, "ratios", undetached_ratios):
+with mock.patch.object(lab.core.losses, "ratios", undetached_ratios):
     broken = gradient_norm("unclipped")
 print(f"|grad| naive = {naive:.5f}, unclipped (old detached) = {unclipped:.5f}, "
       f"unclipped (old not detached) = {broken:.5f}")

@@ -20,7 +20,7 @@
 # the policy near a reference (in LLM training, the model before RL). The KL is a sum over all
 # responses, which a real model cannot enumerate, so it is *estimated* from the sampled tokens.
 # With $y$ sampled from $\pi_\theta$ and $\rho = \pi_{\text{ref}}(y)/\pi_\theta(y)$, the three
-# estimators of Schulman's note are (`lab.kl`):
+# estimators of Schulman's note are (`lab.core.kl`):
 #
 # | | per token | value |
 # | --- | --- | --- |
@@ -52,17 +52,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-import lab.kl
+import lab.core.kl
 from lab import TrainConfig
-from lab.drift import drift_from_start
+from lab.exact.drift import drift_from_start
 from lab.exact import exact_kl, expected_kl_estimate, flat_grad, position_log_probs, sequence_kl
 from lab.exercises import check
-from lab.figures import mean_band
-from lab.intervals import mean_interval
-from lab.kl import ESTIMATORS, KLEstimator
-from lab.policy import Policy, policy_from_state
-from lab.rollout import response_log_probs, sample_responses
-from lab.sweep import build_grid, run_sweep
+from lab.io.figures import mean_band
+from lab.experiments.intervals import mean_interval
+from lab.core.kl import ESTIMATORS, KLEstimator
+from lab.policies.factorized import Policy, policy_from_state
+from lab.policies.rollout import response_log_probs, sample_responses
+from lab.experiments.sweep import build_grid, run_sweep
 from tasks.sorting import make_task
 
 
@@ -159,7 +159,7 @@ assert any(b > a for a, b in zip(k2_bias, k2_bias[1:])) and any(b < a for a, b i
 #
 # Write `k3(log_probs, ref_log_probs)`: the per-token k3 of the table above from
 # $\log\pi_\theta(y)$ and $\log\pi_{\text{ref}}(y)$ (tensors of any one shape), with
-# $\log\rho = \log\pi_{\text{ref}} - \log\pi_\theta$. It must agree with `lab.kl.k3` and, like the true
+# $\log\rho = \log\pi_{\text{ref}} - \log\pi_\theta$. It must agree with `lab.core.kl.k3` and, like the true
 # k3, never be negative, even in float32 when $\log\rho$ is tiny (as it is on the first steps after
 # a refresh).
 
@@ -190,13 +190,13 @@ def test_k3(k3):
     draws = torch.Generator().manual_seed(4)
     log_probs = -3 * torch.rand(3, 5, 4, generator=draws, dtype=torch.float64)
     ref_log_probs = log_probs + torch.randn(3, 5, 4, generator=draws, dtype=torch.float64)
-    yours, lab_value = k3(log_probs, ref_log_probs), lab.kl.k3(log_probs, ref_log_probs)
+    yours, lab_value = k3(log_probs, ref_log_probs), lab.core.kl.k3(log_probs, ref_log_probs)
     assert torch.allclose(yours, lab_value), f"yours {yours.flatten()[:4]}..., the lab's {lab_value.flatten()[:4]}..."
     tiny = torch.linspace(-1e-3, 1e-3, 2001)  # float32 log rho near 0
     small = k3(torch.zeros_like(tiny), tiny)
     assert (small >= 0).all(), (f"k3 is negative for {(small < 0).sum().item()} of these tiny float32 log rho "
                                 f"(as low as {small.min().item():.1e}); see torch.expm1")
-    assert torch.allclose(small, lab.kl.k3(torch.zeros_like(tiny), tiny), atol=1e-9)
+    assert torch.allclose(small, lab.core.kl.k3(torch.zeros_like(tiny), tiny), atol=1e-9)
 
 
 check("Exercise 1, k3", test_k3, k3);
@@ -238,7 +238,7 @@ for name in ESTIMATORS:
 # of $\pi_\theta$, $\pi_{\text{ref}}$ and the sampling policy $\pi_{\text{old}}$, return the bias of k3
 # per response when tokens are drawn from $\pi_{\text{old}}$,
 # $\sum_t \big(\mathbb E_{y_t\sim\pi_{\text{old}}}[\mathrm{k3}(y_t)] - \mathrm{KL}_t(\pi_\theta\|\pi_{\text{ref}})\big)$,
-# one number per prompt, float[batch]. Use `lab.kl.k3` (or yours) for the per-token values. The
+# one number per prompt, float[batch]. Use `lab.core.kl.k3` (or yours) for the per-token values. The
 # check compares it with the lab's exact expectations (`expected_kl_estimate`, `exact_kl`) and
 # makes sure that it vanishes when $\pi_{\text{old}} = \pi_\theta$.
 
@@ -258,7 +258,7 @@ def k3_bias_off_policy(log_pi, log_ref, log_old):
 # ```python
 # def k3_bias_off_policy(log_pi, log_ref, log_old):
 #     """E_{pi_old}[k3] - KL(pi_theta || pi_ref), summed over positions: float[batch]."""
-#     expected = (log_old.exp() * lab.kl.k3(log_pi, log_ref)).sum(-1)  # float[batch pos]
+#     expected = (log_old.exp() * lab.core.kl.k3(log_pi, log_ref)).sum(-1)  # float[batch pos]
 #     kl = (log_pi.exp() * (log_pi - log_ref)).sum(-1)  # float[batch pos]
 #     return (expected - kl).sum(-1)
 # ```
@@ -377,7 +377,7 @@ variants = {"frozen (kl_period=0)": dict(kl=0.3, kl_period=0), "refreshed (kl_pe
             "no penalty (beta=0)": dict(kl=0.0, kl_period=0)}
 configs = [c for settings in variants.values() for c in build_grid(TrainConfig(delta="centered", **settings), {}, 20)]
 records = run_sweep(task, configs)
-drift = drift_from_start(task, records)  # lab.drift: exact KL(pi_final || pi_initial) per run
+drift = drift_from_start(task, records)  # lab.exact.drift: exact KL(pi_final || pi_initial) per run
 refresh_every = configs[0].steps * 10  # optimizer steps between two refreshes of kl_period=10
 refresh_steps = np.arange(refresh_every, records.step_metrics["kl"].shape[1], refresh_every)
 

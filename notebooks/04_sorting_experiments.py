@@ -23,7 +23,7 @@
 #
 # 0. the loop, written by you and checked against the lab's;
 # 1. one run with the lecture's settings, read as the lecture reads it;
-# 2. twenty seeds per setting, trained together as one batched computation (`lab.sweep`), with
+# 2. twenty seeds per setting, trained together as one batched computation (`lab.experiments.sweep`), with
 #    95% bands, so that a difference between settings can be told from seed-to-seed noise;
 # 3. a look inside the runs that get stuck: which responses they settle on, whether those are
 #    local optima of the reward, and why the gradient cannot get them out;
@@ -41,17 +41,17 @@ import numpy as np
 import torch
 
 from lab import TrainConfig, compute_deltas, compute_loss, train
-from lab.diagnose import objective_summary
-from lab.drift import initial_policy
+from lab.exact.diagnose import objective_summary
+from lab.exact.drift import initial_policy
 from lab.exact import all_probs, position_log_probs, reward_table
 from lab.exercises import check
-from lab.figures import draw_curves, mean_band
-from lab.intervals import difference_interval, mean_interval, t_quantile
-from lab.kl import freeze, kl_estimate, reference_due
-from lab.policy import Policy, policy_from_state
-from lab.rollout import response_log_probs, sample_responses
-from lab.simple_loop import simple_train
-from lab.sweep import build_grid, optimal_everywhere, run_sweep, summarise, summary_table
+from lab.io.figures import draw_curves, mean_band
+from lab.experiments.intervals import difference_interval, mean_interval, t_quantile
+from lab.core.kl import freeze, kl_estimate, reference_due
+from lab.policies.factorized import Policy, policy_from_state
+from lab.policies.rollout import response_log_probs, sample_responses
+from lab.training.simple_loop import simple_train
+from lab.experiments.sweep import build_grid, optimal_everywhere, run_sweep, summarise, summary_table
 from tasks import neighbour_rewards
 from tasks.sorting import make_task, task_from_spec
 
@@ -72,8 +72,8 @@ task = make_task()  # the lecture's prompts [[1,0,2], [3,2,4], [1,2,3]], vocabul
 # 4. take `steps` Adam steps on the same batch, each on the loss
 #    $\text{surrogate}(\log\pi_\theta, \delta, \log\pi_{\text{old}}) + \beta\,k_3(\log\pi_\theta, \log\pi_{\text{ref}})$.
 #
-# `lab.train.train` runs it fast, for one run or hundreds at once (a `run` axis, a hand-written
-# backward, metrics in bulk), which makes it hard to read. `lab.simple_loop.simple_train` is the
+# `lab.training.train.train` runs it fast, for one run or hundreds at once (a `run` axis, a hand-written
+# backward, metrics in bulk), which makes it hard to read. `lab.training.simple_loop.simple_train` is the
 # same loop in about forty plain lines, and the lab's tests check that the two draw the same
 # samples and reach the same parameters. The pieces are the lab's functions; here is each, once,
 # on the lecture's policy:
@@ -82,7 +82,7 @@ task = make_task()  # the lecture's prompts [[1,0,2], [3,2,4], [1,2,3]], vocabul
 config = TrainConfig(delta="centered", loss="clipped", kl=0.1)
 generator = torch.Generator().manual_seed(config.seed)  # first the initialisation draws from it ...
 policy = Policy(task.vocab_size, 3, task.response_length, config.dim, generator=generator)
-reference = freeze(policy)  # a copy that later steps do not move (lab.kl.freeze)
+reference = freeze(policy)  # a copy that later steps do not move (lab.core.kl.freeze)
 with torch.no_grad():  # ... then every epoch's sample, and nothing else
     responses = sample_responses(policy(task.prompts), config.group_size, generator)  # int[batch trial pos]
     rewards = task.reward_fn(config.reward)(task.prompts, responses)  # float[batch trial]
@@ -158,7 +158,7 @@ def my_train(task, config, generator):
 #     return torch.stack(every_epoch), policy
 # ```
 #
-# It is `lab.simple_loop.simple_train` without its records of rewards, deltas and losses.
+# It is `lab.training.simple_loop.simple_train` without its records of rewards, deltas and losses.
 # </details>
 
 # %%
@@ -290,7 +290,7 @@ assert inconclusive.low < -0.2 and inconclusive.high > 0.35  # the sizes the tex
 #
 # ### Exercise 2: Welch's interval
 #
-# The differences above come from `lab.intervals.difference_interval`: Welch's t-interval for
+# The differences above come from `lab.experiments.intervals.difference_interval`: Welch's t-interval for
 # $\bar a - \bar b$ over independent seeds with unequal variances. With $v_a = s_a^2/n_a$ and
 # $v_b = s_b^2/n_b$ ($s$ the Bessel-corrected std), the half-width is $t_{0.975,\,\nu}\sqrt{v_a + v_b}$
 # with $\nu = (v_a + v_b)^2 / \big(v_a^2/(n_a - 1) + v_b^2/(n_b - 1)\big)$ degrees of freedom,

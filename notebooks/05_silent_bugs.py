@@ -21,7 +21,7 @@
 # exercises call them *silent bugs*; the only defence is to know what each part of the algorithm
 # must do and to check it.
 #
-# Each bug below trains with the lab's own loop (`lab.train.train`) in which **one** function
+# Each bug below trains with the lab's own loop (`lab.training.train.train`) in which **one** function
 # has been swapped for a broken one, for the length of a `with` block. The lab itself is never
 # edited; the broken versions are built in the next cell, the workshop, by wrapping or replacing
 # lab functions. Seven bugs: three ways to get the ratio of the clipped loss wrong (one of them is
@@ -48,19 +48,19 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-import lab.losses
+import lab.core.losses
 from lab import Policy, TrainConfig, compute_deltas, compute_loss, train
-from lab.drift import drift_from_start
+from lab.exact.drift import drift_from_start
 from lab.exercises import check
-from lab.figures import mean_band
-from lab.intervals import difference_interval, mean_interval
-from lab.kl import freeze, kl_estimate
-from lab.rollout import response_log_probs, sample_responses
+from lab.io.figures import mean_band
+from lab.experiments.intervals import difference_interval, mean_interval
+from lab.core.kl import freeze, kl_estimate
+from lab.policies.rollout import response_log_probs, sample_responses
 from tasks.sorting import make_task
 
 torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible
 np.set_printoptions(precision=3, suppress=True)
-loop = importlib.import_module("lab.train")  # the loop's module (`lab.train` is also the function's name)
+loop = importlib.import_module("lab.training.train")  # the loop's module (`lab.training.train` is also the function's name)
 task = make_task()  # the lecture's prompts [[1,0,2], [3,2,4], [1,2,3]], vocabulary 0..4
 SEEDS = range(20)
 
@@ -71,7 +71,7 @@ def seeds_of(**settings):
 
 
 def compare(runs, metric="reward_fraction", title=""):
-    """Curves of one epoch metric, mean over seeds with its 95% t-band (lab.figures.mean_band)."""
+    """Curves of one epoch metric, mean over seeds with its 95% t-band (lab.io.figures.mean_band)."""
     fig, ax = plt.subplots(figsize=(6, 3.2))
     for label, records in runs.items():
         values = records.epoch_metrics[metric]
@@ -124,9 +124,9 @@ def broken_g(policy):
 
 
 BUGS = {
-    1: (lab.losses, "ratios", broken_a),
-    2: (lab.losses, "ratios", broken_b),
-    3: (lab.losses, "ratios", broken_c),
+    1: (lab.core.losses, "ratios", broken_a),
+    2: (lab.core.losses, "ratios", broken_b),
+    3: (lab.core.losses, "ratios", broken_c),
     4: (loop, "compute_deltas", broken_d),
     5: (loop, "compute_deltas", broken_e),
     6: (loop, "kl_estimate", broken_f),
@@ -150,7 +150,7 @@ def loss_gradient(mode, number=None):
     """The gradient of `mode`'s loss on the batch above at theta = theta_old, optionally under a bug."""
     policy.zero_grad()
     log_probs = response_log_probs(policy(task.prompts), responses)
-    with bug(number) if number else mock.patch.object(lab.losses, "ratios", lab.losses.ratios):
+    with bug(number) if number else mock.patch.object(lab.core.losses, "ratios", lab.core.losses.ratios):
         compute_loss(log_probs, deltas, mode, old_log_probs=log_probs.detach()).backward()
     return torch.cat([p.grad.flatten() for p in policy.parameters()])
 
@@ -263,10 +263,10 @@ assert gap == 0.0
 old_log_probs = response_log_probs(policy(task.prompts), responses).detach()  # the sampling policy's
 later = Policy(task.vocab_size, 3, task.response_length, generator=torch.Generator().manual_seed(6))
 later_log_probs = response_log_probs(later(task.prompts), responses)  # stands in for the policy after some steps
-for name, ratio in (("lab", lab.losses.ratios), ("broken", broken(2))):
+for name, ratio in (("lab", lab.core.losses.ratios), ("broken", broken(2))):
     rho = ratio(later_log_probs, old_log_probs)
     print(f"{name:>6}: ratios once the policy has moved: from {rho.min().item():.3g} to {rho.max().item():.3g}")
-assert not (lab.losses.ratios(later_log_probs, old_log_probs) == 1).all()
+assert not (lab.core.losses.ratios(later_log_probs, old_log_probs) == 1).all()
 assert (broken(2)(later_log_probs, old_log_probs) == 1).all()
 at_old = cosine(loss_gradient("clipped", 2), naive)  # bug 1's check, at theta = theta_old
 print(f"bug 1's check on the broken ratio: cosine with the naive gradient at theta_old = {at_old:.6f}")
@@ -365,7 +365,7 @@ def agreement_with_naive(ratio):
 
 # %%
 def agrees_with_the_lab(agreement_with_naive):
-    lab_value = agreement_with_naive(lab.losses.ratios)
+    lab_value = agreement_with_naive(lab.core.losses.ratios)
     assert abs(lab_value - 1) < 1e-5, f"the lab's ratio must agree with the naive loss (claim 9), got {lab_value:.6f}"
     assert agreement_with_naive(broken(1)) == 0.0, "bug 1's gradient is exactly zero"
     for number in (2, 3):
@@ -544,7 +544,7 @@ assert int(broken(5)(group, "centered").argmax()) != 2
 #
 # A KL penalty to a reference that is frozen at the start (`kl_period=0`), so the reference is the
 # initial policy. With the lab, a larger $\beta$ should keep the final policy closer to it. We
-# measure the drift *exactly* (every response enumerated, `lab.drift.drift_from_start`),
+# measure the drift *exactly* (every response enumerated, `lab.exact.drift.drift_from_start`),
 # independently of the loop's own log: $\mathrm{KL}(\pi_{\text{final}} \,\|\, \pi_{\text{initial}})$
 # per prompt.
 

@@ -22,7 +22,7 @@
 # response that some group actually contains. If the policy almost never samples the sorted
 # response, no delta mode and no loss can reward it.
 #
-# The toy makes the key quantities exact (`lab.exploration`, `lab.voting`): the probability
+# The toy makes the key quantities exact (`lab.exact.exploration`, `lab.exact.voting`): the probability
 # `optimal_prob` that one sampled response is optimal, the probability `zero_std_prob` that a group
 # of G has all-equal rewards (so every group-relative delta is 0 and the prompt gives no update),
 # and pass@k / maj@k (the probability that one of k samples, or their plurality vote, is optimal).
@@ -44,13 +44,13 @@ import torch
 from lab import TrainConfig
 from lab.exact import all_probs, expected_reward, flat_grad, maj_at_k, pass_at_k
 from lab.exercises import check
-from lab.exploration_results import at_k_curves, entropy_reward_fit, sampling_entropy
-from lab.figures import mean_band
-from lab.intervals import mean_interval, wilson_interval
-from lab.policy import Policy
-from lab.rollout import entropy
-from lab.sweep import optimal_everywhere, run_sweep
-from lab.train import train
+from lab.experiments.exploration_results import at_k_curves, entropy_reward_fit, sampling_entropy
+from lab.io.figures import mean_band
+from lab.experiments.intervals import mean_interval, wilson_interval
+from lab.policies.factorized import Policy
+from lab.policies.rollout import entropy
+from lab.experiments.sweep import optimal_everywhere, run_sweep
+from lab.training.train import train
 from tasks.sorting import make_task
 
 torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible
@@ -268,7 +268,7 @@ for c in (0.0, *COEFS):
 #
 # DeepSeekMath reports that RL raises maj@K but not pass@K; Yue et al. (2025) find the base model's
 # pass@k ahead at large k: RL sharpens what the base model could already sample. Here is the toy,
-# exactly (`lab.voting`; maj@k breaks ties at random), for the stuck and the exploring setting of
+# exactly (`lab.exact.voting`; maj@k breaks ties at random), for the stuck and the exploring setting of
 # section 3, means over the 20 seeds and three prompts.
 
 # %%

@@ -39,8 +39,8 @@ import numpy as np
 import torch
 
 from lab import TrainConfig, train
-from lab import exact_varlen as X
-from lab.aggregation import LossAgg, aggregate
+from lab.exact import varlen as X
+from lab.core.aggregation import LossAgg, aggregate
 from lab.exercises import check
 from lab.policies import AutoregressivePolicy, Policy
 from tasks.sorting import make_task
@@ -71,7 +71,7 @@ def updates_against_grad_j(policy, group_size=3, delta="loo"):
 # %% [markdown]
 # ## 1. At fixed length the aggregation is a step size
 #
-# With per-token losses `l[i, t]` of G responses, the four modes (verl's names, `lab/aggregation.py`) are
+# With per-token losses `l[i, t]` of G responses, the four modes (verl's names, `lab/core/aggregation.py`) are
 # `token-mean` (sum over every token / number of tokens), `seq-mean-token-mean` (each response's token
 # mean, then the mean over responses), `seq-mean-token-sum` (each response's token sum, then the mean)
 # and `seq-mean-token-sum-norm` (token sums divided by a constant C, the maximal length). When every
@@ -96,7 +96,7 @@ assert all(degrees < 1e-3 for _, degrees, _ in fixed.values())
 # per (position, earlier position) pair so that each position sees the tokens already emitted, and
 # adds an EOS token (id = vocabulary size). A response ends at its first EOS; the positions after it
 # are padding, masked out of every log-prob and loss; a response that reaches the cap without EOS is
-# truncated there. `lab.exact_varlen` enumerates every response up to the cap, so expectations stay
+# truncated there. `lab.exact.varlen` enumerates every response up to the cap, so expectations stay
 # exact. With a cap of 4 tokens over a vocabulary of 3 there are 1 + 3 + 9 + 27 responses that end with
 # EOS and 81 truncated ones:
 
@@ -197,7 +197,7 @@ assert abs(late["token-mean"] - late["seq-mean-token-sum-norm"]) < 0.05
 #
 # Write `token_mean(values, mask)` and `seq_mean_token_mean(values, mask)` for per-token values
 # `float[batch trial pos]` and a live-token mask `bool[batch trial pos]` (padding after EOS is
-# `False` and may hold any number, even NaN). The check compares them with `lab.aggregation.aggregate`
+# `False` and may hold any number, even NaN). The check compares them with `lab.core.aggregation.aggregate`
 # on random variable-length batches.
 
 # %% tags=["exercise"]

@@ -1,4 +1,4 @@
-"""Loss aggregation modes (issue 9 point 3; lab/aggregation.py docstring).
+"""Loss aggregation modes (issue 9 point 3; lab/core/aggregation.py docstring).
 
 The vectorized modes are checked against loops over the definitions, at fixed length against
 each other (constant factors), and the default against the lab's earlier normaliser bit for bit.
@@ -9,9 +9,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lab.aggregation import LossAgg, aggregate, kl_term, parse_agg
-from lab.kl import k3, kl_estimate
-from lab.losses import compute_loss
+from lab.core.aggregation import LossAgg, aggregate, kl_term, parse_agg
+from lab.core.kl import k3, kl_estimate
+from lab.core.losses import compute_loss
 
 seeds = st.integers(0, 2**31 - 1)
 
@@ -95,7 +95,7 @@ def test_the_default_is_the_labs_earlier_normaliser_bit_for_bit(seed, loss):
     old = torch.randn(2, 3, 4, 3, generator=g)  # run batch trial pos
     log_probs = old + 0.05 * torch.randn(2, 3, 4, 3, generator=g)
     deltas = torch.randn(2, 3, 4, generator=g)
-    from lab.losses import LOSS_FUNCTIONS, parse_mode
+    from lab.core.losses import LOSS_FUNCTIONS, parse_mode
     per_token = LOSS_FUNCTIONS[parse_mode(loss)](log_probs, deltas.unsqueeze(-1), old, 0.02)
     assert torch.equal(compute_loss(log_probs, deltas, loss, old, 0.02), per_token.mean(dim=(-3, -2, -1)))
     assert torch.equal(kl_term(k3(log_probs, old)), kl_estimate(log_probs, old))

@@ -1,12 +1,12 @@
-"""Exact exploration metrics of the autoregressive policy (lab/ar_exploration.py) against enumeration:
-every response's probability from lab.exact_varlen, its reward, and the definitions of lab.exploration."""
+"""Exact exploration metrics of the autoregressive policy (lab/exact/ar_exploration.py) against enumeration:
+every response's probability from lab.exact.varlen, its reward, and the definitions of lab.exact.exploration."""
 
 import torch
 
 import lab.policies as P
-from lab.ar_exploration import exploration_columns, varlen_exploration, varlen_response_probs
-from lab.exact_varlen import all_probs, enumerate_responses
-from lab.prefix_kl import prefix_log_softmaxes
+from lab.exact.ar_exploration import exploration_columns, varlen_exploration, varlen_response_probs
+from lab.exact.varlen import all_probs, enumerate_responses
+from lab.exact.prefix_kl import prefix_log_softmaxes
 from tasks.sorting import variable_length_reward
 
 
@@ -36,9 +36,9 @@ def test_prefix_levels_give_every_responses_probability_and_the_exploration_metr
 def test_the_loop_records_the_exact_exploration_of_each_epochs_sampling_policy():
     """optimal_prob of epoch 0 is P(sorted(x) + EOS) under the initial policy, averaged over prompts
     (the inclusion-ordering reward's only optimum); a stack of two runs records each run's own."""
-    from lab.config import TrainConfig
-    from lab.train import train
-    from lab.train_varlen import eos_targets
+    from lab.training.config import TrainConfig
+    from lab.training.train import train
+    from lab.training.varlen import eos_targets
     from tasks.sorting import make_task
 
     task = make_task()

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 import lab
 import lab.policies as P
 from lab import exact, exact_varlen
-from lab.kl import k1, k2, k3
+from lab.core.kl import k1, k2, k3
 from lab.policies.autoregressive import AutoregressivePolicy, AutoregressiveStack
-from lab.policy import Policy
-from lab.rollout import response_log_probs, sample_responses
+from lab.policies.factorized import Policy
+from lab.policies.rollout import response_log_probs, sample_responses
 
 Z_LIMIT = 5.0
 """Monte Carlo checks fail beyond 5 standard errors (false alarm ~5.7e-7 per check; fixed seeds)."""
@@ -149,7 +149,7 @@ def test_entropy_and_kl_estimators_are_zero_on_padding():
 
 
 def test_the_factorized_policy_behind_the_interface_is_the_lecture_path():
-    """lab.Policy, lab.PolicyStack and lab.policy are unchanged; the interface reproduces lab.rollout."""
+    """lab.Policy, lab.PolicyStack and lab.policies.factorized are unchanged; the interface reproduces lab.policies.rollout."""
     from lab.policies import factorized
 
     assert factorized.Policy is lab.Policy is Policy and factorized.PolicyStack is lab.PolicyStack
@@ -182,8 +182,8 @@ def test_init_scale_multiplies_the_whole_embedding_and_nothing_else():
 
 
 def test_training_honours_init_scale_and_refuses_an_entropy_bonus():
-    from lab.config import ConfigError, TrainConfig
-    from lab.train import train
+    from lab.training.config import ConfigError, TrainConfig
+    from lab.training.train import train
     from tasks.sorting import make_task
 
     config = TrainConfig(epochs=1, steps=1, policy="autoregressive", init_scale=0.1, lr=1e-9)

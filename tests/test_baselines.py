@@ -1,12 +1,12 @@
-"""`lab.baselines` against the exact estimator moments of `lab.estimators` and a brute-force minimum."""
+"""`lab.exact.baselines` against the exact estimator moments of `lab.exact.estimators` and a brute-force minimum."""
 
 import torch
 from hypothesis import given
 
 from proofs.proof_tools import close, toys
 
-from lab.baselines import estimate_variance, optimal_baseline
-from lab.estimators import gradient_moments
+from lab.exact.baselines import estimate_variance, optimal_baseline
+from lab.exact.estimators import gradient_moments
 from lab.exact import all_probs, score_matrix
 
 
@@ -17,7 +17,7 @@ def exact_inputs(toy):
 
 @given(toy=toys())
 def test_estimate_variance_is_the_raw_estimator_variance_of_the_shifted_reward(toy):
-    """tr Cov[(R - b) s] equals lab.estimators' exact tr Cov for raw deltas, G = 1, rewards R - b."""
+    """tr Cov[(R - b) s] equals lab.exact.estimators' exact tr Cov for raw deltas, G = 1, rewards R - b."""
     probs, rewards, scores = exact_inputs(toy)
     for b in (0.0, 1.5, -2.0):
         moments = gradient_moments(toy.policy, toy.prompts, rewards - b, "raw", group_size=1)
@@ -60,7 +60,7 @@ def test_the_optimal_baseline_beats_every_other_constant(toy):
 def test_the_mean_reward_is_not_the_optimal_baseline():
     """On the lecture's prompts and seed-5 policy, E[R] and b* differ and E[R] leaves more variance."""
     from lab.exact import reward_table
-    from lab.policy import Policy
+    from lab.policies.factorized import Policy
     from tasks.sorting import make_task
 
     task = make_task()

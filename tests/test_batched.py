@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from lab.config import TrainConfig
-from lab.losses import compute_loss
-from lab.policy import Policy, PolicyStack
-from lab.rollout import response_log_probs
-from lab.train import train
+from lab.training.config import TrainConfig
+from lab.core.losses import compute_loss
+from lab.policies.factorized import Policy, PolicyStack
+from lab.policies.rollout import response_log_probs
+from lab.training.train import train
 from tasks.sorting import make_task
 
 STEP_RTOL, STEP_ATOL = 1e-4, 1e-5

@@ -2,9 +2,9 @@
 
 import torch
 
-from lab.bench import bench, bench_report, policy_ratios
-from lab.config import TrainConfig
-from lab.lecture_loop import lecture_train
+from lab.experiments.bench import bench, bench_report, policy_ratios
+from lab.training.config import TrainConfig
+from lab.training.lecture_loop import lecture_train
 
 
 def test_bench_reports_every_size_with_consistent_ratios():
@@ -36,7 +36,7 @@ def test_the_lecture_loop_learns_its_reward_like_the_lab():
 
 def test_the_end_to_end_row_times_a_real_sweep_and_measures_its_folder():
     """`lab bench`'s end-to-end row runs `lab sweep` in a fresh process (tiny here) and sizes its folder."""
-    from lab.endtoend import end_to_end, end_to_end_report
+    from lab.experiments.endtoend import end_to_end, end_to_end_report
 
     row = end_to_end(runs=3, repeats=1, extra=["--epochs", "2", "--steps", "2"])
     assert row.runs == 3 and row.seconds > 0

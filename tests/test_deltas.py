@@ -15,13 +15,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from lab.deltas import DELTA_FUNCTIONS, NEEDS_GROUP, DeltaMode, compute_deltas
+from lab.core.deltas import DELTA_FUNCTIONS, NEEDS_GROUP, DeltaMode, compute_deltas
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)  # float32 result against a float64 formula
 
 
 def group_formula(group: list[float], mode: str, std_eps: float, unbiased: bool) -> list[float]:
-    """The definition of one group's deltas (lab/deltas.py), on a list."""
+    """The definition of one group's deltas (lab/core/deltas.py), on a list."""
     g = len(group)
     mean = sum(group) / g
     if mode == "raw":
@@ -68,7 +68,7 @@ def reward_groups(draw):
 @given(rewards=reward_groups(), std_eps=st.sampled_from([1e-5, 1e-4, 1e-8, 0.0, 0.5]),
        unbiased=st.booleans())
 def test_every_mode_matches_its_formula(mode, rewards, std_eps, unbiased):
-    """Issue 2 point 4: each mode equals its formula (lab/deltas.py) per group, for both std conventions and any eps."""
+    """Issue 2 point 4: each mode equals its formula (lab/core/deltas.py) per group, for both std conventions and any eps."""
     out = compute_deltas(torch.tensor(rewards, dtype=torch.float32), mode, std_eps=std_eps, unbiased=unbiased)
     assert out.shape == rewards.shape and out.dtype == torch.float32
     expected = np.array([group_formula(list(g), mode.value, std_eps, unbiased)

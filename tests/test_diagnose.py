@@ -1,4 +1,4 @@
-"""`lab.diagnose` and `lab diagnose`: exact bias and variance of every delta mode, and one-line errors."""
+"""`lab.exact.diagnose` and `lab diagnose`: exact bias and variance of every delta mode, and one-line errors."""
 
 import math
 import os
@@ -8,10 +8,10 @@ import torch
 from typer.testing import CliRunner
 
 from lab.cli import app
-from lab.diagnose import DiagnoseConfig, format_table, gradient_diagnostics, objective_summary
-from lab.estimators import gradient_moments
+from lab.exact.diagnose import DiagnoseConfig, format_table, gradient_diagnostics, objective_summary
+from lab.exact.estimators import gradient_moments
 from lab.exact import ExactLimits
-from lab.policy import Policy, save_policy
+from lab.policies.factorized import Policy, save_policy
 from tasks import sorting
 
 MC_Z = 5.0

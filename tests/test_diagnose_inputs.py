@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli import app
-from lab.figure_files import MARK, written_by_lab
+from lab.io.figure_files import MARK, written_by_lab
 
 FAST = ["--delta", "raw", "--group-size", "2"]
 

@@ -1,4 +1,4 @@
-"""A diverging run fails loudly and poisons nothing (issue 11 point 2; `lab.divergence`).
+"""A diverging run fails loudly and poisons nothing (issue 11 point 2; `lab.training.divergence`).
 
 `lab run --lr 10 --steps 50 --kl 0.05` used to end with a NaN policy, blank metric cells, a normal
 summary line and exit 0; a sweep of it reported a mean over NaN runs; with `--kl 0` the `loss`
@@ -16,10 +16,10 @@ import torch
 from typer.testing import CliRunner
 
 from lab.cli import app
-from lab.config import TrainConfig
-from lab.divergence import DIVERGED_EXIT_CODE
-from lab.sweep import summarise, summary_csv, summary_table
-from lab.train import train
+from lab.training.config import TrainConfig
+from lab.training.divergence import DIVERGED_EXIT_CODE
+from lab.experiments.sweep import summarise, summary_csv, summary_table
+from lab.training.train import train
 from tasks.sorting import make_task
 
 DIVERGING = TrainConfig(lr=10, steps=50, kl=0.05, epochs=4)
@@ -122,7 +122,7 @@ def test_lab_sweep_warns_and_exits_3_only_when_every_run_diverged(tmp_path):
 
 def test_a_non_finite_parameter_with_finite_losses_is_caught_at_the_epochs_end():
     """The last step's update can break the parameters after its loss was measured: the logits show it."""
-    from lab.divergence import DivergenceGuard
+    from lab.training.divergence import DivergenceGuard
 
     parameters = [torch.zeros(2, 3), torch.zeros(2, 4)]
     guard = DivergenceGuard(runs=2, steps=3, names=["embedding", "decode"])

@@ -1,10 +1,10 @@
-"""`lab.drift`: the exact drift of a run's final policy from its start, against the loop's own log."""
+"""`lab.exact.drift`: the exact drift of a run's final policy from its start, against the loop's own log."""
 
 import numpy as np
 
-from lab.config import TrainConfig
-from lab.drift import drift_from_start
-from lab.train import train
+from lab.training.config import TrainConfig
+from lab.exact.drift import drift_from_start
+from lab.training.train import train
 from tasks.sorting import make_task
 
 

@@ -1,4 +1,4 @@
-"""The exact oracle (`lab.exact`, `lab.estimators`) against independent brute force and Monte Carlo."""
+"""The exact oracle (`lab.exact`, `lab.exact.estimators`) against independent brute force and Monte Carlo."""
 
 import itertools
 import math
@@ -11,15 +11,15 @@ from hypothesis import strategies as st
 
 from proofs.proof_tools import close, make_toy, toys
 
-from lab.deltas import DeltaMode, compute_deltas
-from lab.estimators import LINEAR_COEFFICIENTS, delta_moments, gradient_covariance, gradient_moments
+from lab.core.deltas import DeltaMode, compute_deltas
+from lab.exact.estimators import LINEAR_COEFFICIENTS, delta_moments, gradient_covariance, gradient_moments
 from lab.exact import (
     ExactLimits, all_log_probs, all_responses, exact_kl, expected_reward, flat_grad, position_log_probs,
     response_index, reward_table, score_matrix,
 )
-from lab.losses import compute_loss
-from lab.policy import Policy
-from lab.rollout import response_log_probs, sample_responses
+from lab.core.losses import compute_loss
+from lab.policies.factorized import Policy
+from lab.policies.rollout import response_log_probs, sample_responses
 from tasks import sorting
 
 MC_Z = 5.0

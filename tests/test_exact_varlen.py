@@ -1,4 +1,4 @@
-"""Exact enumeration for variable-length responses (issue 9 point 4; lab/exact_varlen.py)."""
+"""Exact enumeration for variable-length responses (issue 9 point 4; lab/exact/varlen.py)."""
 
 import pytest
 import torch
@@ -7,13 +7,13 @@ from hypothesis import strategies as st
 
 import lab.policies as P
 from lab import estimators, exact, exact_varlen
-from lab.aggregation import LossAgg
-from lab.deltas import compute_deltas
+from lab.core.aggregation import LossAgg
+from lab.core.deltas import compute_deltas
 from lab.exact import ExactLimits
-from lab.estimators import EnumerationTooLarge
-from lab.losses import compute_loss
+from lab.exact.estimators import EnumerationTooLarge
+from lab.core.losses import compute_loss
 from lab.policies.autoregressive import AutoregressivePolicy
-from lab.policy import Policy
+from lab.policies.factorized import Policy
 
 AGGS = [m.value for m in LossAgg]
 

@@ -16,15 +16,15 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import lab.exploration
+import lab.exact.exploration
 from lab.cli import app
-from lab.config import ConfigError, TrainConfig
+from lab.training.config import ConfigError, TrainConfig
 from lab.exact import ExactLimits
-from lab.exploration import entropy_bonus, epoch_exploration, exact_exploration, response_probs
-from lab.policy import Policy, PolicyStack, policy_logits
-from lab.records import EPOCH_METRICS, metrics_csv
-from lab.rollout import entropy, log_softmax
-from lab.train import train
+from lab.exact.exploration import entropy_bonus, epoch_exploration, exact_exploration, response_probs
+from lab.policies.factorized import Policy, PolicyStack, policy_logits
+from lab.io.records import EPOCH_METRICS, metrics_csv
+from lab.policies.rollout import entropy, log_softmax
+from lab.training.train import train
 from tasks.sorting import REFERENCES, make_task
 
 SHORT = dict(epochs=4, steps=2)
@@ -112,7 +112,7 @@ def test_past_the_enumeration_limit_the_metrics_are_labelled_monte_carlo(monkeyp
     task = make_task()
     config = TrainConfig(seed=2, init_scale=0.3, **SHORT)
     exact = train(task, config)
-    monkeypatch.setattr(lab.exploration, "LIMITS", ExactLimits(max_responses=100))
+    monkeypatch.setattr(lab.exact.exploration, "LIMITS", ExactLimits(max_responses=100))
     estimated = train(task, config)
     assert exact.exploration_exact and not estimated.exploration_exact
     for name in ("optimal_prob", "zero_std_prob"):
@@ -241,7 +241,7 @@ def test_run_options_reach_the_config_and_the_glossary_lists_the_metrics(tmp_pat
 
 
 def test_epoch_exploration_refuses_a_monte_carlo_estimate_without_generators(monkeypatch):
-    monkeypatch.setattr(lab.exploration, "LIMITS", ExactLimits(max_responses=10))
+    monkeypatch.setattr(lab.exact.exploration, "LIMITS", ExactLimits(max_responses=10))
     task = make_task()
     with pytest.raises(ValueError, match="generator"):
         epoch_exploration(torch.zeros(1, 1, 3, 3, 5), task.prompts, task.reward_fn("distance"),

@@ -1,4 +1,4 @@
-"""lab.fused: the one-node log-probs equal autograd through the plain path (lab.policy, lab.rollout).
+"""lab.policies.fused: the one-node log-probs equal autograd through the plain path (lab.policies.factorized, lab.policies.rollout).
 
     log_probs = log_softmax((sum_p E[x_p] A_p) B_q E^T)[y],  with its backward written by hand.
 
@@ -11,9 +11,9 @@ trajectories; the loop of README "The experiment" is unchanged).
 import pytest
 import torch
 
-from lab.fused import policy_log_probs
-from lab.policy import init_parameters, policy_logits
-from lab.rollout import log_softmax, response_log_probs
+from lab.policies.fused import policy_log_probs
+from lab.policies.factorized import init_parameters, policy_logits
+from lab.policies.rollout import log_softmax, response_log_probs
 
 TIGHT = dict(rtol=1e-12, atol=1e-12)
 """float64 agreement: the two paths differ only in the order of a few roundings."""
@@ -91,8 +91,8 @@ def test_policy_stack_layout_gives_the_same_log_probs_gradients_and_adam_steps()
     """PolicyStack keeps decode in memory as [run dim pos dim] (so no product copies it) and RunAdam views
     each parameter in its memory order: values, gradients and Adam's steps are bitwise those of the
     contiguous layout (the training loop, README "The experiment", is unchanged by where the numbers live)."""
-    from lab.optim import RunAdam
-    from lab.policy import PolicyStack
+    from lab.training.optim import RunAdam
+    from lab.policies.factorized import PolicyStack
 
     generators = lambda: [torch.Generator().manual_seed(s) for s in range(3)]  # noqa: E731
     stack = PolicyStack(5, 3, 3, 10, generators())

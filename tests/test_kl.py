@@ -12,8 +12,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lab.kl import ESTIMATORS, freeze, k1, k2, k3, kl_estimate, kl_penalty, reference_due
-from lab.policy import Policy, PolicyStack
+from lab.core.kl import ESTIMATORS, freeze, k1, k2, k3, kl_estimate, kl_penalty, reference_due
+from lab.policies.factorized import Policy, PolicyStack
 
 FORMULAS = {
     "k1": lambda rho: -math.log(rho),

@@ -23,16 +23,16 @@ import torch
 from typer.testing import CliRunner
 
 from lab.cli import app
-from lab.config import ConfigError, TrainConfig
-from lab.deltas import compute_deltas
-from lab.losses import compute_loss
-from lab.policy import Policy, init_parameters
-from lab.records import format_value
-from lab.rollout import response_log_probs, sample_responses
-from lab.samplers import SAMPLERS, Sampler, draw, sample_multinomial
-from lab.simple_loop import simple_train
-from lab.tables import read_table
-from lab.train import train
+from lab.training.config import ConfigError, TrainConfig
+from lab.core.deltas import compute_deltas
+from lab.core.losses import compute_loss
+from lab.policies.factorized import Policy, init_parameters
+from lab.io.records import format_value
+from lab.policies.rollout import response_log_probs, sample_responses
+from lab.policies.samplers import SAMPLERS, Sampler, draw, sample_multinomial
+from lab.training.simple_loop import simple_train
+from lab.io.tables import read_table
+from lab.training.train import train
 from tasks.sorting import make_task
 
 LOGS = json.loads((Path(__file__).parent / "data" / "lecture_seed5_naive.json").read_text())["runs"]
@@ -102,7 +102,7 @@ def test_inside_a_sweep_the_lecture_runs_draw_every_epochs_logged_responses(lect
 
 @pytest.mark.parametrize("mode", MODES)
 def test_the_plain_loop_with_the_lectures_draw_is_the_lectures_run_too(mode):
-    """`lab.simple_loop.simple_train` honours `sampler`: with the lecture's draw and seed 5 it samples every
+    """`lab.training.simple_loop.simple_train` honours `sampler`: with the lecture's draw and seed 5 it samples every
     epoch's logged responses and reproduces every logged loss and mean reward."""
     run = simple_train(make_task(), LECTURE_RUN.replace(delta=mode))
     for epoch in range(100):
@@ -243,7 +243,7 @@ def test_the_lecture_scripts_ratio_log_probs_over_old_log_probs_points_against_t
 def test_reproduce_marks_the_lectures_own_run_and_keeps_it_out_of_the_seeds(tmp_path):
     """`lab reproduce`: each setting's 'seed 5, the lecture's draw' run is seed 5 with the multinomial sampler, is
     not among the seeds that make the mean and interval, and is the value RESULTS.md shows in that column."""
-    from lab.reproduce import EXPERIMENTS, LECTURE_SEED, run_reproduction, write_figures
+    from lab.experiments.reproduce import EXPERIMENTS, LECTURE_SEED, run_reproduction, write_figures
 
     experiments = EXPERIMENTS[:1]  # the lecture's three experiments
     reproduction = run_reproduction(seeds=2, base=TrainConfig(epochs=3, steps=2), experiments=experiments)

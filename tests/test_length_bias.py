@@ -1,11 +1,11 @@
-"""The length-bias section of RESULTS.md (issue 9 point 6; lab/length_bias.py): its rule on made-up records."""
+"""The length-bias section of RESULTS.md (issue 9 point 6; lab/experiments/length_bias.py): its rule on made-up records."""
 
 import numpy as np
 import pytest
 
-from lab.config import TrainConfig
-from lab.length_bias import BIASED, LATE_EPOCHS, SETTINGS, UNBIASED, late, length_bias_markdown, length_configs
-from lab.records import Records
+from lab.training.config import TrainConfig
+from lab.experiments.length_bias import BIASED, LATE_EPOCHS, SETTINGS, UNBIASED, late, length_bias_markdown, length_configs
+from lab.io.records import Records
 
 SEEDS, EPOCHS = 4, LATE_EPOCHS + 2
 

@@ -1,4 +1,4 @@
-"""Sizes are checked against the machine before anything is allocated (issue 11 point 4; `lab.limits`).
+"""Sizes are checked against the machine before anything is allocated (issue 11 point 4; `lab.training.limits`).
 
 `--threads 100000` used to segfault silently, `--group-size 1000000000` and `--dim 100000` gave
 50-line allocation tracebacks, `--epochs 10**12` ran silently forever where stderr is no terminal.
@@ -11,13 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 import lab.cli.run_command
-import lab.limits
+import lab.training.limits
 from lab.cli import app
 from lab.cli.options import prompts_label
 from lab.cli.progress import LineProgress
 from lab.cli.run_command import default_run_name
-from lab.config import TrainConfig
-from lab.limits import cpu_cores, estimate
+from lab.training.config import TrainConfig
+from lab.training.limits import cpu_cores, estimate
 
 SHORT = ["--epochs", "1", "--steps", "1", "--quiet"]
 
@@ -55,9 +55,9 @@ def test_absurd_sizes_are_refused_up_front_with_the_estimate(tmp_path, args):
 def test_the_estimate_refuses_past_the_available_memory_and_not_before(monkeypatch):
     """The limit is the machine's: a run that fits passes, the same run on a smaller machine is refused."""
     need = sum(estimate([TrainConfig(epochs=1, steps=1)], 5, 3, 3).values())
-    monkeypatch.setattr(lab.limits, "available_memory", lambda: need + 1)
+    monkeypatch.setattr(lab.training.limits, "available_memory", lambda: need + 1)
     assert CliRunner().invoke(app, ["run", *SHORT, "--out", "fits"]).exit_code == 0
-    monkeypatch.setattr(lab.limits, "available_memory", lambda: need - 1)
+    monkeypatch.setattr(lab.training.limits, "available_memory", lambda: need - 1)
     one_line(CliRunner().invoke(app, ["run", *SHORT, "--out", "refused"]), "needs about")
 
 

@@ -1,6 +1,6 @@
 """Surrogate losses (issue 2 point 5; README "The experiment"; claims 9, 10, 15 in docs/claims.md).
 
-The reference below is written element by element from the formulas of lab/losses.py, with N = batch*trial*pos:
+The reference below is written element by element from the formulas of lab/core/losses.py, with N = batch*trial*pos:
     naive      L = -1/N sum l d                           dL/dl = -d / N
     unclipped  L = -1/N sum rho d,  rho = exp(l - l_old)  dL/dl = -rho d / N
     clipped    L = -1/N sum min(rho d, clip(rho, 1-eps, 1+eps) d)
@@ -15,7 +15,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lab.losses import LOSS_FUNCTIONS, LossMode, clip_fractions, compute_loss, ratios
+from lab.core.losses import LOSS_FUNCTIONS, LossMode, clip_fractions, compute_loss, ratios
 
 
 def reference_loss_and_grad(mode: str, l: list, d: list, old: list, eps: float) -> tuple[float, list]:
@@ -57,7 +57,7 @@ def loss_inputs(draw):
 @pytest.mark.parametrize("mode", list(LossMode))
 @given(inputs=loss_inputs(), clip_eps=st.sampled_from([0.01, 0.1, 0.3]))
 def test_loss_value_and_gradient_match_the_formula(mode, inputs, clip_eps):
-    """Issue 2 point 5: compute_loss and its gradient equal the formulas of lab/losses.py; leading axes are kept."""
+    """Issue 2 point 5: compute_loss and its gradient equal the formulas of lab/core/losses.py; leading axes are kept."""
     log_probs, old, deltas = inputs
     log_probs.requires_grad_(True)
     loss = compute_loss(log_probs, deltas, mode, old_log_probs=old, clip_eps=clip_eps)

@@ -5,8 +5,8 @@ import torch
 
 from lab import Policy, TrainConfig
 from lab.exact import sequence_kl
-from lab.policy import policy_from_state
-from lab.train import train
+from lab.policies.factorized import policy_from_state
+from lab.training.train import train
 from tasks.sorting import make_task
 
 

@@ -1,10 +1,10 @@
-"""Step metrics of variable-length training in bulk (lab/metrics_varlen.py) against their plain
+"""Step metrics of variable-length training in bulk (lab/training/metrics_varlen.py) against their plain
 definitions over live tokens, one step and one run at a time."""
 
 import torch
 
-from lab.kl import k3
-from lab.metrics_varlen import VarlenMetricBlock
+from lab.core.kl import k3
+from lab.training.metrics_varlen import VarlenMetricBlock
 
 
 def test_block_metrics_are_the_plain_per_step_means_over_live_tokens():

@@ -1,4 +1,4 @@
-"""The lab never deletes or overwrites what it did not write (`lab.outputs`, issue 11)."""
+"""The lab never deletes or overwrites what it did not write (`lab.io.outputs`, issue 11)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli import app
-from lab.outputs import MARKER, OutputError, OutputFiles, RunFolder, read_marker
+from lab.io.outputs import MARKER, OutputError, OutputFiles, RunFolder, read_marker
 
 SHORT = ["run", "--epochs", "1", "--steps", "1", "--quiet"]
 

@@ -10,9 +10,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lab.optim import RunAdam
-from lab.policy import Policy, PolicyStack, load_policy, policy_from_state, save_policy
-from lab.rollout import (entropy, greedy_responses, response_log_probs, sample_responses,
+from lab.training.optim import RunAdam
+from lab.policies.factorized import Policy, PolicyStack, load_policy, policy_from_state, save_policy
+from lab.policies.rollout import (entropy, greedy_responses, response_log_probs, sample_responses,
                          sequence_log_probs)
 
 Z_LIMIT = 5.0
@@ -26,7 +26,7 @@ def seeded(seed: int) -> torch.Generator:
 
 
 def loop_logits(policy: Policy, prompts: list[list[int]]) -> torch.Tensor:
-    """The policy (README "The experiment", lab/policy.py) written as loops: embed, encode per prompt
+    """The policy (README "The experiment", lab/policies/factorized.py) written as loops: embed, encode per prompt
     position, sum, decode per response position, tie."""
     E, A, B = policy.embedding.detach(), policy.encode.detach(), policy.decode.detach()
     out = torch.zeros(len(prompts), policy.response_length, policy.vocab_size)
@@ -139,7 +139,7 @@ def test_response_log_probs_broadcast_shared_logits_over_a_run_axis():
 
 
 def test_policy_stack_run_r_is_the_policy_of_generator_r():
-    """CONTEXT / lab.policy: run r of a PolicyStack starts, computes and samples like Policy(generator=r)."""
+    """CONTEXT / lab.policies.factorized: run r of a PolicyStack starts, computes and samples like Policy(generator=r)."""
     seeds = [5, 0, 17]
     stack_generators = [seeded(s) for s in seeds]
     stack = PolicyStack(5, 3, 3, 10, stack_generators)
@@ -170,7 +170,7 @@ def test_sample_responses_needs_one_generator_per_run():
 
 
 def test_run_adam_equals_torch_adam_for_one_run():
-    """lab.optim: RunAdam with one run takes torch.optim.Adam's steps (float tolerance), over 30 steps."""
+    """lab.training.optim: RunAdam with one run takes torch.optim.Adam's steps (float tolerance), over 30 steps."""
     policy = Policy(5, 3, 3, 6, generator=seeded(2))
     reference = Policy(5, 3, 3, 6, generator=seeded(2))
     params = [p.detach().unsqueeze(0).clone().requires_grad_(True) for p in policy.parameters()]  # float[1 ...]
@@ -192,7 +192,7 @@ def test_run_adam_equals_torch_adam_for_one_run():
 
 
 def test_run_adam_applies_each_runs_learning_rate():
-    """lab.optim: lr float[run]; run r moves exactly like torch.optim.Adam with lr[r], untouched by the others."""
+    """lab.training.optim: lr float[run]; run r moves exactly like torch.optim.Adam with lr[r], untouched by the others."""
     lrs = [1e-3, 1e-2, 1e-1]
     g = seeded(10)
     start = torch.randn(3, 4, 5, generator=g)

@@ -1,12 +1,12 @@
-"""The prefix recursion's exact sequence KL (lab/prefix_kl.py) equals enumeration over every
-response (lab.exact_varlen.sequence_kl) for the autoregressive policy, per run of a stack too."""
+"""The prefix recursion's exact sequence KL (lab/exact/prefix_kl.py) equals enumeration over every
+response (lab.exact.varlen.sequence_kl) for the autoregressive policy, per run of a stack too."""
 
 import torch
 
 import lab.policies as P
-from lab.exact_varlen import sequence_kl
-from lab.ar_exploration import varlen_response_probs
-from lab.prefix_kl import prefix_log_softmaxes, tree_kl, tree_pass
+from lab.exact.varlen import sequence_kl
+from lab.exact.ar_exploration import varlen_response_probs
+from lab.exact.prefix_kl import prefix_log_softmaxes, tree_kl, tree_pass
 
 
 def test_prefix_recursion_kl_is_the_enumerated_sequence_kl():

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import lab.policies as P
-from lab.aggregation import LossAgg, kl_term
-from lab.config import TrainConfig
-from lab.kl import k3
-from lab.losses import compute_loss
-from lab.train import train
+from lab.core.aggregation import LossAgg, kl_term
+from lab.training.config import TrainConfig
+from lab.core.kl import k3
+from lab.core.losses import compute_loss
+from lab.training.train import train
 from tasks.sorting import make_task
 
 

@@ -1,8 +1,8 @@
-"""The fast engine `lab.train.train` is the plain loop `lab.simple_loop.simple_train`, made fast.
+"""The fast engine `lab.training.train.train` is the plain loop `lab.training.simple_loop.simple_train`, made fast.
 
 For a seed both draw the same samples (exactly: the same uniforms meet the same CDFs) and end at
-the same parameters, to a stated tolerance: their gradients are bitwise equal (lab.fused is
-bitwise the plain path, tests/test_fused.py), but `lab.optim.RunAdam` and `torch.optim.Adam`
+the same parameters, to a stated tolerance: their gradients are bitwise equal (lab.policies.fused is
+bitwise the plain path, tests/test_fused.py), but `lab.training.optim.RunAdam` and `torch.optim.Adam`
 round Adam's update differently (RunAdam scales a unit-lr update by each run's lr afterwards), by
 about one float32 ulp per step. Over the lecture's 1000 steps the parameters differ by about 2e-6.
 """
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from lab.config import TrainConfig
-from lab.simple_loop import simple_train
-from lab.train import train
+from lab.training.config import TrainConfig
+from lab.training.simple_loop import simple_train
+from lab.training.train import train
 from tasks.sorting import make_task
 
 PARAMETER_ATOL = 1e-5

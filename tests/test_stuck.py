@@ -1,4 +1,4 @@
-"""`lab.stuck`: stuck endings of runs, and which of them one token would improve (RESULTS.md's local optima)."""
+"""`lab.exact.stuck`: stuck endings of runs, and which of them one token would improve (RESULTS.md's local optima)."""
 
 import itertools
 
@@ -8,9 +8,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lab.config import TrainConfig
-from lab.records import Records
-from lab.stuck import final_endings
+from lab.training.config import TrainConfig
+from lab.io.records import Records
+from lab.exact.stuck import final_endings
 from tasks.sorting import REFERENCES, lecture_prompts
 
 PROMPTS = lecture_prompts().numpy()  # [[1,0,2],[3,2,4],[1,2,3]]

@@ -1,4 +1,4 @@
-"""`lab sweep` and its library (lab.sweep, lab.intervals): grid, batching by group size, summary, CLI."""
+"""`lab sweep` and its library (lab.experiments.sweep, lab.experiments.intervals): grid, batching by group size, summary, CLI."""
 
 import csv
 import io
@@ -8,12 +8,12 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli import app
-from lab.config import ConfigError, TrainConfig
-from lab.intervals import mean_interval, t_quantile, wilson_interval
-from lab.records import INDEX_COLUMNS, STEP_METRICS, format_value
-from lab.sweep import GRID_FIELDS, build_grid, optimal_everywhere, run_sweep, summarise
-from lab.tables import read_table
-from lab.train import train
+from lab.training.config import ConfigError, TrainConfig
+from lab.experiments.intervals import mean_interval, t_quantile, wilson_interval
+from lab.io.records import INDEX_COLUMNS, STEP_METRICS, format_value
+from lab.experiments.sweep import GRID_FIELDS, build_grid, optimal_everywhere, run_sweep, summarise
+from lab.io.tables import read_table
+from lab.training.train import train
 from tasks.sorting import make_task
 
 STEP_RTOL, STEP_ATOL = 1e-4, 1e-5  # as in test_batched: batched matmuls may round differently
@@ -145,9 +145,9 @@ def test_an_existing_sweep_folder_needs_force(tmp_path):
 
 def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     """`lab reproduce`'s machinery at a tiny size: all figures, and RESULTS.md's numbers come from the records."""
-    from lab.reproduce import EXPERIMENTS, run_reproduction, write_figures
-    from lab.results import _by_sign, _equivalent, _mostly
-    from lab.intervals import Interval
+    from lab.experiments.reproduce import EXPERIMENTS, run_reproduction, write_figures
+    from lab.experiments.results import _by_sign, _equivalent, _mostly
+    from lab.experiments.intervals import Interval
 
     reproduction = run_reproduction(seeds=6, base=TrainConfig(epochs=3, steps=2))
     paths = write_figures(reproduction, tmp_path, ks=tuple(range(1, 9)))  # maj@k to k = 8 keeps it quick

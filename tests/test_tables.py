@@ -1,4 +1,4 @@
-"""A sweep's metrics tables (lab.tables): names that never clash, epoch metrics once per epoch, both formats."""
+"""A sweep's metrics tables (lab.io.tables): names that never clash, epoch metrics once per epoch, both formats."""
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -6,10 +6,10 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli import app
-from lab.config import TrainConfig
-from lab.records import EPOCH_METRICS, INDEX_COLUMNS, STEP_METRICS
-from lab.sweep import GRID_FIELDS, build_grid, run_sweep
-from lab.tables import epoch_table, read_table, step_table, table_names, write_tables
+from lab.training.config import TrainConfig
+from lab.io.records import EPOCH_METRICS, INDEX_COLUMNS, STEP_METRICS
+from lab.experiments.sweep import GRID_FIELDS, build_grid, run_sweep
+from lab.io.tables import epoch_table, read_table, step_table, table_names, write_tables
 from tasks.sorting import make_task
 
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from lab.config import ConfigError, TrainConfig
-from lab.deltas import DeltaMode
-from lab.lengths import EMPTY_WHEN_NONE
-from lab.losses import LossMode
-from lab.policy import Policy
-from lab.records import EPOCH_METRICS, METRIC_COLUMNS, STEP_METRICS, metrics_csv
-from lab.train import train
+from lab.training.config import ConfigError, TrainConfig
+from lab.core.deltas import DeltaMode
+from lab.training.lengths import EMPTY_WHEN_NONE
+from lab.core.losses import LossMode
+from lab.policies.factorized import Policy
+from lab.io.records import EPOCH_METRICS, METRIC_COLUMNS, STEP_METRICS, metrics_csv
+from lab.training.train import train
 from tasks.sorting import make_task
 
 SHORT = dict(epochs=3, steps=3, seed=0)
@@ -127,7 +127,7 @@ def test_same_config_and_seed_give_identical_records():
 
 
 def test_a_run_is_the_same_alone_or_inside_a_batch():
-    """lab.train: runs trained together with different per-run settings each match their solo run."""
+    """lab.training.train: runs trained together with different per-run settings each match their solo run."""
     task = make_task()
     configs = [TrainConfig(epochs=3, steps=2, seed=5),
                TrainConfig(epochs=3, steps=2, seed=6, delta="loo", loss="clipped", clip_eps=0.2, lr=3e-3),

@@ -1,4 +1,4 @@
-"""Training on variable-length responses (issue 9 points 1, 3 and the length metrics; lab/train_varlen.py).
+"""Training on variable-length responses (issue 9 points 1, 3 and the length metrics; lab/training/varlen.py).
 
 The factorised default is pinned bit for bit; the autoregressive policy trains under every loss
 aggregation, batches like the factorised one, and writes its lengths.
@@ -15,13 +15,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from lab.aggregation import LossAgg
+from lab.core.aggregation import LossAgg
 from lab.cli import app
-from lab.config import ConfigError, TrainConfig
-from lab.lengths import EMPTY_WHEN_NONE, length_metrics
+from lab.training.config import ConfigError, TrainConfig
+from lab.training.lengths import EMPTY_WHEN_NONE, length_metrics
 from lab.policies import AutoregressivePolicy, load_policy
-from lab.records import metrics_csv, response_text
-from lab.train import train
+from lab.io.records import metrics_csv, response_text
+from lab.training.train import train
 from tasks.sorting import make_task
 
 PINNED_COLUMNS = ["epoch", "step", "mean_reward", "reward_std", "greedy_reward", "greedy_accuracy", "loss", "pg_loss",
@@ -151,8 +151,8 @@ def test_the_autoregressive_policy_refuses_the_multinomial_sampler():
 
 def test_autoregressive_kl_exact_is_the_exact_sequence_kl_at_each_epochs_first_step():
     """At an epoch's first step kl_exact is KL(pi_theta || pi_ref) over whole responses
-    (lab.exact_varlen.sequence_kl, by enumeration); at the other steps it is empty, as documented."""
-    from lab.exact_varlen import sequence_kl
+    (lab.exact.varlen.sequence_kl, by enumeration); at the other steps it is empty, as documented."""
+    from lab.exact.varlen import sequence_kl
     from lab.policies import make_policy, policy_from_state
 
     config = SMALL.replace(epochs=2, kl_period=0, lr=0.05, seed=2)

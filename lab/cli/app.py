@@ -19,9 +19,9 @@ from pathlib import Path
 import typer
 from typer.core import TyperGroup
 
-from lab.config import ConfigError, TrainConfig
+from lab.training.config import ConfigError, TrainConfig
 from lab.cli.progress import run_with_progress  # noqa: F401  (re-exported for the commands)
-from lab.outputs import OutputError
+from lab.io.outputs import OutputError
 
 DEFAULTS = TrainConfig()
 EXIT_WRITE_FAILED, EXIT_USER_ERROR = 1, 2
@@ -105,7 +105,7 @@ def fail(message: str) -> None:
 def writing(out: Path):
     """Report an OS failure while writing `out` (ENOSPC, EIO, ...) as one line, exit code 1.
 
-    The output is built under a temporary name and removed on failure (`lab.outputs`), so the
+    The output is built under a temporary name and removed on failure (`lab.io.outputs`), so the
     line can promise that nothing was left.
     """
     try:

@@ -20,7 +20,7 @@ from lab.cli.options import (
     cli_message,
     make_task,
 )
-from lab.deltas import DeltaMode
+from lab.core.deltas import DeltaMode
 from tasks import load_task_module, sorting
 
 
@@ -46,11 +46,11 @@ def diagnose(
              "<policy>.png); an existing file is replaced only if the lab wrote it")] = None,
 ) -> None:
     """Exact gradient bias (scale along grad J, angle to it) and variance of each delta mode, for G in a list."""
-    from lab import diagnose as diagnostics
-    from lab.figure_files import check_figure_path
-    from lab.limits import check_diagnose_memory
-    from lab.policy import Policy
-    from lab.writable import check_writable
+    from lab.exact import diagnose as diagnostics
+    from lab.io.figure_files import check_figure_path
+    from lab.training.limits import check_diagnose_memory
+    from lab.policies.factorized import Policy
+    from lab.io.writable import check_writable
 
     try:
         if dim <= 0:
@@ -92,7 +92,7 @@ def diagnose(
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
 
-    from lab.plots import (
+    from lab.io.plots import (
         plot_variance_vs_group_size,  # matplotlib only where a figure is made
     )
 

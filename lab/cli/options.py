@@ -9,12 +9,12 @@ from typing import Annotated
 
 import typer
 
-from lab.aggregation import LossAgg
-from lab.config import Device, TrainConfig
-from lab.deltas import DeltaMode
-from lab.losses import LossMode
+from lab.core.aggregation import LossAgg
+from lab.training.config import Device, TrainConfig
+from lab.core.deltas import DeltaMode
+from lab.core.losses import LossMode
 from lab.policies.interface import PolicyKind
-from lab.samplers import Sampler
+from lab.policies.samplers import Sampler
 from tasks import sorting
 
 Reward = Enum("Reward", {name.replace("-", "_"): name for name in sorting.REWARDS}, type=str)

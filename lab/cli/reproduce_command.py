@@ -10,11 +10,11 @@ import typer
 
 from lab.cli.app import USER_ERRORS, app, fail, run_with_progress, writing
 from lab.cli.options import DeviceOpt, QuietOpt, cli_message
-from lab.config import ConfigError, Device, resolve_device
-from lab.endtoend import END_TO_END_RUNS
-from lab.limits import check_memory, check_threads
-from lab.outputs import OutputFiles
-from lab.writable import check_writable
+from lab.training.config import ConfigError, Device, resolve_device
+from lab.experiments.endtoend import END_TO_END_RUNS
+from lab.training.limits import check_memory, check_threads
+from lab.io.outputs import OutputFiles
+from lab.io.writable import check_writable
 
 
 @app.command()
@@ -27,8 +27,7 @@ def reproduce(
     """Regenerate figures/: the lecture's experiments and their neighbours over seeds, and RESULTS.md."""
     import time
 
-    from lab import reproduce as rep
-
+    from lab.experiments import reproduce as rep
     start = time.perf_counter()
     try:
         if seeds <= rep.LECTURE_SEED:
@@ -66,9 +65,9 @@ def bench(
              "(0 = skip it)")] = END_TO_END_RUNS,
 ) -> None:
     """Time the lecture's setting: the lecture-style loop, one run alone, and sweeps of R runs (CPU, CUDA)."""
-    from lab.bench import ALL_CORES, SIZES, bench_report, lecture_baseline
-    from lab.bench import bench as run_bench
-    from lab.config import TrainConfig
+    from lab.experiments.bench import ALL_CORES, SIZES, bench_report, lecture_baseline
+    from lab.experiments.bench import bench as run_bench
+    from lab.training.config import TrainConfig
 
     try:
         if repeats <= 0 or any(n <= 0 for n in [*(sizes or [])]):
@@ -86,7 +85,7 @@ def bench(
     for count in dict.fromkeys(threads or [1, ALL_CORES]):
         typer.echo(bench_report(run_bench(sizes or SIZES, devices, count, repeats, lecture_seconds=lecture)))
     if sweep_runs:
-        from lab.endtoend import end_to_end, end_to_end_report
+        from lab.experiments.endtoend import end_to_end, end_to_end_report
 
         for device in devices:
             row = end_to_end(sweep_runs, device, repeats=min(repeats, 2))

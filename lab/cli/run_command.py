@@ -41,16 +41,16 @@ from lab.cli.options import (
     make_task,
     prompts_label,
 )
-from lab.config import Device, TrainConfig, resolve_device
+from lab.training.config import Device, TrainConfig, resolve_device
 from lab.policies.interface import PolicyKind
 from lab.policies import policy_from_state
-from lab.policy import save_policy
-from lab.divergence import DIVERGED_EXIT_CODE
-from lab.limits import check_memory
-from lab.outputs import RunFolder, write_json_atomic, write_text_atomic
-from lab.records import metrics_csv, samples_text
-from lab.train import train
-from lab.writable import check_writable
+from lab.policies.factorized import save_policy
+from lab.training.divergence import DIVERGED_EXIT_CODE
+from lab.training.limits import check_memory
+from lab.io.outputs import RunFolder, write_json_atomic, write_text_atomic
+from lab.io.records import metrics_csv, samples_text
+from lab.training.train import train
+from lab.io.writable import check_writable
 from tasks import sorting
 
 
@@ -126,9 +126,9 @@ def run(
 
     records = run_with_progress(quiet, "training", config.epochs, lambda progress: train(
         task, config, device=torch_device, progress=progress))
-    diverged = records.divergence[0] if records.divergence else None  # (checked by lab.train)
+    diverged = records.divergence[0] if records.divergence else None  # (checked by lab.training.train)
 
-    from lab.plots import plot_run  # matplotlib only where a figure is made
+    from lab.io.plots import plot_run  # matplotlib only where a figure is made
 
     final = (lambda name: None) if diverged else (lambda name: float(records.final(name)[0]))  # noqa: E731
     summary = {
@@ -174,7 +174,7 @@ def run(
 def check_fits(config: TrainConfig, task) -> None:
     """An autoregressive cap too short for sorted(prompt) + EOS is a user error (one line, exit 2)."""
     if config.policy is not PolicyKind.factorized:
-        from lab.train_varlen import resolve_max_length
+        from lab.training.varlen import resolve_max_length
 
         resolve_max_length(config, task.prompts.shape[1])
 

@@ -42,12 +42,12 @@ from lab.cli.options import (
     prompts_label,
 )
 from lab.cli.run_command import check_fits
-from lab.config import Device, TrainConfig, resolve_device
-from lab.divergence import DIVERGED_EXIT_CODE
-from lab.limits import check_memory, check_threads
-from lab.outputs import RunFolder, write_json_atomic, write_text_atomic
-from lab.tables import TableFormat, write_tables
-from lab.writable import check_writable
+from lab.training.config import Device, TrainConfig, resolve_device
+from lab.training.divergence import DIVERGED_EXIT_CODE
+from lab.training.limits import check_memory, check_threads
+from lab.io.outputs import RunFolder, write_json_atomic, write_text_atomic
+from lab.io.tables import TableFormat, write_tables
+from lab.io.writable import check_writable
 from tasks import sorting
 
 
@@ -95,8 +95,7 @@ def sweep(
     when some runs diverged: a line on stderr says how many); 3 every run diverged; 2 a mistake
     in the input (one line, nothing written); 1 writing failed; 130 interrupted.
     """
-    from lab import sweep as sweeps
-
+    from lab.experiments import sweep as sweeps
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
              "entropy_coef": entropy_coef, "loss_agg": loss_agg}
@@ -128,7 +127,7 @@ def sweep(
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
 
-    from lab.bench import sweep_threads
+    from lab.experiments.bench import sweep_threads
 
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads or sweep_threads(len(configs)))  # tiny runs: 1; hundreds of runs: all cores
@@ -140,7 +139,7 @@ def sweep(
         torch.set_num_threads(previous_threads)
     summaries = sweeps.summarise(records, columns)
 
-    from lab.figures import plot_sweep  # matplotlib only where a figure is made
+    from lab.io.figures import plot_sweep  # matplotlib only where a figure is made
 
     with writing(folder.out), folder as tmp:
         write_json_atomic(tmp / "config.json", {

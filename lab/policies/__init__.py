@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from lab.policies import autoregressive, factorized
 from lab.policies.autoregressive import AutoregressivePolicy, AutoregressiveStack
 from lab.policies.interface import PolicyKind, PolicyOps
-from lab.policy import Policy, PolicyStack
+from lab.policies.factorized import Policy, PolicyStack
 
 POLICIES: dict[PolicyKind, PolicyOps] = {
     PolicyKind.factorized: factorized.OPS,
@@ -134,6 +134,6 @@ def policy_from_state(state: dict[str, Tensor], run: int = 0) -> nn.Module:
 
 
 def load_policy(path) -> nn.Module:
-    """Load a run's `policy.pt` (`lab.policy.save_policy`) as the policy of its kind."""
+    """Load a run's `policy.pt` (`lab.policies.factorized.save_policy`) as the policy of its kind."""
     state = torch.load(path, map_location="cpu", weights_only=True)
     return policy_from_state({name: value.unsqueeze(0) for name, value in state.items()})

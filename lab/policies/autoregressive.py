@@ -13,7 +13,7 @@ reaches max_length without EOS is truncated there: it has max_length live tokens
 and the rewards score those content tokens like any other response (`tasks.sorting`).
 
 Initialisation follows the lecture's rules and draws the lecture model's parameters first
-(`lab.policy.init_parameters`), then the EOS row of E ~ N(0, 1) and C_qj ~ N(0, 1/dim); so
+(`lab.policies.factorized.init_parameters`), then the EOS row of E ~ N(0, 1) and C_qj ~ N(0, 1/dim); so
 with every C = 0 the first V columns of the logits are the lecture model's logits from the same
 generator, and conditioned on never choosing EOS the response distribution is the lecture's
 (tests/test_autoregressive.py). C_qj for j >= q stays exactly zero (the forward masks it).
@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from lab.policies.interface import PolicyKind, PolicyOps
-from lab.policy import embed, init_parameters
+from lab.policies.factorized import embed, init_parameters
 
 
 def causal_mask(length: int, device=None) -> Tensor:
@@ -42,7 +42,7 @@ def init_autoregressive(vocab_size: int, prompt_length: int, max_length: int, di
                         init_scale: float = 1.0) -> dict[str, Tensor]:
     """One policy's parameters; `vocab_size` counts content tokens (EOS is the extra id vocab_size).
 
-    `init_scale` multiplies the whole embedding, EOS row included, as `lab.policy.init_parameters`
+    `init_scale` multiplies the whole embedding, EOS row included, as `lab.policies.factorized.init_parameters`
     does the lecture's (the same draws at every scale).
     """
     device = generator.device if generator is not None else device

@@ -1,24 +1,193 @@
-"""The lecture's factorised policy behind the policy interface (`lab.policies.interface`).
+"""The lecture's toy policy: a shared embedding, linear encode/decode, tied output.
 
-    h = sum_p E[x_p] @ A_p,    logits_q = (h @ B_q) @ E^T,    pi(y | x) = prod_q softmax(logits_q)[y_q]
+    h          = sum_p  E[x_p] @ A_p                    (A_p: encode matrix of prompt position p)
+    logits_q   = (h @ B_q) @ E^T                        (B_q: decode matrix of response position q)
+    pi(y | x)  = prod_q softmax(logits_q)[y_q]
 
-The implementation is `lab.policy` (re-exported here unchanged: `Policy`, `PolicyStack`,
-`policy_logits`, ...); this module only states it in the interface's terms. Logits do not
-depend on the response, so the teacher-forced logits are the prompt's logits broadcast over
-trials, and every response has the same length (no EOS, no mask).
+Every response position is sampled independently given the prompt (not
+autoregressive), so `log pi(y | x)` is the sum of the per-position log-probs and
+the whole response distribution factorises; that is what makes exact
+enumeration (`lab.exact`) possible.
+
+Parameters may carry a leading `run` axis: `PolicyStack` holds R independent
+policies as one set of tensors so R runs train as one batched computation.
+`policy_logits` is written once with `...` for that optional axis.
 """
 
 from __future__ import annotations
 
-from torch import Tensor
+import math
 
+import torch
+from torch import Tensor, nn
+
+
+def init_parameters(
+    vocab_size: int,
+    prompt_length: int,
+    response_length: int,
+    dim: int,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+    init_scale: float = 1.0,
+) -> dict[str, Tensor]:
+    """Draw one policy's parameters: E ~ N(0, 1) (as nn.Embedding), A_p, B_q ~ N(0, 1/dim); then E *= init_scale.
+
+    The draws are the lecture's whatever the scale (same generator calls), so a scale of 1 gives
+    exactly the lecture's parameters and any other scale the same directions, shrunk or stretched.
+    """
+    device = generator.device if generator is not None else device
+
+    def randn(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=generator, device=device)
+
+    scale = 1.0 / math.sqrt(dim)  # keeps h and logits O(1) at initialisation
+    params = {
+        "embedding": randn(vocab_size, dim),  # float[vocab dim]
+        "encode": randn(prompt_length, dim, dim) * scale,  # float[pos dim dim]
+        "decode": randn(response_length, dim, dim) * scale,  # float[pos dim dim]
+    }
+    if init_scale != 1.0:  # logits are quadratic in E (it enters h and the output): 0.1 flattens them 100x
+        params["embedding"] = params["embedding"] * init_scale
+    return params
+
+
+def embed(embedding: Tensor, prompts: Tensor) -> Tensor:
+    """Rows of E for every prompt token: float[... vocab dim] -> float[... (batch pos) dim].
+
+    `prompts` is int[batch pos] shared by every leading index (a sweep's runs all see
+    the same prompts), or int[... batch pos] with the embedding's leading axes.
+    An index lookup, not a one-hot matmul: its backward is one scatter-add instead of
+    a batched matmul (about 20x cheaper at 500 runs).
+    """
+    if prompts.dim() == 2:
+        return embedding.index_select(-2, prompts.flatten())
+    index = prompts.flatten(-2).unsqueeze(-1).expand(*prompts.shape[:-2], -1, embedding.shape[-1])
+    return embedding.expand(*index.shape[:-2], *embedding.shape[-2:]).gather(-2, index)
+
+
+def policy_logits(embedding: Tensor, encode: Tensor, decode: Tensor, prompts: Tensor) -> Tensor:
+    """Logits of every response position.
+
+    embedding float[... vocab dim], encode float[... pos dim dim], decode float[... pos dim dim],
+    prompts int[... batch pos]  ->  float[... batch pos vocab] (pos = response positions).
+    """
+    dim = embedding.shape[-1]
+    batch, pos = prompts.shape[-2:]
+    response_length = decode.shape[-3]
+    # Each einsum is computed as one matmul per run (same sums, far less per-call
+    # overhead than einsum's dispatch); the einops pattern is kept beside it.
+    # "... vocab dim, ... batch pos -> ... batch pos dim": a row lookup, E[x_p]
+    x = embed(embedding, prompts)  # float[... (batch pos) dim]
+    # "... batch pos dim_in, ... pos dim_in dim -> ... batch dim": one sum over (pos dim_in)
+    h = x.reshape(*x.shape[:-2], batch, pos * dim) @ encode.flatten(-3, -2)  # float[... batch dim]
+    # "... batch dim_in, ... pos dim_in dim -> ... batch pos dim": all positions in one product
+    z = h @ decode.transpose(-3, -2).flatten(-2)  # float[... batch (pos dim)]
+    # "... batch pos dim, ... vocab dim -> ... batch pos vocab"
+    logits = z.reshape(*z.shape[:-2], batch * response_length, dim) @ embedding.transpose(-1, -2)
+    return logits.unflatten(-2, (batch, response_length))
+
+
+class Policy(nn.Module):
+    """One policy of the lecture's shape.
+
+    `forward(prompts: int[batch pos]) -> float[batch pos vocab]` gives the logits of
+    every response position; sampling and log-probs live in `lab.policies.rollout`.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        prompt_length: int,
+        response_length: int,
+        dim: int = 10,
+        generator: torch.Generator | None = None,
+        init_scale: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.vocab_size, self.prompt_length, self.response_length, self.dim = (
+            vocab_size, prompt_length, response_length, dim,
+        )
+        params = init_parameters(vocab_size, prompt_length, response_length, dim, generator, init_scale=init_scale)
+        self.embedding = nn.Parameter(params["embedding"])
+        self.encode = nn.Parameter(params["encode"])
+        self.decode = nn.Parameter(params["decode"])
+
+    def forward(self, prompts: Tensor) -> Tensor:
+        return policy_logits(self.embedding, self.encode, self.decode, prompts)
+
+
+class PolicyStack(nn.Module):
+    """R independent policies with a leading run axis on every parameter.
+
+    Run r is initialised from `generators[r]` exactly as `Policy(..., generator=generators[r])`
+    would be (with `init_scales[r]`, default 1), so a seed's run starts from the same parameters
+    alone or inside a sweep. `forward(prompts: int[batch pos]) -> float[run batch pos vocab]`.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        prompt_length: int,
+        response_length: int,
+        dim: int,
+        generators: list[torch.Generator],
+        init_scales: list[float] | None = None,
+    ) -> None:
+        super().__init__()
+        self.vocab_size, self.prompt_length, self.response_length, self.dim = (
+            vocab_size, prompt_length, response_length, dim,
+        )
+        init_scales = init_scales or [1.0] * len(generators)
+        per_run = [init_parameters(vocab_size, prompt_length, response_length, dim, g, init_scale=s)
+                   for g, s in zip(generators, init_scales)]
+        self.embedding = nn.Parameter(torch.stack([p["embedding"] for p in per_run]))  # float[run vocab dim]
+        self.encode = nn.Parameter(torch.stack([p["encode"] for p in per_run]))  # float[run pos dim dim]
+        decode = torch.stack([p["decode"] for p in per_run])  # float[run pos dim dim]
+        # kept in memory as [run dim pos dim]: the decode matrix [dim (pos dim)] of every product
+        # (policy_logits, lab.policies.fused) is then a view, and its gradient needs no transposed copy
+        self.decode = nn.Parameter(decode.transpose(1, 2).contiguous().transpose(1, 2))
+
+    @property
+    def num_runs(self) -> int:
+        return self.embedding.shape[0]
+
+    def forward(self, prompts: Tensor) -> Tensor:
+        # int[batch pos] prompts are shared by every run; int[run batch pos] gives each its own
+        return policy_logits(self.embedding, self.encode, self.decode, prompts)
+
+    def unstack(self, run: int) -> Policy:
+        """Run `run` as a standalone `Policy` (a copy: training one does not move the other)."""
+        return policy_from_state(dict(self.named_parameters()), run).to(self.embedding.device)
+
+
+def policy_from_state(state: dict[str, Tensor], run: int = 0) -> Policy:
+    """Rebuild run `run` of a stacked state (name -> float[run ...], as in `Records.state`) as a Policy."""
+    vocab_size, dim = state["embedding"].shape[-2:]
+    policy = Policy(vocab_size, state["encode"].shape[-3], state["decode"].shape[-3], dim)
+    with torch.no_grad():
+        for name, value in state.items():
+            getattr(policy, name).copy_(value[run])
+    return policy
+
+
+def save_policy(policy: Policy, path) -> None:
+    """Save a policy's parameters (a run folder's `policy.pt`)."""
+    torch.save({name: p.detach().cpu() for name, p in policy.named_parameters()}, path)
+
+
+def load_policy(path) -> Policy:
+    """Load a `policy.pt` written by `save_policy` (for example a run's final policy)."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    return policy_from_state({name: value.unsqueeze(0) for name, value in state.items()})
+
+
+# The lecture's model behind the policy interface (lab.policies.interface): logits do not depend
+# on the response, so the teacher-forced logits are the prompt's broadcast over trials, and every
+# response has the same length (no EOS, no mask).
 from lab.policies.interface import PolicyKind, PolicyOps
-from lab.policy import (Policy, PolicyStack, embed, init_parameters, load_policy, policy_from_state,
-                        policy_logits, save_policy)
-from lab.rollout import greedy_responses, sample_responses
+from lab.policies.rollout import greedy_responses, sample_responses
 
-__all__ = ["OPS", "Policy", "PolicyStack", "embed", "init_parameters", "load_policy", "policy_from_state",
-           "policy_logits", "save_policy"]
 
 
 def _logits(params: dict[str, Tensor], prompts: Tensor) -> Tensor:

@@ -15,7 +15,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from lab.exact import all_log_probs, all_responses, flat_grad, expected_reward
-from lab.policy import Policy
+from lab.policies.factorized import Policy
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Claims 1-5 (docs/claims.md): the policy-gradient identity, baselines, and what each delta mode estimates.
 
-The per-group estimator is g = (1/G) sum_i d_i grad log pi(o_i | q); `lab.estimators` gives its
+The per-group estimator is g = (1/G) sum_i d_i grad log pi(o_i | q); `lab.exact.estimators` gives its
 exact expectation by enumerating groups (method `values`: every multiset of the group's rewards,
 deltas from the lab's own `compute_deltas`), so "unbiased" and "biased" are exact statements.
 """
@@ -11,8 +11,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from proof_tools import TOL, angle_deg, assume_not_degenerate, close, group_sizes, make_toy, toys
 
-from lab.deltas import compute_deltas
-from lab.estimators import gradient_moments
+from lab.core.deltas import compute_deltas
+from lab.exact.estimators import gradient_moments
 from lab.exact import all_log_probs, all_responses, position_log_probs, score_matrix
 
 

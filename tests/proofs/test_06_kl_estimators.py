@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from proof_tools import TOL, close, make_toy, toys
 
 from lab.exact import exact_kl, expected_kl_estimate, position_log_probs
-from lab.kl import k1, k3
+from lab.core.kl import k1, k3
 
 
 def tables(toy, seed_offset=1):
@@ -26,7 +26,7 @@ def test_claim_06_k3_is_nonnegative_and_zero_only_at_ratio_one(log_rho):
     """f(rho) = rho - log(rho) - 1 >= 0, with equality iff rho = 1.
 
     Claim 6 (docs/claims.md); the GRPO textbook chapter, Schulman's "Approximating KL Divergence".
-    Checked on `lab.kl.k3` at log rho = log pi_ref - log pi_theta. Mutant: k1 = -log rho fails
+    Checked on `lab.core.kl.k3` at log rho = log pi_ref - log pi_theta. Mutant: k1 = -log rho fails
     non-negativity for rho > 1.
     """
     log_probs, ref_log_probs = torch.zeros((), dtype=torch.float64), torch.tensor(log_rho, dtype=torch.float64)

@@ -8,7 +8,7 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from lab.deltas import compute_deltas
+from lab.core.deltas import compute_deltas
 
 TWO_STATE_REWARDS = [[11.0, 9.0], [0.0, 2.0]]
 """The lecture's toy: state s1 has rewards 11 and 9, state s2 has 0 and 2 (state, trial)."""

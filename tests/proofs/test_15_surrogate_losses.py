@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lab.losses import compute_loss
+from lab.core.losses import compute_loss
 
 seeds = st.integers(0, 2**31 - 1)
 

@@ -9,10 +9,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lab.deltas import compute_deltas
-from lab.estimators import gradient_moments
+from lab.core.deltas import compute_deltas
+from lab.exact.estimators import gradient_moments
 from lab.exact import all_probs, reward_table
-from lab.policy import Policy
+from lab.policies.factorized import Policy
 from tasks import sorting
 
 LECTURE_SEED, LECTURE_DIM, LECTURE_G = 5, 10, 10

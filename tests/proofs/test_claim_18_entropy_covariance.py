@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lab.exact import expected_reward, flat_grad
-from lab.policy import Policy
-from lab.rollout import entropy
+from lab.policies.factorized import Policy
+from lab.policies.rollout import entropy
 from tasks import sorting
 
 STEPS = (1e-2, 1e-3, 1e-4)

@@ -2,7 +2,7 @@
 expected update point away from grad J; a constant divisor does not.
 
 Source: Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical Perspective" (Dr. GRPO),
-section 3 on the response-length bias of 1/|o_i|. Everything is exact: `lab.exact_varlen`
+section 3 on the response-length bias of 1/|o_i|. Everything is exact: `lab.exact.varlen`
 enumerates every response of the autoregressive policy (ended by EOS or truncated at the cap)
 and every G-tuple of responses.
 """
@@ -11,10 +11,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lab import exact_varlen
+from lab.exact import varlen as exact_varlen
 from lab.exact import flat_grad
 from lab.policies.autoregressive import AutoregressivePolicy
-from lab.policy import Policy
+from lab.policies.factorized import Policy
 from proof_tools import TOL, angle_deg, close
 
 COUNTEREXAMPLE_ANGLE = 15.21

@@ -13,8 +13,8 @@ changes of P(right) and P(wrong), and the difference is one of conditional lengt
 
 import torch
 
-from lab import exact_varlen
-from lab.estimators import delta_moments
+from lab.exact import varlen as exact_varlen
+from lab.exact.estimators import delta_moments
 from lab.policies.autoregressive import AutoregressivePolicy
 
 SEED, VOCAB, CAP, DIM, G = 3, 2, 3, 3, 4

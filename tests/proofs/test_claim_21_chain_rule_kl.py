@@ -4,7 +4,7 @@ on-policy response estimate the sequence KL without bias (the chain rule); on a 
     KL(p || r) = sum_y p(y) log p(y)/r(y) = E_{y~p} sum_q KL(p(. | y_<q) || r(. | y_<q))
 
 and E_{y_q ~ p(. | y_<q)}[k3] = E[k1] = KL(p(. | y_<q) || r(. | y_<q)) at every prefix (Schulman,
-"Approximating KL Divergence"). Exact: `lab.exact_varlen` enumerates every response, EOS and
+"Approximating KL Divergence"). Exact: `lab.exact.varlen` enumerates every response, EOS and
 truncation included; padding after EOS carries no estimate.
 """
 
@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import lab.policies as P
-from lab import exact_varlen
-from lab.kl import k3
+from lab.exact import varlen as exact_varlen
+from lab.core.kl import k3
 from lab.policies.autoregressive import AutoregressivePolicy
 from proof_tools import TOL, close
 

@@ -1,0 +1,230 @@
+"""The reproduction's exploration section: why the lecture's runs get stuck, and what makes GRPO sort.
+
+    success(s)        = fraction of setting s's seeds whose final greedy response is optimal on every prompt
+    pass@k, maj@k     = exact (lab.exact.voting), per prompt, of the initial and the final policy of each seed
+    R = -a exp(H) + b   least squares of the epoch's mean reward on exp(its sampling entropy), per setting
+                        (Cui et al. 2025); fit quality R^2 = 1 - SS_res / SS_tot over all (seed, epoch) points
+
+Verdict rules (95% intervals: Wilson for fractions, Student t over seeds for means and for the
+per-seed differences after - before, which pair each seed with itself):
+- "sorts" / "does not sort": the Wilson interval of success lies above / below 1/2, else inconclusive;
+- "stuck from the start": every setting at the lecture's init scale does not sort, and the t-interval
+  of the initial P(a group of G contains the optimum), mean over prompts, lies below 1/2;
+- "rescues": some entropy coefficient sorts (holds); every coefficient does not sort (does not hold);
+- "training raises X": the t-interval of X(after) - X(before) lies above 0 (holds), below 0 (does not hold);
+- "the toy shows the trade-off": a > 0 and R^2 >= FIT_QUALITY.
+Nothing here prints; figures are drawn by lab.io.figures.plot_exploration_*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from lab.exact import all_probs, reward_table
+from lab.experiments.intervals import Interval, mean_interval, wilson_interval
+from lab.policies.factorized import Policy, policy_from_state
+from lab.experiments.sweep import optimal_everywhere
+from lab.exact.voting import maj_at_k_from_probs, pass_at_k_from_probs
+
+INIT_SCALES = (1.0, 0.5, 0.3, 0.1)
+"""Embedding init scales of the exploration experiment (1 = the lecture)."""
+ENTROPY_COEFS = (0.01, 0.03, 0.1, 0.3)
+"""Entropy-bonus weights tried at the lecture's initialisation (centered deltas, clipped loss)."""
+KS = tuple(range(1, 65))
+"""k of pass@k and maj@k."""
+STUCK, EXPLORING = {"init_scale": 1.0, "delta": "centered", "loss": "clipped"}, \
+    {"init_scale": 0.1, "delta": "centered", "loss": "clipped"}
+"""The two settings whose pass@k and maj@k are compared before and after training."""
+FIGURES = ("exploration_init.png", "exploration_bonus.png", "exploration_pass_at_k.png",
+           "exploration_entropy_reward.png")
+"""The section's figures, in the order lab.io.exploration_figures writes them."""
+FIT_QUALITY = 0.9
+"""R^2 from which the entropy-reward fit counts as showing the trade-off."""
+
+
+@dataclass(frozen=True)
+class Fit:
+    """R = -a exp(H) + b on a setting's (entropy, reward) points, with R^2."""
+
+    a: float
+    b: float
+    r2: float
+    entropy: np.ndarray
+    reward: np.ndarray
+
+
+def _sorts(interval: Interval) -> str:
+    return "holds" if interval.low > 0.5 else "does not hold" if interval.high < 0.5 else "inconclusive"
+
+
+def success(records, runs) -> Interval:
+    return wilson_interval(int(optimal_everywhere(records)[runs].sum()), len(runs))
+
+
+def sampling_entropy(records) -> np.ndarray:
+    """float[run epoch]: the mean per-position entropy of each epoch's sampling policy (its first step)."""
+    steps = records.configs[0].steps
+    return records.step_metrics["entropy"][:, ::steps]
+
+
+def entropy_reward_fit(records, runs) -> Fit:
+    """Least squares of mean_reward on exp(entropy) over every (seed, epoch) of `runs`."""
+    h = sampling_entropy(records)[runs].ravel().astype(float)
+    r = records.epoch_metrics["mean_reward"][runs].ravel().astype(float)
+    design = np.stack([-np.exp(h), np.ones_like(h)], axis=1)
+    (a, b), *_ = np.linalg.lstsq(design, r, rcond=None)
+    residual = r - design @ np.array([a, b])
+    total = ((r - r.mean()) ** 2).sum()
+    return Fit(float(a), float(b), float(1 - (residual**2).sum() / total) if total > 0 else float("nan"), h, r)
+
+
+def initial_policy(config, vocab_size: int, length: int) -> Policy:
+    """The policy a run started from (its seed's generator, its init scale)."""
+    return Policy(vocab_size, length, length, config.dim, generator=torch.Generator().manual_seed(config.seed),
+                  init_scale=config.init_scale)
+
+
+def at_k_curves(records, runs, prompts: torch.Tensor, reward: str, ks=KS) -> dict[str, np.ndarray]:
+    """pass@k and maj@k for k = 1..len(ks), mean over prompts, before and after training: name -> float[seed k]."""
+    vocab = int(records.state["embedding"].shape[-2])
+    length = prompts.shape[1]
+    table = reward_table(prompts, reward, vocab, length).double()
+    policies = {"before": [initial_policy(records.configs[r], vocab, length) for r in runs],
+                "after": [policy_from_state(records.state, r) for r in runs]}
+    # before and after in one call of each: float[when seed batch n]
+    probs = torch.stack([torch.stack([all_probs(p, prompts, torch.float64).detach() for p in group])
+                         for group in policies.values()])
+    passes, majs = pass_at_k_from_probs(probs, table, ks).mean(2), maj_at_k_from_probs(probs, table, ks).mean(2)
+    curves = {}
+    for i, when in enumerate(policies):
+        curves[f"pass_{when}"], curves[f"maj_{when}"] = passes[i].numpy(), majs[i].numpy()
+    return curves
+
+
+def initial_group_hit(records, runs, prompts: torch.Tensor, reward: str) -> np.ndarray:
+    """float[seed]: P(a group of G contains an optimal response) at initialisation, mean over prompts."""
+    vocab, length = int(records.state["embedding"].shape[-2]), prompts.shape[1]
+    table = reward_table(prompts, reward, vocab, length).double()
+    probs = torch.stack([all_probs(initial_policy(records.configs[r], vocab, length), prompts,
+                                   torch.float64).detach() for r in runs])
+    return pass_at_k_from_probs(probs, table, [records.configs[runs[0]].group_size])[..., 0].mean(1).numpy()
+
+
+def _row(claim: str, rule: str, numbers: str, verdict: str) -> str:
+    return f"| {claim} | {rule} | {numbers} | **{verdict}** |"
+
+
+def _fraction(interval: Interval) -> str:
+    return f"{interval.estimate:.0%} [{interval.low:.0%}, {interval.high:.0%}]"
+
+
+def exploration_markdown(analysis: dict) -> list[str]:
+    """RESULTS.md's exploration section from `analysis` (lab.experiments.reproduce.explore)."""
+    records, seeds, config = analysis["records"], analysis["seeds"], analysis["records"].configs[0]
+    grid, bonus = analysis["grid"], analysis["bonus"]
+    lecture_settings = [s for s in grid if s["init_scale"] == 1.0]
+    stuck_everywhere = [success(records, analysis["runs"][_key(s)]) for s in lecture_settings]
+    hit = mean_interval(analysis["initial_hit"][1.0])
+    stuck_verdict = ("holds" if all(i.high < 0.5 for i in stuck_everywhere) and hit.high < 0.5 else
+                     "does not hold" if any(i.low > 0.5 for i in stuck_everywhere) or hit.low > 0.5 else
+                     "inconclusive")
+    exploring = success(records, analysis["runs"][_key(EXPLORING)])
+    stuck = success(records, analysis["runs"][_key(STUCK)])
+    bonus_success = [success(records, analysis["runs"][_key(s)]) for s in bonus]
+    rescue = ("holds" if any(i.low > 0.5 for i in bonus_success) else
+              "does not hold" if all(i.high < 0.5 for i in bonus_success) else "inconclusive")
+    best = max(range(len(bonus)), key=lambda i: bonus_success[i].estimate)
+    out = ["## Exploration: why the lecture's runs get stuck, and what makes GRPO sort", "",
+           f"{seeds} seeds per setting, trained in the same batch as the experiments above. `init_scale` multiplies "
+           "the lecture's embedding initialisation (E ~ N(0, 1), as `nn.Embedding`): logits are quadratic in E, so "
+           "0.1 starts the policy almost uniform. `entropy_coef` adds an entropy bonus (loss - coef x exact mean "
+           "entropy). Success = final greedy response optimal on every prompt. Rules: the docstring of "
+           "`lab/experiments/exploration_results.py`.", "",
+           "| claim | decided by | 95% interval | verdict |", "| --- | --- | --- | --- |",
+           _row("The lecture's runs are stuck from the start.",
+                f"at init scale 1 every delta x loss setting sorts in fewer than half the seeds (Wilson), and the "
+                f"initial P(a group of {config.group_size} contains the sorted response), mean over prompts, "
+                "is below 1/2 (t over seeds)",
+                f"best setting {_fraction(max(stuck_everywhere, key=lambda i: i.estimate))}; initial P {hit.text(4)}",
+                stuck_verdict),
+           _row("An exploring initialisation (init scale 0.1) makes centered GRPO (clipped loss) sort.",
+                "success above 1/2 (Wilson)", _fraction(exploring), _sorts(exploring)),
+           _row("At the lecture's initialisation centered GRPO (clipped loss) sorts.",
+                "success above 1/2 (Wilson)", _fraction(stuck), _sorts(stuck)),
+           _row("An entropy bonus at the lecture's initialisation rescues the stuck runs "
+                "(centered, clipped).", "some coefficient's success above 1/2 (all below: does not hold)",
+                f"best coef {bonus[best]['entropy_coef']:g}: {_fraction(bonus_success[best])}", rescue)]
+    top = analysis["ks"][-1]
+    for name, setting in (("stuck (init scale 1)", STUCK), ("exploring (init scale 0.1)", EXPLORING)):
+        curves = analysis["at_k"][_key(setting)]
+        for label, key, k in (("pass@1", "pass", 1), (f"pass@{top}", "pass", top), (f"maj@{top}", "maj", top)):
+            change = mean_interval(curves[f"{key}_after"][:, k - 1] - curves[f"{key}_before"][:, k - 1])
+            verdict = "holds" if change.low > 0 else "does not hold" if change.high < 0 else "inconclusive"
+            out.append(_row(f"Training raises {label}, {name}, centered clipped.",
+                            "after - before, paired over seeds, t-interval above 0", change.text(4), verdict))
+    fits = analysis["fits"]
+    for s in analysis["fit_settings"]:
+        fit = fits[_key(s)]
+        out.append(_row(f"The toy shows Cui et al.'s trade-off R = -a exp(H) + b ({_label(s)}).",
+                        f"a > 0 and R^2 >= {FIT_QUALITY}", f"a = {fit.a:.3f}, b = {fit.b:.3f}, R^2 = {fit.r2:.3f}",
+                        "holds" if fit.a > 0 and fit.r2 >= FIT_QUALITY else "does not hold"))
+    out += ["", "![exploration_init](exploration_init.png)", "",
+            "| init scale | delta | loss | initial entropy (nats, ln 5 = 1.609) | initial optimal_prob | "
+            "success [95% Wilson] | final mean reward [95% t] |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    entropy, optimal = sampling_entropy(records), records.epoch_metrics["optimal_prob"]
+    final = records.final("mean_reward")
+    for s in grid:
+        runs = analysis["runs"][_key(s)]
+        out.append(f"| {s['init_scale']:g} | {s['delta']} | {s['loss']} | {mean_interval(entropy[runs, 0]).text(3)} | "
+                   f"{mean_interval(optimal[runs, 0]).text(4)} | {_fraction(success(records, runs))} | "
+                   f"{mean_interval(final[runs]).text(3)} |")
+    out += ["", "![exploration_bonus](exploration_bonus.png)", "",
+            "| entropy coef (init scale 1, centered, clipped) | final entropy [95% t] | success [95% Wilson] | "
+            "final mean reward [95% t] |", "| --- | --- | --- | --- |"]
+    for s in [STUCK, *bonus]:
+        runs = analysis["runs"][_key(s)]
+        out.append(f"| {s.get('entropy_coef', 0.0):g} | {mean_interval(entropy[runs, -1]).text(3)} | "
+                   f"{_fraction(success(records, runs))} | {mean_interval(final[runs]).text(3)} |")
+    out += ["", "![exploration_pass_at_k](exploration_pass_at_k.png)", "",
+            "pass@k and maj@k (exact, mean over the three prompts, mean over seeds [95% t]):", "",
+            "| setting | k | pass@k before | pass@k after | maj@k before | maj@k after |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for name, setting in (("stuck", STUCK), ("exploring", EXPLORING)):
+        curves = analysis["at_k"][_key(setting)]
+        for k in sorted({k for k in (1, 4, 16, 64) if k <= top} | {top}):
+            cells = [mean_interval(curves[c][:, k - 1]).text(4)
+                     for c in ("pass_before", "pass_after", "maj_before", "maj_after")]
+            out.append(f"| {name} ({_label(setting)}) | {k} | " + " | ".join(cells) + " |")
+    out += ["", *_at_k_sentences(analysis)]
+    out += ["", "![exploration_entropy_reward](exploration_entropy_reward.png)", ""]
+    return out
+
+
+def _key(setting: dict) -> tuple:
+    return tuple(sorted(setting.items()))
+
+
+def _label(setting: dict) -> str:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in setting.items())
+
+
+def _at_k_sentences(analysis: dict) -> list[str]:
+    """What the pass@k / maj@k curves show, from the numbers (DeepSeekMath: RL raises maj@K, not pass@K;
+    Yue et al. 2025: the base model's pass@k wins at large k)."""
+    ks, lines = analysis["ks"], []
+    for name, setting in (("stuck", STUCK), ("exploring", EXPLORING)):
+        c = analysis["at_k"][_key(setting)]
+        before, after = c["pass_before"].mean(0), c["pass_after"].mean(0)
+        wins = [k for k, b, a in zip(ks, before, after) if b > a]
+        sharpen = mean_interval(c["maj_after"][:, -1] - c["maj_before"][:, -1])
+        widen = mean_interval(c["pass_after"][:, -1] - c["pass_before"][:, -1])
+        lines.append(
+            f"- {name} ({_label(setting)}): from k = 1 to {ks[-1]}, "
+            + (f"the initial policy's mean pass@k is higher from k = {wins[0]} on (Yue et al.'s pattern)"
+               if wins else "the trained policy's mean pass@k is higher at every k (no crossing, unlike Yue et al.)")
+            + f"; at k = {ks[-1]} training changes maj@k by {sharpen.text(3)} and pass@k by {widen.text(3)} "
+            "(after - before, paired t over seeds).")
+    return ["What this shows (mean over seeds; DeepSeekMath reports RL raising maj@K but not pass@K):", "", *lines]

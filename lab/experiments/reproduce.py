@@ -1,0 +1,213 @@
+"""`lab reproduce`: the lecture's experiments and their neighbours, N seeds each, into figures/.
+
+    for every setting s of every experiment:  runs s x seeds 0..N-1   (lecture settings otherwise)
+    figure = mean curve per setting + 95% t-band over seeds (+ the lecture's own seed-5 run, thin)
+
+The seeds draw with the lab's sampler; each setting also gets one run with seed 5
+drawn as the lecture's script draws (`sampler multinomial`, lab.policies.samplers), kept
+out of the means: for the lecture's three experiments it is the lecture's own run.
+
+Every run shares the lecture's shapes (100 epochs x 10 steps, G = 10), so all
+settings of all experiments train as one batched computation; settings that
+appear in several experiments train once. `figures/RESULTS.md` is written from
+the same records by `lab.experiments.results`. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from lab.training.config import TrainConfig
+from lab.experiments.exploration_results import ENTROPY_COEFS, INIT_SCALES, STUCK
+from lab.io.outputs import write_text_atomic
+from lab.io.records import Records
+from lab.policies.samplers import Sampler
+from lab.experiments.sweep import run_sweep
+from tasks.sorting import make_task
+
+LECTURE = TrainConfig()
+"""The lecture's settings: 100 epochs x 10 steps, G = 10, Adam lr 1e-3, inclusion-ordering, naive loss."""
+
+LECTURE_SEED = 5
+LENGTH_FIGURE = "length_bias.png"
+SEEDS = 20
+KL_WEIGHTS = (0.0, 0.01, 0.1, 1.0)
+"""beta values of the KL experiments (0 = no penalty, the reference is still tracked)."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One figure: settings (overrides of LECTURE) compared over seeds, told apart by `names`."""
+
+    name: str
+    title: str
+    names: tuple[str, ...]
+    settings: tuple[dict, ...]
+    metric: str = "mean_reward"
+    panels: bool = False
+    """one panel per setting (with the seed-5 curve) plus an overlay, instead of the overlay alone"""
+    tradeoff: bool = False
+    """a KL experiment: curves beside final reward against the exact KL to the reference"""
+    exploration: bool = False
+    """the exploration section: its own figures and tables (lab.experiments.exploration_results)"""
+
+
+EXPERIMENTS = (
+    Experiment("lecture_deltas", "The lecture's three experiments (naive loss, inclusion-ordering)", ("delta",),
+               ({"delta": "raw"}, {"delta": "centered"}, {"delta": "normalized"}), panels=True),
+    Experiment("losses", "Loss modes (centered deltas)", ("loss",),
+               tuple({"delta": "centered", "loss": m} for m in ("naive", "unclipped", "clipped"))),
+    Experiment("baselines", "Deltas beyond the lecture's three: group max and leave-one-out", ("delta",),
+               tuple({"delta": d} for d in ("raw", "centered", "max", "loo"))),
+    Experiment("rewards", "Both rewards, as a fraction of the optimum", ("reward", "delta"),
+               tuple({"reward": r, "delta": d} for r in ("distance", "inclusion-ordering")
+                     for d in ("raw", "centered")), metric="reward_fraction"),
+    Experiment("kl", "KL penalty to a reference refreshed every 10 epochs (centered deltas)", ("kl",),
+               tuple({"delta": "centered", "kl": b} for b in KL_WEIGHTS), tradeoff=True),
+    Experiment("kl_frozen", "KL penalty to the initial policy, frozen (kl_period 0, centered deltas)", ("kl",),
+               tuple({"delta": "centered", "kl": b, "kl_period": 0} for b in KL_WEIGHTS), tradeoff=True),
+    Experiment("exploration", "Exploration: embedding init scale x deltas x loss; entropy bonus at the lecture's init",
+               ("init_scale", "delta", "loss", "entropy_coef"),
+               tuple({"init_scale": s, "delta": d, "loss": m} for s in INIT_SCALES
+                     for d in ("raw", "centered", "normalized") for m in ("naive", "clipped"))
+               + tuple({**STUCK, "entropy_coef": c} for c in ENTROPY_COEFS), exploration=True),
+)
+
+
+@dataclass
+class Reproduction:
+    """All runs of all experiments, and which runs make up each (experiment, setting)."""
+
+    records: Records
+    seeds: int
+    runs: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    """(experiment name, setting index) -> run indices, in seed order"""
+    lecture_runs: dict[tuple[str, int], int] = field(default_factory=dict)
+    """(experiment name, setting index) -> the run with seed LECTURE_SEED drawn as the lecture's script draws"""
+    length: Records | None = None
+    """the length-bias experiment's runs (autoregressive policy: other shapes, so its own records)"""
+    length_groups: list[list[int]] = field(default_factory=list)
+    """per `lab.experiments.length_bias.SETTINGS` entry, its run indices in `length`"""
+
+    def setting_runs(self, experiment: Experiment) -> list[list[int]]:
+        return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
+
+    def setting_lecture_runs(self, experiment: Experiment) -> list[int]:
+        return [self.lecture_runs[experiment.name, i] for i in range(len(experiment.settings))]
+
+
+def config_of(overrides: dict, seed: int, base: TrainConfig = LECTURE) -> TrainConfig:
+    return base.replace(**overrides, seed=seed)
+
+
+def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: torch.device | str = "cpu",
+                     progress: Callable[[int, int], None] | None = None,
+                     experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True) -> Reproduction:
+    """Train every distinct config of every experiment once (one batch when shapes agree), then the
+    length-bias experiment (`lab.experiments.length_bias`) as its own batch. `progress` counts both: 2 x epochs."""
+    configs: list[TrainConfig] = []
+    index: dict[TrainConfig, int] = {}
+    runs, lecture_runs = {}, {}
+
+    def add(config: TrainConfig) -> int:
+        if config not in index:
+            index[config] = len(configs)
+            configs.append(config)
+        return index[config]
+
+    for experiment in experiments:
+        for i, overrides in enumerate(experiment.settings):
+            runs[experiment.name, i] = [add(config_of(overrides, seed, base)) for seed in range(seeds)]
+            lecture_runs[experiment.name, i] = add(config_of(overrides, LECTURE_SEED, base.replace(
+                sampler=Sampler.multinomial)))
+    records = run_sweep(make_task(), configs, device=device, progress=progress)
+    reproduction = Reproduction(records, seeds, runs, lecture_runs)
+    if length_bias:
+        from lab.experiments.length_bias import length_configs
+
+        length_runs, reproduction.length_groups = length_configs(seeds, base)
+        later = None if progress is None else lambda done, total: progress(base.epochs + done, 2 * base.epochs)
+        reproduction.length = run_sweep(make_task(), length_runs, device=device, progress=later)
+    return reproduction
+
+
+def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]:
+    """The files `write_figures` writes (checked before training, so a clash fails in seconds)."""
+    from lab.experiments.exploration_results import FIGURES
+
+    return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
+            LENGTH_FIGURE, "RESULTS.md"]
+
+
+def write_figures(reproduction: Reproduction, out: Path,
+                  experiments: tuple[Experiment, ...] = EXPERIMENTS, ks: tuple[int, ...] | None = None) -> list[Path]:
+    """Every experiment's PNG and RESULTS.md into `out` (an existing folder); returns the paths."""
+    from lab import figures  # matplotlib only where figures are made
+    from lab.experiments.results import kl_points, results_markdown
+
+    records, paths = reproduction.records, []
+    analysis = None
+    for experiment in experiments:
+        if experiment.exploration:
+            analysis = exploration_analysis(reproduction, experiment, ks)
+            from lab.io.exploration_figures import plot_exploration  # matplotlib only where figures are made
+
+            paths += plot_exploration(analysis, Path(out))
+            continue
+        groups = reproduction.setting_runs(experiment)
+        path = Path(out) / f"{experiment.name}.png"
+        subtitle = (f"{experiment.title}; {'left: ' if experiment.tradeoff else ''}"
+                    f"{reproduction.seeds} seeds, mean and 95% t-band"
+                    + (f", thin: the lecture's own run (seed {LECTURE_SEED})" if experiment.panels else ""))
+        if experiment.tradeoff:
+            betas, reward, kl = kl_points(records, experiment, groups)
+            figures.plot_kl_tradeoff(records, experiment.names, [r for g in groups for r in g],
+                                     betas, reward, kl, path, subtitle)
+        else:
+            overlay = ("all settings", experiment.names, [r for g in groups for r in g])
+            panels = ([(f"{experiment.names[0]}={s[experiment.names[0]]}", experiment.names, g)
+                       for s, g in zip(experiment.settings, groups)] + [overlay]
+                      if experiment.panels else [overlay])
+            figures.plot_panels(records, panels, path, subtitle, metric=experiment.metric,
+                                highlight_runs=reproduction.setting_lecture_runs(experiment) if experiment.panels
+                                else None)
+        paths.append(path)
+    if reproduction.length is not None:
+        from lab.experiments.length_bias import SETTINGS
+
+        paths.append(figures.plot_length_bias(
+            reproduction.length, SETTINGS, reproduction.length_groups, Path(out) / LENGTH_FIGURE,
+            f"Length of sampled responses, autoregressive policy; {reproduction.seeds} seeds, mean over seeds"))
+    results = Path(out) / "RESULTS.md"
+    write_text_atomic(results, results_markdown(reproduction, experiments, analysis))
+    return [*paths, results]
+
+
+def exploration_analysis(reproduction: Reproduction, experiment: Experiment, ks: tuple[int, ...] | None = None) -> dict:
+    """What the exploration figures and RESULTS.md section need, computed once from the records
+    (pass@k and maj@k for k = 1..64, `lab.experiments.exploration_results.KS`, unless `ks` = 1..K is given)."""
+    from lab.experiments import exploration_results as xr
+    from tasks.sorting import lecture_prompts
+
+    records, prompts = reproduction.records, lecture_prompts()
+    settings = list(experiment.settings)
+    runs = {xr._key(s): reproduction.runs[experiment.name, i] for i, s in enumerate(settings)}
+    grid = [s for s in settings if "entropy_coef" not in s]
+    reward = records.configs[0].reward
+    by_scale = {scale: runs[xr._key({"init_scale": scale, "delta": "centered", "loss": "clipped"})]
+                for scale in xr.INIT_SCALES}
+    fit_settings = [{"init_scale": scale, "delta": "centered", "loss": "clipped"} for scale in xr.INIT_SCALES]
+    return dict(
+        records=records, seeds=reproduction.seeds, runs=runs, grid=grid,
+        bonus=[s for s in settings if "entropy_coef" in s],
+        initial_hit={scale: xr.initial_group_hit(records, r, prompts, reward) for scale, r in by_scale.items()},
+        ks=ks or xr.KS,
+        at_k={xr._key(s): xr.at_k_curves(records, runs[xr._key(s)], prompts, reward, ks or xr.KS)
+              for s in (xr.STUCK, xr.EXPLORING)},
+        fit_settings=fit_settings,
+        fits={xr._key(s): xr.entropy_reward_fit(records, runs[xr._key(s)]) for s in fit_settings},
+    )

@@ -1,0 +1,269 @@
+"""figures/RESULTS.md, written from a reproduction's records: tables, verdicts on the lecture's claims.
+
+Verdict rules (all intervals 95%: Student t for means, Welch t for differences
+of means, Wilson for fractions; lab.experiments.intervals):
+- "X is higher than Y":   holds if the interval of mean(X) - mean(Y) lies above 0,
+                          does not hold if it lies below 0, else inconclusive.
+- "X makes little difference to Y": holds if that interval lies inside +-MARGIN x optimum,
+                          does not hold if it lies wholly outside, else inconclusive.
+- "runs get stuck" (end with a greedy response not optimal on some prompt):
+                          holds if the Wilson interval of the stuck fraction lies above STUCK_SHARE,
+                          does not hold if below, else inconclusive.
+- "stuck in local optima" (a stuck ending is a local optimum when no single-token change raises
+                          its reward, lab.exact.stuck): per run with a stuck ending, the share of its
+                          stuck endings that are local optima; t-interval over those runs.
+                          holds if it lies above 1 - STUCK_SHARE (nearly all are), does not hold
+                          if below STUCK_SHARE (nearly none are), partly if it lies between them
+                          (some are, some are one token from a better reward), else inconclusive.
+- "X does not learn well": holds if the Wilson interval of the fraction of runs optimal on every
+                          prompt lies below 1/2, does not hold if above, else inconclusive. When no
+                          setting has an optimal run this cannot tell settings apart; RESULTS.md
+                          then says so and shows what does (final reward, share of prompts solved).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+
+from lab.experiments.intervals import Interval, difference_interval, median_quartiles, mean_interval, wilson_interval
+from lab.exact.stuck import final_endings
+from lab.experiments.sweep import batches, optimal_everywhere
+
+MARGIN = 0.05
+"""'little difference': within 5% of the optimum reward."""
+STUCK_SHARE = 0.10
+"""'gets stuck': more than one run in ten ends away from the optimum."""
+TOP_RESPONSES = 3
+"""How many of the most common final responses of stuck runs to list per prompt."""
+
+
+LATE_EPOCHS = 10
+"""'The last epochs' of a run, for the share of groups that no longer carry a signal."""
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{'one' if n == 1 else n} {noun}{'' if n == 1 else 's'}"
+
+
+def _by_sign(interval: Interval) -> str:
+    return "holds" if interval.low > 0 else "does not hold" if interval.high < 0 else "inconclusive"
+
+
+def _equivalent(interval: Interval, margin: float) -> str:
+    if -margin <= interval.low and interval.high <= margin:
+        return "holds"
+    return "does not hold" if interval.low > margin or interval.high < -margin else "inconclusive"
+
+
+def _above(interval: Interval, share: float) -> str:
+    return "holds" if interval.low > share else "does not hold" if interval.high < share else "inconclusive"
+
+
+def _mostly(interval: Interval, share: float) -> str:
+    """A share judged against `share` and 1 - `share`: nearly all, nearly none, or some."""
+    if interval.low > 1 - share:
+        return "holds"
+    if interval.high < share:
+        return "does not hold"
+    return "partly" if share < interval.low and interval.high < 1 - share else "inconclusive"
+
+
+def _share_interval(shares) -> Interval:
+    """t-interval of a mean share, cut to [0, 1] (the mean of shares cannot leave it)."""
+    i = mean_interval(shares)
+    return replace(i, low=max(i.low, 0.0), high=min(i.high, 1.0))
+
+
+def _fraction(interval: Interval) -> str:
+    return f"{interval.estimate:.0%} [{interval.low:.0%}, {interval.high:.0%}]"
+
+
+def kl_points(records, experiment, groups):
+    """betas, final-reward intervals and final-KL intervals of the KL experiment."""
+    betas = [s["kl"] for s in experiment.settings]
+    reward = [mean_interval(records.final("mean_reward")[g]) for g in groups]
+    kl = [median_quartiles(final_kl(records)[g]) for g in groups]
+    return betas, reward, kl
+
+
+def final_kl(records) -> np.ndarray:
+    """float[run]: the exact KL to the reference (`kl_exact`) averaged over the steps of each run's
+    last reference period (the last epoch when the reference is frozen at the start, `kl_period` 0:
+    then it is the drift from the initial policy). The exact value, not the k3 estimate `kl`: far
+    from the reference k3's tail is heavy enough that a mean over a few hundred samples says little."""
+    kl = records.step_metrics["kl_exact"]
+    return np.array([kl[run, -max(c.kl_period, 1) * c.steps:].mean() for run, c in enumerate(records.configs)])
+
+
+def _setting_text(experiment, overrides: dict) -> str:
+    return ", ".join(f"{n}={overrides.get(n, '')}" for n in experiment.names)
+
+
+def _experiment_table(records, experiment, groups, lecture_runs) -> list[str]:
+    final, optimal = records.final(experiment.metric), optimal_everywhere(records)
+    kl, with_kl = final_kl(records), "kl" in experiment.names
+    lines = [f"| setting | final {experiment.metric.replace('_', ' ')} [95% t] | seed 5, the lecture's draw | "
+             "optimal on every prompt [95% Wilson] |" + (" exact KL to the reference, last period: median [quartiles] over seeds |" if with_kl else ""),
+             "| --- | --- | --- | --- |" + (" --- |" if with_kl else "")]
+    for overrides, runs, lecture_run in zip(experiment.settings, groups, lecture_runs):
+        lines.append(f"| {_setting_text(experiment, overrides)} | {mean_interval(final[runs]).text(3)} | "
+                     f"{final[lecture_run]:.3f} | {_fraction(wilson_interval(int(optimal[runs].sum()), len(runs)))} |"
+                     + (f" {median_quartiles(kl[runs]).text(4)} |" if with_kl else ""))
+    return lines
+
+
+def _claims(records, lecture, groups, optimum: float) -> list[str]:
+    final, optimal = records.final("mean_reward"), optimal_everywhere(records)
+    raw, centered, normalized = groups
+    stuck = lambda runs: wilson_interval(int((~optimal[runs]).sum()), len(runs))  # noqa: E731
+    solved_raw = wilson_interval(int(optimal[raw].sum()), len(raw))
+    help_diff = difference_interval(final[centered], final[raw])
+    norm_diff = difference_interval(final[normalized], final[centered])
+    everything = [r for g in groups for r in g]
+    shares = final_endings(records, centered).local_optimum_share()  # one per stuck centered run
+    local = _share_interval(shares) if len(shares) else None
+    rows = [
+        ("Raw rewards do not learn sorting well, even on the training prompts.",
+         "fraction of raw runs optimal on every prompt below 1/2", _fraction(solved_raw),
+         "holds" if solved_raw.high < 0.5 else "does not hold" if solved_raw.low > 0.5 else "inconclusive"),
+        ("Centered rewards help (compared with raw).", "final mean reward, centered - raw, above 0",
+         help_diff.text(3), _by_sign(help_diff)),
+        ("Centered rewards still get stuck ...",
+         f"fraction of centered runs not optimal on every prompt above {STUCK_SHARE:.0%}",
+         _fraction(stuck(centered)), _above(stuck(centered), STUCK_SHARE)),
+        ("... in local optima.", "per centered run, share of its stuck endings (prompts it ends not optimal on) "
+         "where no single-token change raises the reward: above "
+         f"{1 - STUCK_SHARE:.0%} holds, between {STUCK_SHARE:.0%} and {1 - STUCK_SHARE:.0%} partly",
+         f"{_fraction(local)} (t, {len(shares)} runs)" if local else "no stuck run",
+         _mostly(local, STUCK_SHARE) if local else "does not hold"),
+        ("Normalizing by the std makes little difference (compared with centered).",
+         f"final mean reward, normalized - centered, within +-{MARGIN:.0%} of the optimum "
+         f"(+-{MARGIN * optimum:.2f})", norm_diff.text(3), _equivalent(norm_diff, MARGIN * optimum)),
+        ("RL is easy to get stuck.", f"fraction of all runs of the three experiments not optimal on every prompt "
+         f"above {STUCK_SHARE:.0%}", _fraction(stuck(everything)), _above(stuck(everything), STUCK_SHARE)),
+    ]
+    lines = ["| the lecture says | decided by (rule in `lab/experiments/results.py`) | 95% interval | verdict |",
+             "| --- | --- | --- | --- |"]
+    lines += [f"| {claim} | {rule} | {numbers} | **{verdict}** |" for claim, rule, numbers, verdict in rows]
+    return lines
+
+
+def _what_the_rules_show(records, lecture, groups) -> list[str]:
+    """Below the verdicts: what tells the settings apart, and how many stuck endings are local optima."""
+    optimal = optimal_everywhere(records)
+    centered = groups[1]
+    endings = {i: final_endings(records, runs) for i, runs in enumerate(groups)}
+    lines = []
+    if not optimal[[r for g in groups for r in g]].any():
+        lines += ["No run of any of the three settings ends optimal on every prompt, so the first rule holds for "
+                  "all of them and does not single raw rewards out. What tells the settings apart is the final "
+                  "mean reward (the second row, and the tables below) and how many prompts a run ends up solving:", ""]
+    lines += ["| setting | (run, prompt) pairs solved by the final greedy response | share of prompts solved per "
+              "run, mean [95% t] | stuck endings (pairs not solved) | of which local optima (no single-token change raises the "
+              "reward) | of which one token from a higher reward |", "| --- | --- | --- | --- | --- | --- |"]
+    for i, overrides in enumerate(lecture.settings):
+        e = endings[i]
+        lines.append(f"| {_setting_text(lecture, overrides)} | {int((~e.stuck).sum())} of {e.stuck.size} | "
+                     f"{_fraction(_share_interval(e.sorted_share))} | {int(e.stuck.sum())} | "
+                     f"{int(e.local_optimum.sum())} | {int(e.improvable.sum())} |")
+    more = difference_interval(endings[1].sorted_share, endings[0].sorted_share)
+    reading = {"holds": "centered runs solve more", "does not hold": "raw runs solve more",
+               "inconclusive": "these seeds cannot tell which solves more"}[_by_sign(more)]
+    lines += ["", f"Share of prompts solved per run, centered - raw: {more.estimate:.0%} [{more.low:.0%}, "
+              f"{more.high:.0%}] (Welch t): {reading}."]
+    e = endings[1]
+    if not e.stuck.any():
+        return lines
+    zero = records.epoch_metrics["zero_std_fraction"][centered, -LATE_EPOCHS:].mean()
+    lines += ["", f"Of the {int(e.stuck.sum())} stuck endings of centered runs, {int(e.local_optimum.sum())} are "
+              f"local optima of the reward and {int(e.improvable.sum())} are one token away from a higher reward. "
+              "A run can thus stop one token short of a better response: in the last "
+              f"{LATE_EPOCHS} epochs {zero:.0%} of centered groups have equal rewards (last table), and such a group's "
+              "centered deltas are all zero, so its samples carry no signal toward the better neighbour."]
+    return lines
+
+
+def _stuck_responses(records, lecture, groups) -> list[str]:
+    greedy = records.greedy_responses
+    prompts = records.prompts.tolist()
+    lines = ["| setting | prompt | runs wrong on it | most common final greedy responses there (runs) |",
+             "| --- | --- | --- | --- |"]
+    for overrides, runs in zip(lecture.settings, groups):
+        for b, prompt in enumerate(prompts):  # sorted(prompt) is the unique optimum on these prompts
+            wrong = [r for r in runs if tuple(greedy[r, b].tolist()) != tuple(sorted(prompt))]
+            common = Counter(tuple(greedy[r, b].tolist()) for r in wrong).most_common(TOP_RESPONSES)
+            text = ", ".join(f"{list(resp)} ({n})" for resp, n in common) or "-"
+            lines.append(f"| {_setting_text(lecture, overrides)} | {prompt} | {len(wrong)} of {len(runs)} | {text} |")
+    return lines
+
+
+def results_markdown(reproduction, experiments, exploration: dict | None = None) -> str:
+    """The whole RESULTS.md text; every number comes from `reproduction.records` (the exploration
+    section's from `exploration`, lab.experiments.reproduce.exploration_analysis, when given)."""
+    records, seeds = reproduction.records, reproduction.seeds
+    config = records.configs[0]
+    lecture = experiments[0]
+    lecture_groups = reproduction.setting_runs(lecture)
+    optimum = float(records.optimum[lecture_groups[0]].mean())
+    out = ["# Results: the lecture's experiments over seeds",
+           "",
+           f"Generated by `lab reproduce` (do not edit): {seeds} seeds (0..{seeds - 1}) per setting, "
+           f"{records.num_runs} distinct runs trained as {_count(len(batches(records.configs)), 'batched computation')} "
+           "(runs that share every shape and schedule setting train together). Settings unless stated: "
+           f"{config.epochs} epochs x {config.steps} steps, G = {config.group_size}, Adam lr {config.lr:g}, "
+           "the lecture's prompts [[1,0,2],[3,2,4],[1,2,3]]. 'Final' = the last epoch (mean reward of its "
+           "samples) or the last step (KL). 'Optimal on every prompt' = the final greedy (argmax) response "
+           "reaches the optimum reward on all three prompts. Intervals: 95% Student t over seeds for means, "
+           "Welch t for differences, Wilson for fractions. 'Seed 5, the lecture's draw' is one more run per "
+           "setting, not among the seeds above: seed 5 drawn as the lecture's script draws (`--sampler "
+           "multinomial`); in the lecture's three experiments it is the lecture's own run, whose logged loss "
+           "and mean reward it reproduces at every step (`tests/test_lecture_run.py`).",
+           "", "## The lecture's claims against the data", ""]
+    out += _claims(records, lecture, lecture_groups, optimum)
+    out += ["", "Verdict rules: see the docstring of `lab/experiments/results.py` "
+            f"(little difference = within {MARGIN:.0%} of the optimum; stuck = greedy response not optimal on "
+            f"some prompt at the end; 'gets stuck' holds when the stuck share is above {STUCK_SHARE:.0%} with 95% "
+            "confidence; a stuck ending is a local optimum when no single-token change of the response raises its "
+            "reward, `lab/exact/stuck.py`). Not decided by these data: that a group whose rewards are all equal gives no update "
+            "(exact by construction, `tests/test_deltas.py`), and Dr. GRPO's length bias, which cannot arise at "
+            "fixed length (claim 16 in `docs/claims.md`); the last section asks it of the autoregressive policy.",
+            ""]
+    out += _what_the_rules_show(records, lecture, lecture_groups) + [""]
+    for experiment in (e for e in experiments if not e.exploration):
+        groups = reproduction.setting_runs(experiment)
+        out += [f"## {experiment.title}", "", f"![{experiment.name}]({experiment.name}.png)", ""]
+        out += _experiment_table(records, experiment, groups, reproduction.setting_lecture_runs(experiment))
+        out.append("")
+    out += ["## What the lecture did not show: where runs get stuck", "",
+            "Per setting of the lecture's three experiments, the prompts on which runs end with a wrong "
+            "greedy response, and the responses they end on:", ""]
+    out += _stuck_responses(records, lecture, lecture_groups)
+    final_greedy = records.epoch_metrics["greedy_reward"][:, -1]
+    out += ["", "Final greedy reward (mean over the three prompts, optimum "
+            f"{optimum:g}) per run, lecture experiments:", "",
+            "| setting | distribution of final greedy reward (value: runs) |", "| --- | --- |"]
+    for overrides, runs in zip(lecture.settings, lecture_groups):
+        counts = sorted(Counter(np.round(final_greedy[runs], 3).tolist()).items(), reverse=True)
+        out.append(f"| {_setting_text(lecture, overrides)} | "
+                   + ", ".join(f"{value:g}: {n}" for value, n in counts) + " |")
+    # why runs stay stuck: a group whose rewards are all equal gives zero deltas, so no update at all
+    zero = records.epoch_metrics["zero_std_fraction"][:, -LATE_EPOCHS:].mean(axis=1)
+    out += ["", f"Why they stay there: the fraction of groups whose rewards are all equal (no GRPO signal, "
+            f"`zero_std_fraction`), averaged over the last {LATE_EPOCHS} epochs, mean over seeds [95% t]:", "",
+            "| setting | groups with equal rewards, last epochs |", "| --- | --- |"]
+    for overrides, runs in zip(lecture.settings, lecture_groups):
+        out.append(f"| {_setting_text(lecture, overrides)} | {_fraction(mean_interval(zero[runs]))} |")
+    if exploration is not None:
+        from lab.experiments.exploration_results import exploration_markdown
+
+        out += ["", *exploration_markdown(exploration)]
+    if reproduction.length is not None:
+        from lab.experiments.length_bias import length_bias_markdown
+
+        out += ["", "## Variable length: does 1/|o| lengthen wrong responses? (Dr. GRPO)", "",
+                "![length_bias](length_bias.png)", ""]
+        out += length_bias_markdown(reproduction.length, reproduction.length_groups)
+    return "\n".join(out) + "\n"

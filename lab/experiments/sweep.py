@@ -1,0 +1,211 @@
+"""Sweeps: a grid of settings x seeds 0..N-1, trained as few batched computations as shapes allow.
+
+    configs = [base.replace(**point, seed=s) for point in product(grid) for s in range(N)]
+
+Runs that share every `SHARED_FIELDS` value (group size, epochs, ...) train
+together in one call of `lab.training.train.train`; a seed's run is the same alone or
+inside a sweep, so batching changes speed, never results. The summary gives,
+per grid point, the final mean reward with a Student-t 95% interval over seeds
+and the fraction of runs whose greedy response is optimal on every training
+prompt with a Wilson 95% interval (`lab.experiments.intervals`), both over the runs that did not diverge;
+the diverged runs are counted per grid point (`lab.training.divergence`). Pure: nothing prints.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+import torch
+
+from lab.training.config import SHARED_FIELDS, ConfigError, TrainConfig
+from lab.experiments.intervals import Interval, mean_interval, wilson_interval
+from lab.io.records import Records, format_value
+from lab.training.train import train
+from tasks import Task
+
+GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
+               "loss_agg")
+"""TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option)."""
+
+OPTIMAL_TOLERANCE = 1e-6
+"""A greedy response counts as optimal when its reward is within this of the prompt's optimum."""
+
+
+def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int) -> list[TrainConfig]:
+    """Every combination of the grid's values (in the order given), each with seeds 0..seeds-1."""
+    if seeds <= 0:
+        raise ConfigError(f"--seeds must be a positive integer, got {seeds}")
+    unknown = set(grid) - set(GRID_FIELDS)
+    if unknown:
+        raise ConfigError(f"cannot sweep over {', '.join(sorted(unknown))}; choose from: {', '.join(GRID_FIELDS)}")
+    names = list(grid)
+    for name in names:
+        values = list(grid[name])
+        if not values:
+            raise ConfigError(f"the grid gives no value for {name}")
+        if len(set(values)) < len(values):
+            shown = ", ".join(str(v.value if isinstance(v, Enum) else v) for v in values)
+            raise ConfigError(f"{name} is given the same value twice: {shown}")
+    points = itertools.product(*(list(grid[n]) for n in names))
+    return [base.replace(**dict(zip(names, point)), seed=seed) for point in points for seed in range(seeds)]
+
+
+def setting(config: TrainConfig, names: Sequence[str]) -> tuple:
+    """The grid point of a config: its values of `names`, as plain values (enums as their names)."""
+    data = config.to_dict()
+    return tuple(data[name] for name in names)
+
+
+def setting_label(names: Sequence[str], point: tuple) -> str:
+    return ", ".join(f"{n}={format_value(v) if not isinstance(v, str) else v}" for n, v in zip(names, point)) or "all runs"
+
+
+def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Records:
+    """Records of several batches as one, with runs in the original config order.
+
+    `parts` are (run indices in the sweep, that batch's records); `order` is the number of runs.
+    Per-epoch samples are dropped (their trial axis differs between group sizes). A batch whose
+    runs all diverged stops early; its missing records are NaN.
+    """
+    if len(parts) == 1 and list(parts[0][0]) == list(range(order)):  # one batch, in order: nothing to copy
+        return dataclasses.replace(parts[0][1], samples=[])
+    where = np.empty(order, dtype=int)
+    flat = [(i, part, r) for part, (indices, _) in enumerate(parts) for r, i in enumerate(indices)]
+    for position, (i, _, _) in enumerate(flat):
+        where[i] = position
+    cat = lambda get: np.concatenate([get(rec) for _, rec in parts])[where]  # noqa: E731
+
+    def cat_padded(get) -> np.ndarray:  # float[run time], NaN past a batch that stopped early
+        width = max(get(rec).shape[1] for _, rec in parts)
+        return cat(lambda rec: np.pad(get(rec), ((0, 0), (0, width - get(rec).shape[1])),
+                                      constant_values=np.nan))
+
+    first = parts[0][1]
+    return Records(
+        configs=[parts[p][1].configs[r] for _, p, r in sorted(flat)],
+        prompts=first.prompts,
+        optimum=cat(lambda rec: rec.optimum),
+        step_metrics={k: cat_padded(lambda rec: rec.step_metrics[k]) for k in first.step_metrics},
+        epoch_metrics={k: cat_padded(lambda rec: rec.epoch_metrics[k]) for k in first.epoch_metrics},
+        samples=[],
+        state={k: torch.from_numpy(cat(lambda rec: rec.state[k].numpy())) for k in first.state},
+        greedy_responses=cat(lambda rec: rec.greedy_responses),
+        seconds=sum(rec.seconds for _, rec in parts),
+        exploration_exact=all(rec.exploration_exact for _, rec in parts),
+        eos=first.eos,
+        divergence=[parts[p][1].divergence[r] for _, p, r in sorted(flat)],
+    )
+
+
+def batches(configs: Sequence[TrainConfig]) -> list[list[int]]:
+    """Indices of configs that can train together (equal `SHARED_FIELDS`), in first-seen order."""
+    groups: dict[tuple, list[int]] = {}
+    for i, c in enumerate(configs):
+        groups.setdefault(tuple(getattr(c, f) for f in SHARED_FIELDS), []).append(i)
+    return list(groups.values())
+
+
+def run_sweep(
+    task: Task,
+    configs: Sequence[TrainConfig],
+    device: torch.device | str = "cpu",
+    progress: Callable[[int, int], None] | None = None,
+) -> Records:
+    """Train every config, batching those that can share a computation; one `Records`, configs' order.
+
+    `progress(epochs_done, total)` counts epochs over all batches.
+    """
+    groups = batches(configs)
+    total = sum(configs[g[0]].epochs for g in groups)
+    done = 0
+    parts = []
+    for group in groups:
+        def step(epochs_done: int, _epochs: int, offset: int = done) -> None:
+            if progress is not None:
+                progress(offset + epochs_done, total)
+        parts.append((group, train(task, [configs[i] for i in group], device=device, progress=step)))
+        done += configs[group[0]].epochs
+    return merge_records(parts, len(configs))
+
+
+def optimal_everywhere(records: Records) -> np.ndarray:
+    """bool[run]: the final greedy response is optimal on every training prompt."""
+    return records.final("greedy_fraction") >= 1 - OPTIMAL_TOLERANCE
+
+
+@dataclass(frozen=True)
+class SettingSummary:
+    """One grid point over its seeds."""
+
+    point: tuple
+    seeds: int
+    final_mean_reward: Interval
+    """t-interval over the seeds that did not diverge of the last epoch's mean sample reward"""
+    optimal_fraction: Interval
+    """Wilson interval of the fraction of those runs whose greedy response is optimal on every prompt"""
+    optimum: float
+    diverged: int = 0
+    """runs of this point that diverged: left out of both intervals"""
+
+
+def summarise(records: Records, names: Sequence[str]) -> list[SettingSummary]:
+    """Per grid point (values of `names`), in first-seen order."""
+    points: dict[tuple, list[int]] = {}
+    for run, config in enumerate(records.configs):
+        points.setdefault(setting(config, names), []).append(run)
+    final, optimal, diverged = records.final("mean_reward"), optimal_everywhere(records), records.diverged()
+    nothing = Interval(math.nan, math.nan, math.nan, 0)  # every seed diverged: no estimate
+    summaries = []
+    for point, runs in points.items():
+        kept = [r for r in runs if not diverged[r]]
+        summaries.append(SettingSummary(
+            point, len(runs), mean_interval(final[kept]) if kept else nothing,
+            wilson_interval(int(optimal[kept].sum()), len(kept)) if kept else nothing,
+            float(records.optimum[runs].mean()), len(runs) - len(kept)))
+    return summaries
+
+
+SUMMARY_COLUMNS = ("seeds", "diverged", "final_mean_reward", "final_mean_reward_low", "final_mean_reward_high",
+                   "optimal_fraction", "optimal_fraction_low", "optimal_fraction_high", "optimum")
+
+
+def summary_csv(summaries: Sequence[SettingSummary], names: Sequence[str]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    # settings by their plain names: no outcome column shares one (the metric tables prefix them: lab.io.tables)
+    writer.writerow([*names, *SUMMARY_COLUMNS])
+    for s in summaries:
+        r, f = s.final_mean_reward, s.optimal_fraction
+        writer.writerow([*s.point, s.seeds, s.diverged, *(f"{v:.6g}" if math.isfinite(v) else "" for v in (r.estimate, r.low, r.high,
+                                                                    f.estimate, f.low, f.high, s.optimum))])
+    return out.getvalue()
+
+
+def summary_table(summaries: Sequence[SettingSummary], names: Sequence[str]) -> str:
+    """A plain-text table for the terminal (the caller prints it); a `diverged` column and a note
+    appear when some run diverged."""
+    any_diverged = any(s.diverged for s in summaries)
+    header = ["setting", "seeds", *(["diverged"] * any_diverged), "final mean reward [95% t]",
+              "optimal on every prompt [95% Wilson]"]
+
+    def fraction(f: Interval) -> str:
+        return "-" if f.n == 0 else f"{f.estimate:.0%} [{f.low:.0%}, {f.high:.0%}]"
+
+    rows = [[setting_label(names, s.point), str(s.seeds), *([str(s.diverged)] * any_diverged),
+             ("-" if s.final_mean_reward.n == 0 else s.final_mean_reward.text(2)) + f" / {s.optimum:g}",
+             fraction(s.optimal_fraction)]
+            for s in summaries]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+    note = (["diverged runs are left out of the reward and the fraction (- : every seed diverged)"]
+            if any_diverged else [])
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:], *note])
+

@@ -1,0 +1,195 @@
+"""What a training call returns, what each metric means, and how it is written.
+
+Records hold one row per (run, optimizer step). In a run's `metrics.csv` the
+per-epoch metrics (those of the epoch's samples and of the greedy evaluation)
+repeat on every step row of their epoch, so it is one flat table; a sweep writes
+them once per epoch (`lab.io.tables`). Files are written atomically
+(`lab.io.outputs`): an interrupted run leaves no file that looks complete.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lab.training.lengths import LENGTH_METRICS
+
+STEP_METRICS = {
+    "loss": "the minimised loss: surrogate + beta * KL (its value is not progress; the reward is)",
+    "pg_loss": "the surrogate alone (naive / unclipped / clipped)",
+    "kl": "k3 estimate of KL(pi_theta || pi_ref) per sequence: summed over positions, averaged over the "
+          "epoch's samples (recorded also when beta = 0). On an epoch's first step the samples come from "
+          "pi_theta itself and k3 is unbiased; on later steps they are stale (drawn from pi_old), so `kl` is "
+          "biased there (claim 7) while `kl_exact` stays exact. TRL `kl` and verl `actor/kl_loss` average "
+          "over tokens instead: theirs = ours / response length",
+    "kl_exact": "exact KL(pi_theta || pi_ref) per sequence, summed over positions and averaged over prompts: "
+                "what `kl` estimates, without its sampling noise, heavy tail or stale-sample bias (the toy's "
+                "factorised policy makes it cheap; autoregressive runs record it exactly at each epoch's first "
+                "step only, empty at the others)",
+    "ratio_mean": "mean of pi_theta / pi_old over tokens (1 on an epoch's first step). CleanRL's "
+                  "`old_approx_kl` (mean of -log ratio) and `approx_kl` (mean of ratio - 1 - log ratio) and "
+                  "verl's `actor/ppo_kl` come from these ratios: a KL between the sampling and the current "
+                  "policy, not to the reference",
+    "ratio_max": "largest pi_theta / pi_old over tokens",
+    "clip_fraction": "tokens whose clipped term has no gradient: ratio > 1 + eps with delta > 0, or "
+                     "ratio < 1 - eps with delta < 0 (a token whose delta is 0 never counts), as if eps "
+                     "applied in every loss mode (TRL `clip_ratio/region_mean`, verl `actor/pg_clipfrac`; "
+                     "CleanRL's `clipfrac` differs: |ratio - 1| > eps whatever the delta's sign)",
+    "clip_low_fraction": "ratio < 1 - eps with delta < 0 (TRL `clip_ratio/low_mean`; not verl's "
+                         "`actor/pg_clipfrac_lower`, which counts dual-clip events: delta < 0 and ratio "
+                         "above clip_ratio_c = 3)",
+    "clip_high_fraction": "ratio > 1 + eps with delta > 0 (TRL `clip_ratio/high_mean`)",
+    "entropy": "mean per-position policy entropy in nats on the training prompts (TRL `entropy`)",
+}
+"""Measured on every optimizer step, before that step's update."""
+
+EPOCH_METRICS = {
+    "mean_reward": "mean reward of the epoch's samples (TRL `reward`; with one reward function also "
+                   "`rewards/<func>/mean`)",
+    "reward_fraction": "mean of reward / best achievable reward of its prompt",
+    "reward_std": "std of the rewards within each group, averaged over prompts; Bessel-corrected when "
+                  "`std_unbiased` (the default), the population std otherwise. TRL before 0.27 logged this "
+                  "as `reward_std`; TRL >= 0.27 logs the std over the whole batch under that name",
+    "zero_std_fraction": "fraction of groups whose rewards are all equal: no GRPO signal "
+                         "(TRL `frac_reward_zero_std`)",
+    "greedy_reward": "mean reward of the argmax response per training prompt, after the epoch's steps",
+    "greedy_fraction": "greedy_reward as a fraction of the optimum",
+    "greedy_accuracy": "fraction of training prompts whose argmax response is exactly sorted",
+    "heldout_greedy_reward": "greedy_reward on the held-out prompts (empty without them)",
+    "heldout_greedy_accuracy": "greedy_accuracy on the held-out prompts (empty without them)",
+    "optimal_prob": "exact probability that one response sampled by the epoch's sampling policy reaches its "
+                    "prompt's optimum reward, mean over the training prompts (Monte Carlo past the "
+                    "enumeration limit: summary.json `exploration_exact`)",
+    "zero_std_prob": "exact probability that a group of G responses has all-equal rewards (no GRPO signal), "
+                     "sum over reward values v of P(R = v)^G, mean over prompts: what zero_std_fraction "
+                     "estimates",
+    **LENGTH_METRICS,
+}
+"""Measured once per epoch; in a run's metrics.csv repeated on its step rows, in a sweep's
+`metrics_epoch` table stored once (`lab.io.tables`)."""
+
+GREEDY_METRICS = ("greedy_reward", "greedy_fraction", "greedy_accuracy", "heldout_greedy_reward",
+                  "heldout_greedy_accuracy")
+"""The epoch metrics taken after the epoch's steps (the others describe its samples, taken before)."""
+
+INDEX_COLUMNS = ("epoch", "step", "inner_step")
+METRIC_COLUMNS = (*INDEX_COLUMNS, *EPOCH_METRICS, *STEP_METRICS)
+
+
+@dataclass
+class Samples:
+    """The epoch's batch for every run: responses int[run batch trial pos], rewards and deltas float[run batch trial]."""
+
+    epoch: int
+    responses: np.ndarray
+    rewards: np.ndarray
+    deltas: np.ndarray
+
+
+@dataclass
+class Records:
+    """Everything a training call produced, for R runs of E epochs x S steps."""
+
+    configs: list
+    prompts: np.ndarray
+    """int[batch pos]"""
+    optimum: np.ndarray
+    """float[run batch]: best achievable reward per prompt under each run's reward"""
+    step_metrics: dict[str, np.ndarray]
+    """name -> float[run epoch*steps]"""
+    epoch_metrics: dict[str, np.ndarray]
+    """name -> float[run epoch]"""
+    samples: list[Samples] = field(default_factory=list)
+    state: dict = field(default_factory=dict)
+    """final parameters, name -> float[run ...] (cpu)"""
+    greedy_responses: np.ndarray | None = None
+    """int[run batch pos]: each run's final argmax response per training prompt"""
+    seconds: float = 0.0
+    exploration_exact: bool = True
+    """whether `optimal_prob` and `zero_std_prob` are exact (else Monte Carlo, lab.exact.exploration; an
+    autoregressive run past the enumeration limit leaves them and `kl_exact` empty, lab.exact.ar_exploration)"""
+    eos: int | None = None
+    """the EOS token id of variable-length responses (None: fixed length)"""
+    divergence: list = field(default_factory=list)
+    """per run: None, or the `lab.training.divergence.Divergence` where it stopped (its later records are NaN)"""
+
+    @property
+    def num_runs(self) -> int:
+        return len(self.configs)
+
+    def diverged(self) -> np.ndarray:
+        """bool[run]: the run diverged (`divergence`)."""
+        return np.array([d is not None for d in self.divergence] or [False] * self.num_runs, dtype=bool)
+
+    def final(self, name: str) -> np.ndarray:
+        """A metric's last value per run, float[run]."""
+        table = self.epoch_metrics if name in self.epoch_metrics else self.step_metrics
+        return table[name][:, -1]
+
+
+def format_value(value) -> str:
+    """A stable text form: integers as such, floats as the shortest text that reads back
+    to the same float32 (the precision the metrics are computed in), NaN as empty."""
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    value = np.float32(value)
+    return "" if np.isnan(value) else str(value)
+
+
+def _column_text(values: np.ndarray) -> list[str]:
+    """`format_value` over a whole column (the same text, without a Python call per value)."""
+    if values.dtype.kind in "iub":
+        return [str(v) for v in values.tolist()]
+    values = values.astype(np.float32, copy=False)
+    text = [str(v) for v in values]  # np.float32 scalars print their shortest round-trip text
+    for i in np.flatnonzero(np.isnan(values)):
+        text[i] = ""
+    return text
+
+
+def metrics_csv(records: Records, extra_columns: dict[str, list] | None = None) -> str:
+    """All runs' rows as CSV text; `extra_columns` name -> one value per run (seed, delta, ...).
+
+    Built column by column (a 500-run sweep has half a million rows); the text of every value is
+    `format_value`'s.
+    """
+    extra_columns = extra_columns or {}
+    header = io.StringIO()
+    csv.writer(header, lineterminator="\n").writerow([*extra_columns, *METRIC_COLUMNS])
+    lines = [header.getvalue()]
+    total = next(iter(records.step_metrics.values())).shape[1]
+    for run in range(records.num_runs):
+        prefix = "".join(f"{v if isinstance(v, str) else format_value(v)},"
+                         for v in (values[run] for values in extra_columns.values()))
+        epoch, inner = np.divmod(np.arange(total), records.configs[run].steps)
+        per_epoch = [_column_text(records.epoch_metrics[m][run]) for m in EPOCH_METRICS]
+        columns = [_column_text(epoch), _column_text(np.arange(total)), _column_text(inner),
+                   *([text[e] for e in epoch.tolist()] for text in per_epoch),
+                   *(_column_text(records.step_metrics[m][run]) for m in STEP_METRICS)]
+        lines.extend(prefix + ",".join(row) + "\n" for row in zip(*columns))
+    return "".join(lines)
+
+
+def response_text(response: list[int], eos: int | None) -> str:
+    """`[0, 1, 2]`; a variable-length response up to its EOS, shown as `<eos>`: `[0, 1, 2, <eos>]`."""
+    if eos is None:
+        return str(response)
+    end = response.index(eos) + 1 if eos in response else len(response)  # padding after EOS is not shown
+    return "[" + ", ".join("<eos>" if token == eos else str(token) for token in response[:end]) + "]"
+
+
+def samples_text(records: Records, run: int = 0) -> str:
+    """The lecture's sample log, one block per kept epoch: prompt, then response reward delta."""
+    lines = []
+    for snap in records.samples:
+        lines.append(f"== epoch {snap.epoch} ==")
+        for b, prompt in enumerate(records.prompts.tolist()):
+            lines.append(f"prompt {prompt}  (optimum {format_value(records.optimum[run, b])})")
+            for t, response in enumerate(snap.responses[run, b].tolist()):
+                lines.append(f"  response {response_text(response, records.eos)}  reward {format_value(snap.rewards[run, b, t])}"
+                             f"  delta {snap.deltas[run, b, t]:+.4f}")
+        lines.append("")
+    return "\n".join(lines)

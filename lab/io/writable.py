@@ -1,0 +1,65 @@
+"""Can the lab write OUT? Asked before any training, so that a bad --out costs seconds, not a run.
+
+    OUT is writable  <=>  every existing folder on its way is a folder (not a file), every name fits
+                          the file system (NAME_MAX, with room for the temporary `.NAME.XXXXXXXX.partial`),
+                          and the nearest existing folder lets us create a folder in it (tried, then removed)
+
+What cannot be known up front (the disk filling up while writing) is caught while writing: the
+output is built under a temporary name (`lab.io.outputs`), so a failure leaves nothing partial.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from lab.io.outputs import OutputError
+
+TEMP_NAME_EXTRA = len(".") + len(".XXXXXXXX") + len(".partial")
+"""Characters the temporary folder `.NAME.XXXXXXXX.partial` adds to NAME (tempfile's 8 random ones)."""
+PROBE_PREFIX = ".lab-write-probe."
+
+
+def name_max(folder: Path) -> int:
+    """The longest file name `folder`'s file system allows (255 where it does not say)."""
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255
+
+
+def nearest_existing(path: Path) -> Path:
+    """`path` itself or its closest ancestor that exists (following `..` lexically, as mkdir would)."""
+    path = Path(os.path.abspath(path))
+    while not os.path.lexists(path):
+        path = path.parent
+    return path
+
+
+def check_writable(out: Path, flag: str = "--out", temporary: bool = True) -> None:
+    """Raise `OutputError` (one line) when `out` cannot be created; nothing is left behind.
+
+    `temporary`: `out` is built beside itself under a longer temporary name (a folder output);
+    a single file written by `lab.io.outputs.atomic_path` needs the same room.
+    """
+    out = Path(out)
+    absolute = Path(os.path.abspath(out))
+    existing = nearest_existing(absolute.parent)
+    if not existing.is_dir():
+        raise OutputError(f"{flag} {out}: {existing} is a file, not a folder; choose a path inside a folder")
+    limit = name_max(existing)
+    missing = absolute.relative_to(existing).parts
+    for i, name in enumerate(missing):
+        room = limit - (TEMP_NAME_EXTRA if temporary and i == len(missing) - 1 else 0)
+        if len(os.fsencode(name)) > room:
+            raise OutputError(f"{flag} {out}: the name {name[:20]}... is {len(os.fsencode(name))} bytes long, "
+                              f"more than the {room} this file system allows here; choose a shorter name")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputError(f"{flag} {out}: cannot write into {existing} (permission denied); "
+                          "choose a folder you can write to")
+    try:  # what access() cannot see: a read-only file system, quotas, ACLs
+        os.rmdir(tempfile.mkdtemp(dir=existing, prefix=PROBE_PREFIX))
+    except OSError as e:
+        raise OutputError(f"{flag} {out}: cannot write into {existing} ({e.strerror}); "
+                          "choose a folder you can write to") from None

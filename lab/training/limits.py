@@ -1,0 +1,178 @@
+"""What a run or sweep will need, checked against what the machine has, before anything is allocated.
+
+    memory(R runs) ~ params * R * (vocab*dim + (P+Q)*dim^2) * 4 B        parameters, gradients, Adam, copies
+                   + R * B * G * Q * (vocab + 64) B * steps-in-a-block       sampling, log-probs, metric block
+                   + R * E * S * (11 metrics * 8 B + CSV row)            the records and metrics.csv's text
+                   + prompts (a Python list while they are drawn)
+    autoregressive: Q = max length, one more token (EOS), the (Q x Q) previous-token matrices, the
+    metric block's log-softmaxes, and the prefix tree R * B * (1 + V + ... + V^(Q-1)) * (V+1) * 4 B * 8
+    (built only within `lab.exact.LIMITS`)
+
+Every term is an over-estimate of the lab's own tensors (float32 values, int64 tokens, a bool
+comparison per vocabulary entry while sampling); torch's allocator and Python add some more. A
+request past the memory available (`/proc/meminfo`'s MemAvailable, or the free CUDA memory for
+what lives on the GPU) is refused with the estimate in the message, so that `--group-size 1e9`
+ends in one line instead of an allocation traceback, and `--epochs 10**12` in one line instead
+of an endless run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from lab.training.config import ConfigError, TrainConfig
+from lab.exact import LIMITS
+from lab.exact.varlen import space_size
+from lab.training.lengths import LENGTH_MARGIN
+from lab.training.metrics import METRIC_BLOCK_TOKENS
+from lab.policies.interface import PolicyKind
+from lab.io.records import EPOCH_METRICS, METRIC_COLUMNS, STEP_METRICS
+
+
+@dataclass(frozen=True)
+class MemoryCosts:
+    """Bytes per unit of each term (documented over-estimates; see the module docstring)."""
+
+    parameter_copies: int = 8
+    """parameter, gradient, Adam m, v and update, divergence snapshot, reference, returned state"""
+    token_bytes: int = 64
+    """per sampled token and step: float64 uniform, int64 token, float32 log-probs and their gradient"""
+    csv_row_bytes: int = 24 * len(METRIC_COLUMNS)
+    """text of one metrics.csv row (about 12 characters per value), built once and joined once"""
+    prompt_token_bytes: int = 200
+    """one prompt token while Python draws the prompts (int objects, list and set entries)"""
+    tree_copies: int = 8
+    """the autoregressive prefix tree: the policy's and the reference's levels and their temporaries"""
+
+
+COSTS = MemoryCosts()
+
+
+def available_memory() -> int:
+    """Bytes of RAM the process may still take: MemAvailable, else free pages, else unknown (a big number)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def available_device_memory(device: torch.device) -> int:
+    """Free bytes on `device` (CUDA: torch.cuda.mem_get_info; the CPU: `available_memory`)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return available_memory()
+
+
+def gigabytes(n: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9)):
+        if n >= size / 10:
+            return f"{n / size:,.3g} {unit}" if n < 1e15 else f"{n / size:.2e} {unit}"
+    return f"{n / 1e6:.3g} MB"
+
+
+def estimate(configs: Sequence[TrainConfig], vocab_size: int, prompt_count: int, prompt_length: int,
+             heldout: int = 0, costs: MemoryCosts = COSTS, seeds: int = 1) -> dict[str, int]:
+    """Bytes per term for training `configs` (grouped into batches by group size) and keeping their records.
+
+    Each config stands for `seeds` runs. 'device': tensors that live where training runs;
+    'host': records and text, always in RAM.
+    """
+    runs, B, P = len(configs) * seeds, prompt_count, prompt_length
+    if runs == 0:
+        return {"device": 0, "host": 0}
+    shared = configs[0]
+    dim, E, S = shared.dim, shared.epochs, shared.steps
+    params = runs * (vocab_size * dim + 2 * P * dim * dim) * 4 * costs.parameter_copies
+    # the largest batch's tokens per step; a metric block holds up to METRIC_BLOCK_TOKENS tokens or one epoch
+    step_tokens = max(sum(seeds for c in configs if c.group_size == G) * B * G * P
+                      for G in {c.group_size for c in configs})
+    sampling = step_tokens * (vocab_size + costs.token_bytes)  # one bool per vocabulary entry per token
+    block_tokens = min(E * S * step_tokens, max(METRIC_BLOCK_TOKENS, step_tokens * S))
+    block = block_tokens * costs.token_bytes + block_tokens // max(1, max(c.group_size for c in configs)) \
+        * vocab_size * 4 * 2
+    rows = runs * E * S
+    records = rows * len(STEP_METRICS) * 8 + runs * E * (len(EPOCH_METRICS) * 4 + (B + heldout) * P * 8
+                                                         + B * shared.group_size * 4)
+    text = rows * costs.csv_row_bytes * 2
+    prompts = (B + heldout) * P * costs.prompt_token_bytes
+    if shared.policy is PolicyKind.autoregressive:  # lab.training.varlen: see the module docstring
+        Q = shared.max_length or P + LENGTH_MARGIN
+        params += runs * (Q * Q + Q - P) * dim * dim * 4 * costs.parameter_copies
+        scale = Q / P  # longer responses: every token term grows
+        sampling, block = int(sampling * scale), int(block * scale + block_tokens * scale * (vocab_size + 1) * 4)
+        if space_size(vocab_size, Q) <= LIMITS.max_responses:  # else no tree (lab.exact.ar_exploration)
+            prefixes = sum(vocab_size ** q for q in range(Q))
+            block += runs * B * prefixes * (vocab_size + 1) * 4 * costs.tree_copies
+    return {"device": params + sampling + block, "host": records + text + prompts}
+
+
+def check_memory(configs: Sequence[TrainConfig], vocab_size: int, prompt_count: int, prompt_length: int,
+                 heldout: int, device: torch.device, what: str = "this run", seeds: int = 1) -> None:
+    """Raise `ConfigError` when the estimate exceeds the memory available (message: estimate, limit, way out)."""
+    need = estimate(configs, vocab_size, prompt_count, prompt_length, heldout, seeds=seeds)
+    host_free = available_memory()
+    if device.type == "cuda":
+        device_free = available_device_memory(device)
+        if need["device"] > device_free:
+            raise ConfigError(f"{what} needs about {gigabytes(need['device'])} of GPU memory, more than the "
+                              f"{gigabytes(device_free)} free; {_advice()}")
+        total = need["host"]
+    else:
+        total = need["host"] + need["device"]
+    if total > host_free:
+        raise ConfigError(f"{what} needs about {gigabytes(total)} of memory, more than the "
+                          f"{gigabytes(host_free)} available; {_advice()}")
+
+
+def _advice() -> str:
+    return ("lower --group-size, --dim, --vocab-size, the number of prompts, --epochs x --steps "
+            "(the records keep every step) or the number of runs")
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def check_threads(threads: int | None, flag: str = "--threads") -> None:
+    """`threads` must lie in 1..cores (torch segfaults on absurd counts)."""
+    cores = cpu_cores()
+    if threads is not None and not 1 <= threads <= cores:
+        raise ConfigError(f"{flag} must be from 1 to {cores} (this machine's cores), got {threads}")
+
+
+def diagnose_bytes(vocab_size: int, prompt_count: int, prompt_length: int, response_length: int, dim: int,
+                   group_sizes: Sequence[int], monte_carlo_chunk: int = 2_000) -> int:
+    """`lab diagnose`'s largest arrays: the score matrix float64[batch n params] (n = vocab^Q responses),
+    the Gram matrix float64[batch n n], and a Monte Carlo chunk of sampled groups for the largest G."""
+    n = vocab_size ** response_length
+    params = vocab_size * dim + (prompt_length + response_length) * dim * dim
+    exact = prompt_count * n * (params + n) * 8 * 2
+    sampled = monte_carlo_chunk * max(group_sizes) * prompt_count * response_length * (vocab_size + 24) \
+        + monte_carlo_chunk * prompt_count * n * 8
+    return exact + sampled
+
+
+def check_diagnose_memory(dim: int, task, group_sizes: Sequence[int]) -> None:
+    """Refuse a diagnosis whose arrays (`diagnose_bytes`) exceed the memory available."""
+    need = diagnose_bytes(task.vocab_size, task.prompts.shape[0], task.prompts.shape[1], task.response_length,
+                          dim, group_sizes)
+    free = available_memory()
+    if need > free:
+        raise ConfigError(f"this diagnosis needs about {gigabytes(need)} of memory, more than the "
+                          f"{gigabytes(free)} available; lower --dim or the largest --group-size "
+                          f"({max(group_sizes)}), or use fewer prompts")

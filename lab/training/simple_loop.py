@@ -1,0 +1,84 @@
+"""The training loop, plainly: one run, one policy, the lab's functions called one after another.
+
+    for epoch in 1..E:
+        (every kl_period epochs: pi_ref <- a frozen copy of pi_theta)
+        y ~ pi_theta(. | x), G per prompt;  r = R(x, y);  d = deltas(r)
+        l_old = log pi_theta(y | x),  l_ref = log pi_ref(y | x)          (frozen: no gradient)
+        repeat S times:
+            l = log pi_theta(y | x);  L = surrogate(l, d, l_old) + beta * k3(l, l_ref) - c_H * H;  Adam step on L
+
+This is the loop a student reads and writes (lesson 4). `lab.training.train.train` is the same loop made
+fast (a run axis for many runs, one autograd node for the log-probs, its own Adam, metrics in
+bulk); tests/test_simple_loop.py checks that for a seed both draw the same samples and end at the
+same parameters. The generator drives the initialisation first, then every epoch's sample, in
+that order in both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from lab.training.config import TrainConfig
+from lab.core.deltas import compute_deltas
+from lab.exact.exploration import entropy_bonus
+from lab.core.kl import freeze, kl_estimate, reference_due
+from lab.core.losses import compute_loss
+from lab.policies.factorized import Policy
+from lab.policies.rollout import response_log_probs
+from lab.policies.samplers import draw
+from tasks import Task
+
+
+@dataclass(frozen=True)
+class SimpleRun:
+    """What `simple_train` returns: every epoch's batch, every step's loss, the final policy."""
+
+    responses: Tensor
+    """int[epoch batch trial pos]: the sampled responses"""
+    rewards: Tensor
+    """float[epoch batch trial]"""
+    deltas: Tensor
+    """float[epoch batch trial]"""
+    losses: Tensor
+    """float[epoch step]: the minimised loss (surrogate + beta * k3 - entropy_coef * entropy) before each step"""
+    policy: Policy
+    """the final policy (its parameters: `policy.state_dict()`)"""
+
+
+def simple_train(task: Task, config: TrainConfig = TrainConfig(),
+                 generator: torch.Generator | None = None) -> SimpleRun:
+    """Train one policy on `task` with `config`; `generator` defaults to one seeded with `config.seed`."""
+    generator = torch.Generator().manual_seed(config.seed) if generator is None else generator
+    prompts, reward = task.prompts, task.reward_fn(config.reward)  # int[batch pos]
+    policy = Policy(task.vocab_size, prompts.shape[1], task.response_length, config.dim, generator=generator,
+                    init_scale=config.init_scale)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, betas=config.adam_betas, eps=config.adam_eps)
+    history = {"responses": [], "rewards": [], "deltas": [], "losses": []}
+    for epoch in range(config.epochs):
+        if reference_due(epoch, config.kl_period):
+            reference = freeze(policy)  # a copy: later steps do not move it
+        with torch.no_grad():  # sampling and scoring are not differentiated
+            # config.sampler: the lab's inverse CDF, or the lecture script's torch.multinomial (lab.policies.samplers)
+            responses = draw(config.sampler, policy(prompts), config.group_size, generator)  # int[batch trial pos]
+            rewards = reward(prompts, responses)  # float[batch trial]
+            deltas = compute_deltas(rewards, config.delta, config.std_eps, config.std_unbiased)
+            old_log_probs = response_log_probs(policy(prompts), responses)  # float[batch trial pos]
+            ref_log_probs = response_log_probs(reference(prompts), responses)
+        losses = []
+        for _ in range(config.steps):  # S steps on the same batch
+            log_probs = response_log_probs(policy(prompts), responses)
+            loss = compute_loss(log_probs, deltas, config.loss, old_log_probs, config.clip_eps)
+            if config.kl > 0:
+                loss = loss + config.kl * kl_estimate(log_probs, ref_log_probs)
+            if config.entropy_coef > 0:  # the entropy bonus: the exact mean entropy on the prompts
+                loss = loss - config.entropy_coef * entropy_bonus(policy(prompts))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach())
+        for name, value in zip(history, (responses, rewards, deltas, torch.stack(losses))):
+            history[name].append(value)
+    return SimpleRun(**{name: torch.stack(values) for name, values in history.items()}, policy=policy)
