@@ -46,3 +46,11 @@ def test_the_flat_package_is_grouped_and_import_lab_loads_no_plotting():
     assert fresh.stdout.strip() == "False"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "True"  # lab.plots loads it on first use
+
+
+def test_paths_computed_from_a_modules_location_still_point_at_the_repository():
+    """Moving a module one folder down moves its `__file__`: the end-to-end benchmark must still find the
+    repository it puts on the sweep's path."""
+    from lab.experiments import endtoend
+
+    assert (endtoend.PROJECT_ROOT / "pyproject.toml").is_file() and (endtoend.PROJECT_ROOT / "lab").is_dir()
