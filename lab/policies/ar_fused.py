@@ -49,6 +49,7 @@ class _ARLogProbs(torch.autograd.Function):
         h = torch.bmm(x, a)  # float[run batch dim]
         b = decode.transpose(1, 2).reshape(runs, dim, length * dim)  # float[run dim (q e)]
         z0 = torch.bmm(h, b)  # float[run batch (q e)]
+        # a view where C is stored as [run d j q e] (AutoregressiveStack), else a copy
         c = previous.permute(0, 3, 2, 1, 4).reshape(runs, dim, -1)  # float[run d (j q e)]
         causal_columns = causal(length, dim, x)
         table = torch.bmm(embedding, c).mul_(causal_columns)  # only j < q: the plain path's masked C
@@ -82,8 +83,10 @@ class _ARLogProbs(torch.autograd.Function):
         grad_table.mul_(causal(length, dim, grad_table))  # C_qj with j >= q gets no gradient
         grad_embedding += torch.bmm(grad_table, c.mT)  # the table's rows E[v]
         grad_c = torch.bmm(embedding.mT, grad_table).view(runs, dim, length, length, dim)
-        grad_previous = grad_c.permute(0, 3, 2, 1, 4).contiguous()  # float[run q j d e], C's layout
-        grad_decode = torch.bmm(h.mT, grad_z0).view(runs, dim, length, dim).transpose(1, 2).contiguous()
+        # float[run q j d e] and float[run q d e] as views: autograd lays them out as the parameters are
+        # stored (no copy where the stack stores them permuted, as the forward reads them)
+        grad_previous = grad_c.permute(0, 3, 2, 1, 4)
+        grad_decode = torch.bmm(h.mT, grad_z0).view(runs, dim, length, dim).transpose(1, 2)
         grad_h = torch.bmm(grad_z0, b.mT)  # float[run batch dim]
         grad_encode = torch.bmm(x.mT, grad_h).view(runs, -1, dim, dim)
         grad_x = torch.bmm(grad_h, a.mT).view(runs, -1, dim)  # float[run (batch pos) dim]

@@ -141,8 +141,14 @@ class AutoregressiveStack(AutoregressivePolicy):
         scales = init_scales or [1.0] * len(generators)
         per_run = [init_autoregressive(vocab_size, prompt_length, max_length, dim, g, init_scale=s)
                    for g, s in zip(generators, scales)]
-        for name in per_run[0]:
-            setattr(self, name, nn.Parameter(torch.stack([p[name] for p in per_run])))
+        stacked = {name: torch.stack([p[name] for p in per_run]) for name in per_run[0]}
+        # kept in memory as [run d q e] and [run d j q e]: the fused log-probs' matrices of decode
+        # [d (q e)] and of previous [d (j q e)] (`lab.policies.ar_fused`) are then views, and their
+        # gradients need no permuted copies (lab.training.optim updates them in that memory order)
+        stacked["decode"] = stacked["decode"].transpose(1, 2).contiguous().transpose(1, 2)
+        stacked["previous"] = stacked["previous"].permute(0, 3, 2, 1, 4).contiguous().permute(0, 3, 2, 1, 4)
+        for name, value in stacked.items():
+            setattr(self, name, nn.Parameter(value))
 
     @property
     def num_runs(self) -> int:
