@@ -45,3 +45,23 @@ def test_fused_autoregressive_log_probs_refuse_per_run_prompts():
     with pytest.raises(ValueError, match="shared by every run"):
         ar_log_probs(policy.embedding, policy.encode, policy.decode, policy.previous,
                      prompts.expand(2, *prompts.shape), responses, P.response_mask(policy, responses))
+
+
+def test_the_stack_stores_decode_and_previous_as_the_fused_path_reads_them():
+    """The fused op reads decode as [run d (q e)] and previous as [run d (j q e)]; the stack keeps them in
+    that memory order, so both are views (no copy per step) and their gradients arrive in the parameters'
+    own layout (autograd keeps them as they are), while the values stay those of a contiguous stack."""
+    from lab.training.optim import memory_order
+    policy, prompts, responses = setup(3)
+    assert memory_order(policy.decode) == [0, 2, 1, 3]
+    assert memory_order(policy.previous) == [0, 3, 2, 1, 4]
+    params = [policy.embedding, policy.encode, policy.decode, policy.previous]
+    log_probs, _ = ar_log_probs(*params, prompts, responses, P.response_mask(policy, responses))
+    log_probs.sum().backward()
+    for p in params:
+        assert p.grad.stride() == p.stride()
+    generators = [torch.Generator().manual_seed(r) for r in range(3)]
+    plain = [P.make_policy("autoregressive", 4, 3, 4, 5, g) for g in generators]
+    stack = P.make_stack("autoregressive", 4, 3, 4, 5, [torch.Generator().manual_seed(r) for r in range(3)])
+    for name in ("decode", "previous"):
+        assert torch.equal(getattr(stack, name), torch.stack([getattr(p, name) for p in plain]))
