@@ -70,7 +70,9 @@ def test_a_parquet_table_loads_in_one_line_with_pyarrow(records, tmp_path):
     step_path, _ = write_tables(records, GRID_FIELDS, tmp_path)
     table = pq.read_table(step_path)
     assert table.num_rows == records.num_runs * 6 and table.schema.field("loss").type == "float"
-    assert str(table.schema.field("config_loss").type) == "string"
+    setting = table.schema.field("config_loss").type  # text settings: dictionary-encoded strings (pandas: category)
+    assert str(setting.value_type) == "string" and set(table.column("config_loss").to_pylist()) == {
+        c.loss.value for c in records.configs}
 
 
 def test_lab_sweep_writes_parquet_by_default_and_csv_on_request(tmp_path):

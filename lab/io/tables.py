@@ -75,9 +75,10 @@ def _arrow_table(per_run: dict[str, np.ndarray], rows_per_run: int, per_row: dic
 
     columns = {}
     for name, values in per_run.items():
-        if values.dtype.kind == "U":  # a setting's text: a few distinct values, so build each once and take
+        if values.dtype.kind == "U":  # a setting's text: a few distinct values, stored once (dictionary-encoded)
             distinct, codes = np.unique(values, return_inverse=True)
-            columns[name] = pa.array(distinct).take(pa.array(np.repeat(codes.astype(np.int32), rows_per_run)))
+            columns[name] = pa.DictionaryArray.from_arrays(np.repeat(codes.astype(np.int32), rows_per_run),
+                                                           pa.array(distinct))
         else:
             columns[name] = pa.array(np.repeat(values, rows_per_run))
     for name, values in per_row.items():
