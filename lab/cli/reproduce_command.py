@@ -88,5 +88,5 @@ def bench(
         from lab.experiments.endtoend import end_to_end, end_to_end_report
 
         for device in devices:
-            row = end_to_end(sweep_runs, device, repeats=min(repeats, 2))
+            row = end_to_end(sweep_runs, device, repeats=repeats)
             typer.echo(end_to_end_report(row, min(lecture.values())))

@@ -35,9 +35,13 @@ from lab.training.optim import RunAdam
 from lab.policies import PolicyKind
 from lab.policies.factorized import PolicyStack, policy_logits
 from lab.io.records import EPOCH_METRICS, GREEDY_METRICS, STEP_METRICS, Records, Samples
-from lab.policies.rollout import greedy_responses
-from lab.policies.samplers import SAMPLERS
+from lab.policies.rollout import UniformStream, greedy_responses
+from lab.policies.samplers import SAMPLERS, Sampler
 from tasks import Task
+
+
+UNIFORM_CHUNK_EPOCHS = 10
+"""Epochs of sampling uniforms drawn per generator call (speed only: the draws are the same)."""
 
 
 class RunGroups:
@@ -119,6 +123,10 @@ def train(
     sampler_groups = RunGroups([c.sampler for c in configs], device)
     # each sampler draws for its own runs, each run from its own generator (lab.policies.samplers)
     sampler_generators = {s: [generators[i] for i in idx.tolist()] for s, idx in sampler_groups.groups}
+    if Sampler.inverse_cdf in sampler_generators:  # its uniforms drawn ahead, a chunk of epochs per call
+        sampler_generators[Sampler.inverse_cdf] = UniformStream(
+            sampler_generators[Sampler.inverse_cdf], (prompts.shape[0], shared.group_size, task.response_length),
+            shared.epochs, UNIFORM_CHUNK_EPOCHS, device)
     optimum = torch.stack([task.optimum(c.reward, prompts) for c in configs]).float()  # float[run batch]
     eval_optimum = (None if eval_prompts is None else
                     torch.stack([task.optimum(c.reward, eval_prompts) for c in configs]).float())
