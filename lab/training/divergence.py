@@ -115,3 +115,13 @@ class DivergenceGuard:
                 values[r, d.step + 1:] = np.nan
             for name, values in epoch_metrics.items():
                 values[r, d.epoch + (name not in greedy_names):] = np.nan
+
+    def finish(self, step_metrics: dict[str, np.ndarray], epoch_metrics: dict[str, np.ndarray],
+               greedy_names: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """`mask`, then, when every run diverged, the step records cut after the last run's divergence
+        (nothing was trained after it); returns the step records to keep."""
+        self.mask(step_metrics, epoch_metrics, greedy_names)
+        if not self.all_diverged:
+            return step_metrics
+        last = max(d.step for d in self.found) + 1
+        return {name: values[:, :last] for name, values in step_metrics.items()}

@@ -32,6 +32,7 @@ from lab.training.lengths import length_metrics
 from lab.core.losses import compute_loss
 from lab.training.metrics import StepMetricBlock, block_epochs, greedy_metrics, sample_metrics
 from lab.training.optim import RunAdam
+from lab.training.runs import RunGroups, RunSettings
 from lab.policies import PolicyKind
 from lab.policies.factorized import PolicyStack, policy_logits
 from lab.io.records import EPOCH_METRICS, GREEDY_METRICS, STEP_METRICS, Records, Samples
@@ -42,25 +43,6 @@ from tasks import Task
 
 UNIFORM_CHUNK_EPOCHS = 10
 """Epochs of sampling uniforms drawn per generator call (speed only: the draws are the same)."""
-
-
-class RunGroups:
-    """Runs grouped by one per-run setting, to apply each setting's function to its runs only."""
-
-    def __init__(self, keys: Sequence, device: torch.device) -> None:
-        self.keys = list(keys)
-        distinct = list(dict.fromkeys(self.keys))
-        self.groups = [(k, torch.tensor([i for i, x in enumerate(self.keys) if x == k], device=device))
-                       for k in distinct]
-        order = torch.cat([idx for _, idx in self.groups])
-        self.inverse = torch.argsort(order)
-
-    def apply(self, fn: Callable[..., Tensor], *tensors: Tensor) -> Tensor:
-        """fn(key, *tensors restricted to that key's runs) for each key, reassembled in run order."""
-        if len(self.groups) == 1:  # the common case: no gather needed
-            return fn(self.groups[0][0], *tensors)
-        parts = [fn(key, *(t[idx] for t in tensors)) for key, idx in self.groups]
-        return torch.cat(parts)[self.inverse]
 
 
 def kl_penalty_term(agg: LossAgg, log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
@@ -104,22 +86,13 @@ def train(
     per_run = lambda name, dtype=torch.float32: torch.tensor(  # noqa: E731
         [getattr(c, name) for c in configs], device=device, dtype=dtype)
     parameters = [policy.embedding, policy.encode, policy.decode]  # float[run ...] each
-    optimizer = RunAdam(parameters, per_run("lr"), shared.adam_betas, shared.adam_eps)
-    beta, clip_eps = per_run("kl"), per_run("clip_eps")
+    (lr, beta, clip_eps, any_kl, kl_runs, kl_agg_groups, reward_groups, delta_groups, loss_groups,
+     agg_groups) = RunSettings.of(configs, device)
+    optimizer = RunAdam(parameters, lr, shared.adam_betas, shared.adam_eps)
     entropy_coef = per_run("entropy_coef")
     # only the runs with an entropy bonus pay for its differentiable forward pass
     bonus_runs = torch.tensor([r for r, c in enumerate(configs) if c.entropy_coef > 0], device=device,
                               dtype=torch.long)
-    any_kl = any(c.kl > 0 for c in configs)
-    # where beta = 0 the KL stays out of the loss even beside runs with beta > 0: 0 * an overflowing
-    # k3 would make that run's loss and gradient NaN
-    kl_list = [r for r, c in enumerate(configs) if c.kl > 0]
-    kl_runs = None if len(kl_list) == runs else torch.tensor(kl_list, device=device, dtype=torch.long)
-    kl_agg_groups = RunGroups([configs[r].loss_agg for r in kl_list], device) if kl_list else None
-    reward_groups = RunGroups([c.reward for c in configs], device)
-    delta_groups = RunGroups([c.delta for c in configs], device)
-    loss_groups = RunGroups([(c.loss, c.loss_agg) for c in configs], device)
-    agg_groups = RunGroups([c.loss_agg for c in configs], device)
     sampler_groups = RunGroups([c.sampler for c in configs], device)
     # each sampler draws for its own runs, each run from its own generator (lab.policies.samplers)
     sampler_generators = {s: [generators[i] for i in idx.tolist()] for s, idx in sampler_groups.groups}
@@ -254,10 +227,7 @@ def train(
     to_numpy = lambda log, join: {k: join(v).cpu().float().numpy() for k, v in log.items()}  # noqa: E731
     step_values = to_numpy(step_log, lambda v: torch.cat(v).T)  # [step run] per block -> [run step]
     epoch_values = {name: epoch_log[name].cpu().float().numpy() for name in EPOCH_METRICS}
-    guard.mask(step_values, epoch_values, GREEDY_METRICS)
-    if guard.all_diverged:  # the records end at the last run's divergence
-        last = max(d.step for d in guard.found) + 1
-        step_values = {name: values[:, :last] for name, values in step_values.items()}
+    step_values = guard.finish(step_values, epoch_values, GREEDY_METRICS)
     return Records(
         configs=configs,
         prompts=task.prompts.cpu().numpy(),

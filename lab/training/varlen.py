@@ -40,7 +40,7 @@ from lab.training.metrics_varlen import VarlenMetricBlock
 from lab.training.optim import RunAdam
 from lab.policies.ar_fused import ar_log_probs
 from lab.io.records import EPOCH_METRICS, GREEDY_METRICS, STEP_METRICS, Records, Samples
-from lab.training.train import RunGroups
+from lab.training.runs import RunSettings
 from tasks import Task
 from tasks.sorting import variable_length_reward
 
@@ -67,20 +67,10 @@ def train_varlen(
     eos = P.ops_of(policy).eos(policy)
     reward = {c.reward: variable_length_reward(c.reward, eos) for c in configs}  # unknown names fail here
 
-    per_run = lambda name: torch.tensor([getattr(c, name) for c in configs], device=device)  # noqa: E731
     parameters = [policy.embedding, policy.encode, policy.decode, policy.previous]  # float[run ...] each
-    optimizer = RunAdam(parameters, per_run("lr").float(), shared.adam_betas, shared.adam_eps)
-    beta, clip_eps = per_run("kl").float(), per_run("clip_eps").float()
-    any_kl = any(c.kl > 0 for c in configs)
-    # where beta = 0 the KL stays out of the loss even beside runs with beta > 0 (as in lab.training.train):
-    # 0 * an overflowing k3 would make that run's loss and gradient NaN
-    kl_list = [r for r, c in enumerate(configs) if c.kl > 0]
-    kl_runs = None if len(kl_list) == runs else torch.tensor(kl_list, device=device, dtype=torch.long)
-    kl_agg_groups = RunGroups([configs[r].loss_agg for r in kl_list], device) if kl_list else None
-    reward_groups = RunGroups([c.reward for c in configs], device)
-    delta_groups = RunGroups([c.delta for c in configs], device)
-    loss_groups = RunGroups([(c.loss, c.loss_agg) for c in configs], device)
-    agg_groups = RunGroups([c.loss_agg for c in configs], device)
+    (lr, beta, clip_eps, any_kl, kl_runs, kl_agg_groups, reward_groups, delta_groups, loss_groups,
+     agg_groups) = RunSettings.of(configs, device)
+    optimizer = RunAdam(parameters, lr, shared.adam_betas, shared.adam_eps)
     targets = eos_targets(task.targets(prompts), eos, length)  # int[batch pos]
     optimum = torch.stack([reward[c.reward](prompts, targets.unsqueeze(-2)).squeeze(-1) for c in configs]).float()
     if eval_prompts is not None:
@@ -185,10 +175,7 @@ def train_varlen(
     nan_epochs = torch.full((runs, len(epoch_greedy)), math.nan)
     step_values = {name: torch.cat(values).T.cpu().float().numpy() for name, values in step_log.items()}
     epoch_values = {name: epoch_log.get(name, nan_epochs).cpu().float().numpy() for name in EPOCH_METRICS}
-    guard.mask(step_values, epoch_values, GREEDY_METRICS)
-    if guard.all_diverged:  # the records end at the last run's divergence
-        last = max(d.step for d in guard.found) + 1
-        step_values = {name: values[:, :last] for name, values in step_values.items()}
+    step_values = guard.finish(step_values, epoch_values, GREEDY_METRICS)
     return Records(
         configs=configs,
         prompts=task.prompts.cpu().numpy(),

@@ -1,0 +1,75 @@
+"""What differs between the runs of one batched computation: their numbers, and their modes as groups.
+
+    loss = sum_r loss_r,   loss_r = surrogate_{mode_r}(l_r, d_r) + beta_r * KL_{agg_r}(l_r, l_ref_r)
+
+Every run keeps its own settings inside a batch: numbers become float[run] tensors, and each mode
+(reward, delta, loss, aggregation) is applied to the runs that chose it (`RunGroups`). Both
+training loops (`lab.training.train`, `lab.training.varlen`) take them from `RunSettings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from lab.training.config import TrainConfig
+
+
+class RunGroups:
+    """Runs grouped by one per-run setting, to apply each setting's function to its runs only."""
+
+    def __init__(self, keys: Sequence, device: torch.device) -> None:
+        self.keys = list(keys)
+        distinct = list(dict.fromkeys(self.keys))
+        self.groups = [(k, torch.tensor([i for i, x in enumerate(self.keys) if x == k], device=device))
+                       for k in distinct]
+        order = torch.cat([idx for _, idx in self.groups])
+        self.inverse = torch.argsort(order)
+
+    def apply(self, fn: Callable[..., Tensor], *tensors: Tensor) -> Tensor:
+        """fn(key, *tensors restricted to that key's runs) for each key, reassembled in run order."""
+        if len(self.groups) == 1:  # the common case: no gather needed
+            return fn(self.groups[0][0], *tensors)
+        parts = [fn(key, *(t[idx] for t in tensors)) for key, idx in self.groups]
+        return torch.cat(parts)[self.inverse]
+
+
+class RunSettings(NamedTuple):
+    """The per-run numbers and mode groups of a batch of runs (`RunSettings.of(configs, device)`)."""
+
+    lr: Tensor
+    """float[run]"""
+    beta: Tensor
+    """float[run], the KL weight"""
+    clip_eps: Tensor
+    """float[run]"""
+    any_kl: bool
+    kl_runs: Tensor | None
+    """the runs with beta > 0 (None: every run). Where beta = 0 the KL stays out of the loss even beside
+    runs with beta > 0: 0 * an overflowing k3 would make that run's loss and gradient NaN"""
+    kl_agg_groups: RunGroups | None
+    """the KL runs grouped by loss aggregation (None without KL runs)"""
+    reward_groups: RunGroups
+    delta_groups: RunGroups
+    loss_groups: RunGroups
+    """grouped by (loss mode, aggregation)"""
+    agg_groups: RunGroups
+
+    @classmethod
+    def of(cls, configs: Sequence[TrainConfig], device: torch.device) -> RunSettings:
+        def per_run(name: str) -> Tensor:
+            return torch.tensor([getattr(c, name) for c in configs], device=device, dtype=torch.float32)
+
+        kl_list = [r for r, c in enumerate(configs) if c.kl > 0]
+        return cls(
+            lr=per_run("lr"), beta=per_run("kl"), clip_eps=per_run("clip_eps"), any_kl=bool(kl_list),
+            kl_runs=None if len(kl_list) == len(configs) else torch.tensor(kl_list, device=device, dtype=torch.long),
+            kl_agg_groups=RunGroups([configs[r].loss_agg for r in kl_list], device) if kl_list else None,
+            reward_groups=RunGroups([c.reward for c in configs], device),
+            delta_groups=RunGroups([c.delta for c in configs], device),
+            loss_groups=RunGroups([(c.loss, c.loss_agg) for c in configs], device),
+            agg_groups=RunGroups([c.loss_agg for c in configs], device),
+        )
