@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -129,6 +130,9 @@ def sweep(
 
     from lab.experiments.bench import sweep_threads
 
+    # the writers' imports (matplotlib, pyarrow: about 0.3 s of Python) load while the runs train
+    preload = threading.Thread(target=_import_writers, daemon=True)
+    preload.start()
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads or sweep_threads(len(configs)))  # tiny runs: 1; hundreds of runs: all cores
     try:
@@ -139,6 +143,7 @@ def sweep(
         torch.set_num_threads(previous_threads)
     summaries = sweeps.summarise(records, columns)
 
+    preload.join()
     from lab.io.figures import plot_sweep  # matplotlib only where a figure is made
 
     with writing(folder.out), folder as tmp:
@@ -166,3 +171,9 @@ def sweep(
                    f"{first.message(configs[run].lr, steps)}", err=True)
         if len(diverged) == len(configs):
             raise typer.Exit(DIVERGED_EXIT_CODE)
+
+
+def _import_writers() -> None:
+    import pyarrow.parquet  # noqa: F401
+
+    import lab.io.figures  # noqa: F401
