@@ -28,6 +28,7 @@ from enum import Enum
 import torch
 from torch import Tensor
 
+from lab.core.choices import parse_choice
 TOKEN_AXES = (-3, -2, -1)  # batch trial pos
 SEQUENCE_AXES = (-2, -1)  # batch trial
 
@@ -42,11 +43,7 @@ class LossAgg(str, Enum):
 
 
 def parse_agg(mode: LossAgg | str) -> LossAgg:
-    try:
-        return LossAgg(mode)
-    except ValueError:
-        choices = ", ".join(m.value for m in LossAgg)
-        raise ValueError(f"unknown loss aggregation {mode!r}; choose one of: {choices}") from None
+    return parse_choice(LossAgg, mode, "loss aggregation")
 
 
 def _masked(values: Tensor, mask: Tensor | None) -> Tensor:

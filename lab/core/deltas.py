@@ -25,6 +25,7 @@ from enum import Enum
 import torch
 from torch import Tensor
 
+from lab.core.choices import parse_choice
 
 class DeltaMode(str, Enum):
     """How rewards become deltas."""
@@ -71,11 +72,7 @@ NEEDS_GROUP = frozenset({DeltaMode.centered, DeltaMode.normalized, DeltaMode.loo
 
 def parse_mode(mode: DeltaMode | str) -> DeltaMode:
     """An enum member from a member or its name, with an error that lists the choices."""
-    try:
-        return DeltaMode(mode)
-    except ValueError:
-        choices = ", ".join(m.value for m in DeltaMode)
-        raise ValueError(f"unknown delta mode {mode!r}; choose one of: {choices}") from None
+    return parse_choice(DeltaMode, mode, "delta mode")
 
 
 def compute_deltas(

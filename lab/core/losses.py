@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from lab.core.aggregation import LossAgg, aggregate
+from lab.core.choices import parse_choice
 
 
 class LossMode(str, Enum):
@@ -78,11 +79,7 @@ NEEDS_OLD = frozenset({LossMode.unclipped, LossMode.clipped})
 
 
 def parse_mode(mode: LossMode | str) -> LossMode:
-    try:
-        return LossMode(mode)
-    except ValueError:
-        choices = ", ".join(m.value for m in LossMode)
-        raise ValueError(f"unknown loss mode {mode!r}; choose one of: {choices}") from None
+    return parse_choice(LossMode, mode, "loss mode")
 
 
 def compute_loss(

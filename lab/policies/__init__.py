@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from lab.core.choices import parse_choice
 from lab.policies import autoregressive, factorized
 from lab.policies.autoregressive import AutoregressivePolicy, AutoregressiveStack
 from lab.policies.interface import PolicyKind, PolicyOps
@@ -33,11 +34,7 @@ __all__ = ["POLICIES", "AutoregressivePolicy", "AutoregressiveStack", "Policy", 
 
 
 def parse_kind(kind: PolicyKind | str) -> PolicyKind:
-    try:
-        return PolicyKind(kind)
-    except ValueError:
-        choices = ", ".join(k.value for k in PolicyKind)
-        raise ValueError(f"unknown policy {kind!r}; choose one of: {choices}") from None
+    return parse_choice(PolicyKind, kind, "policy")
 
 
 def ops_of(policy: nn.Module) -> PolicyOps:

@@ -15,6 +15,7 @@ from enum import Enum
 import torch
 
 from lab.core.aggregation import LossAgg
+from lab.core.choices import parse_choice
 from lab.core.deltas import NEEDS_GROUP, DeltaMode
 from lab.core.losses import LossMode
 from lab.policies.interface import PolicyKind
@@ -104,12 +105,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name, enum in (("delta", DeltaMode), ("loss", LossMode), ("sampler", Sampler), ("policy", PolicyKind),
                            ("loss_agg", LossAgg)):
-            value = getattr(self, name)
-            try:
-                object.__setattr__(self, name, enum(value))
-            except ValueError:
-                choices = ", ".join(m.value for m in enum)
-                raise ConfigError(f"unknown {name} {value!r}; choose one of: {choices}") from None
+            object.__setattr__(self, name, parse_choice(enum, getattr(self, name), name, ConfigError))
         object.__setattr__(self, "adam_betas", tuple(self.adam_betas))
         for name in ("epochs", "steps", "group_size", "dim", "sample_every"):
             value = getattr(self, name)
