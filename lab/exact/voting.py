@@ -172,14 +172,7 @@ def pass_at_k(policy, prompts, reward, k: int | Sequence[int], generator: torch.
     """P(at least one of k samples is optimal), exactly 1 - (1 - p*)^k per prompt: float[batch]
     (float[batch len(k)] for a list of k). `reward` as in `lab.exact.expected_reward`. Past the
     enumeration limit: a Monte Carlo estimate from `generator`, with a `MonteCarloWarning`."""
-    from lab.exact import LIMITS
-
-    ks, single = _as_ks(k)
-    if policy.vocab_size ** policy.response_length > LIMITS.max_responses:
-        values = _sampled_votes(policy, torch.as_tensor(prompts), reward, ks, generator, trials)[0]
-    else:
-        values = pass_at_k_from_probs(*_tables(policy, prompts, reward)[1:], ks)
-    return values[..., 0] if single else values
+    return _at_k(policy, prompts, reward, k, generator, trials, pass_at_k_from_probs, vote=0)
 
 
 def maj_at_k(policy, prompts, reward, k: int | Sequence[int], generator: torch.Generator | None = None,
@@ -187,11 +180,16 @@ def maj_at_k(policy, prompts, reward, k: int | Sequence[int], generator: torch.G
     """P(the plurality vote of k samples is an optimal response; ties broken at random) per prompt:
     float[batch] (float[batch len(k)] for a list of k). Exact by `maj_at_k_from_probs`; past the
     enumeration limit a Monte Carlo estimate from `generator`, with a `MonteCarloWarning`."""
+    return _at_k(policy, prompts, reward, k, generator, trials, maj_at_k_from_probs, vote=1)
+
+
+def _at_k(policy, prompts, reward, k, generator, trials, exact, vote: int) -> Tensor:
+    """`exact` over the enumerated tables, or entry `vote` (0 pass, 1 maj) of the sampled estimates."""
     from lab.exact import LIMITS
 
     ks, single = _as_ks(k)
     if policy.vocab_size ** policy.response_length > LIMITS.max_responses:
-        values = _sampled_votes(policy, torch.as_tensor(prompts), reward, ks, generator, trials)[1]
+        values = _sampled_votes(policy, torch.as_tensor(prompts), reward, ks, generator, trials)[vote]
     else:
-        values = maj_at_k_from_probs(*_tables(policy, prompts, reward)[1:], ks)
+        values = exact(*_tables(policy, prompts, reward)[1:], ks)
     return values[..., 0] if single else values
