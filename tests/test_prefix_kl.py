@@ -6,7 +6,7 @@ import torch
 import lab.policies as P
 from lab.exact.varlen import sequence_kl
 from lab.exact.ar_exploration import varlen_response_probs
-from lab.exact.prefix_kl import prefix_log_softmaxes, tree_kl, tree_pass
+from lab.exact.prefix_kl import TreeLevels, prefix_log_softmaxes, tree_kl, tree_pass
 
 
 def test_prefix_recursion_kl_is_the_enumerated_sequence_kl():
@@ -40,10 +40,31 @@ def test_the_loops_one_pass_over_the_tree_equals_the_plain_functions():
     params = [{name: p.double() for name, p in s.named_parameters()} for s in stacks]
     with torch.no_grad():
         levels, ref = (prefix_log_softmaxes(p, prompts) for p in params)
-        fast_levels, kl, probs = tree_pass(params[0], prompts, ref)
+        fast_levels, kl, probs = tree_pass(params[0], prompts, TreeLevels.of(ref))
         _, zero, _ = tree_pass(params[0], prompts, None)
-    for fast, plain in zip(fast_levels, levels):
+        _, fast_kl, _ = tree_pass(params[0], prompts, tree_pass(params[1], prompts, None)[0])
+    torch.testing.assert_close(fast_kl, tree_kl(levels, ref), rtol=1e-10, atol=1e-12)
+    for fast, plain in zip(fast_levels.log_softmaxes(), levels):
         torch.testing.assert_close(fast, plain, rtol=0, atol=1e-12)
     torch.testing.assert_close(kl, tree_kl(levels, ref), rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(torch.cat(probs, -1), varlen_response_probs(levels), rtol=1e-10, atol=1e-14)
     assert (zero == 0).all() and (kl > 0.01).all()
+
+
+def test_the_one_pass_falls_back_to_the_plain_functions_where_its_normalisers_underflow():
+    """With logits spread by hundreds (an embedding scaled by 30), the factored softmax's normalisers
+    underflow in float32; the pass then gives the plain functions' finite values, not NaN."""
+    prompts = torch.tensor([[0, 2, 1], [3, 3, 0]])
+    stacks = [P.make_stack("autoregressive", 4, 3, 4, 5, [torch.Generator().manual_seed(s + k) for s in (0, 5)],
+                           init_scales=[30.0, 30.0]) for k in (0, 1)]
+    params = [dict(s.named_parameters()) for s in stacks]
+    with torch.no_grad():
+        levels, ref = (prefix_log_softmaxes(p, prompts) for p in params)
+        spread = max((lv.amax(-1) - lv.amin(-1)).max().item() for lv in levels)
+        fast_levels, kl, probs = tree_pass(params[0], prompts, TreeLevels.of(ref))
+    assert spread > 200
+    assert torch.isfinite(kl).all() and torch.isfinite(torch.cat(probs, -1)).all()
+    torch.testing.assert_close(kl, tree_kl(levels, ref))
+    torch.testing.assert_close(torch.cat(probs, -1), varlen_response_probs(levels))
+    for fast, plain in zip(fast_levels.log_softmaxes(), levels):
+        torch.testing.assert_close(fast, plain)

@@ -22,19 +22,7 @@ from torch import Tensor
 from lab.exact import LIMITS
 from lab.exact.varlen import space_size, varlen_responses
 from lab.exact.exploration import OPTIMAL_TOLERANCE, value_indicators
-from lab.exact.prefix_kl import tree_pass
-
-
-def varlen_response_probs(levels: list[Tensor]) -> Tensor:
-    """pi(y | x) of every response from the prefix levels: float[... batch V^q vocab+1] per q -> float[... batch n]."""
-    content = levels[0].shape[-1] - 1
-    weight = torch.ones_like(levels[0][..., 0])  # P(u | x) of the prefixes of this length
-    ended = []
-    for log_p in levels:
-        p = log_p.exp()
-        ended.append(weight * p[..., content])  # u followed by EOS
-        weight = (weight.unsqueeze(-1) * p[..., :content]).flatten(-2)
-    return torch.cat([*ended, weight], dim=-1)  # the last weight: the truncated responses of L tokens
+from lab.exact.prefix_kl import tree_pass, varlen_response_probs  # noqa: F401 (re-exported)
 
 
 def exploration_columns(table: Tensor, optimum: Tensor) -> Tensor:
