@@ -42,7 +42,7 @@ def generate(embedding: Tensor, encode: Tensor, decode: Tensor, previous: Tensor
         done = done | (token == eos)
         if q + 1 < length:  # add this token's contribution to every later position
             e = lookup(embedding, token.unsqueeze(-1)).squeeze(-2)  # float[... batch trial dim]
-            z_history = z_history + torch.einsum("...btd,...qde->...btqe", e, previous[..., :, q, :, :])
+            z_history[..., q + 1:, :] += torch.einsum("...btd,...qde->...btqe", e, previous[..., q + 1:, q, :, :])
     return tokens
 
 
@@ -65,8 +65,11 @@ def sample(embedding, encode, decode, previous, prompts: Tensor, num_trials: int
         uniforms = torch.rand(*embedding.shape[:-2], *shape, generator=generator, **options)
 
     def choose(q: int, logits: Tensor) -> Tensor:
-        cdf = torch.softmax(logits.detach().double(), dim=-1).cumsum(dim=-1)
-        below = (cdf <= uniforms[..., q].unsqueeze(-1)).sum(dim=-1)
+        # cdf / total <= u as cdf <= u * total: the softmax without its division (torch's softmax over a
+        # last axis of V + 1 runs as many short loops, several times slower than these few ops)
+        logits = logits.detach().double()
+        cdf = (logits - logits.amax(dim=-1, keepdim=True)).exp_().cumsum(dim=-1)
+        below = (cdf <= uniforms[..., q].unsqueeze(-1) * cdf[..., -1:]).sum(dim=-1)
         return below.clamp(max=logits.shape[-1] - 1)
 
     with torch.no_grad():
