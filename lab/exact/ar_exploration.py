@@ -36,8 +36,11 @@ def varlen_exploration(probs: Tensor | list[Tensor], columns: Tensor, group_size
     (`varlen_response_probs`), or consecutive pieces of it, and the columns float[batch n k] of `exploration_columns`."""
     pieces, start, sums = [probs] if isinstance(probs, Tensor) else probs, 0, 0
     for piece in pieces:  # no concatenation: each piece meets its rows of the columns
-        rows = columns[:, start:start + piece.shape[-1]].to(piece)
-        sums = sums + torch.einsum("...bn,bnk->...bk", piece, rows)
+        rows = columns[:, start:start + piece.shape[-1]].to(piece)  # float[batch n k]
+        # as rows^T @ piece^T per prompt (k rows, a column per run): a product with only k output
+        # columns runs several times slower on the CPU
+        flat = piece.reshape(-1, *piece.shape[-2:]).movedim(-2, 0)  # float[batch (...) n]
+        sums = sums + (rows.mT @ flat.mT).permute(2, 0, 1).reshape(*piece.shape[:-1], rows.shape[-1])
         start += piece.shape[-1]
     return sums[..., 0].mean(-1), sums[..., 1:].pow(group_size).sum(-1).mean(-1)
 

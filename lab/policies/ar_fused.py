@@ -7,6 +7,7 @@ Forward (the same function as `teacher_forced_logits` then `masked_log_probs`, r
     T[v,j,q] = E[v] @ C_qj          (C masked to j < q)          float[run (vocab j) (q dim)]
     z_q      = z0_q + sum_j T[y_j, j, q]  =  z0 + onehot(y) @ T   float[run (batch trial) (q dim)]
     logits   = z @ E^T;  log_softmax = logits - logsumexp;  log_probs = mask * log_softmax[y]
+    entropy  = -sum_w p_w log_softmax_w       (p = exp(log_softmax), kept for the backward)
 
 The previous-token term is a table T of every token's contribution to every later position, so
 the sum over earlier tokens is one matmul with the responses' one-hot codes (vocab x pos columns)
@@ -36,7 +37,7 @@ def causal(length: int, dim: int, like: Tensor) -> Tensor:
 
 
 class _ARLogProbs(torch.autograd.Function):
-    """(E, encode, decode, previous, prompts, responses, mask) -> (log_probs, log_softmax), with a run axis."""
+    """(E, encode, decode, previous, prompts, responses, mask) -> (log_probs, entropy), with a run axis."""
 
     @staticmethod
     def forward(ctx, embedding, encode, decode, previous, prompts, responses, mask):
@@ -72,18 +73,24 @@ class _ARLogProbs(torch.autograd.Function):
         index = responses.reshape(runs, -1, 1)
         picked = log_softmax.gather(-1, index).view(responses.shape)
         log_probs = torch.where(mask, picked, torch.zeros((), dtype=picked.dtype, device=picked.device))
-        ctx.save_for_backward(embedding, a, b, c, x, h, z, log_softmax, onehot, index, prompt_tokens, mask)
-        ctx.mark_non_differentiable(log_softmax)
-        return log_probs, log_softmax.view(*responses.shape, tokens_)
+        probs = log_softmax.exp()
+        # the entropy metric here, where p is at hand, rather than from the stored log-softmaxes of a block
+        # of steps; the sum over the few tokens as a matmul (a reduction over a last axis of V + 1 runs as
+        # many short loops)
+        ones = torch.ones(tokens_, 1, dtype=x.dtype, device=x.device)
+        entropy = ((probs * log_softmax) @ ones).view(responses.shape).neg_()
+        ctx.save_for_backward(embedding, a, b, c, x, h, z, probs, onehot, index, prompt_tokens, mask)
+        ctx.mark_non_differentiable(entropy)
+        return log_probs, entropy
 
     @staticmethod
-    def backward(ctx, grad_log_probs, _grad_log_softmax):
-        embedding, a, b, c, x, h, z, log_softmax, onehot, index, prompt_tokens, mask = ctx.saved_tensors
+    def backward(ctx, grad_log_probs, _grad_entropy):
+        embedding, a, b, c, x, h, z, probs, onehot, index, prompt_tokens, mask = ctx.saved_tensors
         runs, tokens_, dim = embedding.shape
         batch, trials, length = mask.shape[-3:]
         g = torch.where(mask, grad_log_probs, torch.zeros((), dtype=grad_log_probs.dtype))
         g = g.reshape(runs, -1, 1)  # float[run (b t q) 1]
-        grad_logits = torch.zeros_like(log_softmax).scatter_(-1, index, g).sub_(log_softmax.exp() * g)
+        grad_logits = torch.zeros_like(probs).scatter_(-1, index, g).sub_(probs * g)
         grad_embedding = torch.bmm(grad_logits.mT, z)  # the output layer: float[run vocab dim]
         grad_z = torch.bmm(grad_logits, embedding).view(runs, batch, trials, length * dim)
         grad_z0 = grad_z.sum(dim=2)  # float[run batch (q e)]
@@ -108,12 +115,12 @@ class _ARLogProbs(torch.autograd.Function):
 
 def ar_log_probs(embedding: Tensor, encode: Tensor, decode: Tensor, previous: Tensor, prompts: Tensor,
                  responses: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-token log-probs (0 on padding) and the log-softmaxes they come from, through one node.
+    """Per-token log-probs (0 on padding) and the entropy of each position's next token, through one node.
 
     Parameters with an optional leading run axis, prompts int[batch pos] (shared by every run),
     responses int[... batch trial pos], mask bool[... batch trial pos] -> log_probs float[... batch
-    trial pos] (differentiable) and log_softmax float[... batch trial pos vocab+1] (no gradient; at
-    padding positions, where the mask is False, it is not the policy's: read it only where the mask is True).
+    trial pos] (differentiable) and entropy float[... batch trial pos] (no gradient; at padding
+    positions, where the mask is False, it is not the policy's: read it only where the mask is True).
     """
     if prompts.dim() != 2:
         raise ValueError(f"ar_log_probs takes prompts int[batch pos] shared by every run, "

@@ -23,10 +23,10 @@ from lab.core.kl import k3
 TOKEN_AXES = (-3, -2, -1)
 
 
-def varlen_step_metrics(log_probs: Tensor, log_softmax: Tensor, old: Tensor, ref: Tensor, mask: Tensor,
+def varlen_step_metrics(log_probs: Tensor, entropy: Tensor, old: Tensor, ref: Tensor, mask: Tensor,
                         deltas: Tensor, clip_eps: Tensor) -> dict[str, Tensor]:
-    """Token metrics float[step epoch run] from log_probs float[step epoch run batch trial pos],
-    log_softmax float[step epoch run batch trial pos vocab] and the epochs' old, ref float[epoch run
+    """Token metrics float[step epoch run] from log_probs and each position's entropy float[step epoch
+    run batch trial pos] (`lab.policies.ar_fused.ar_log_probs`), and the epochs' old, ref float[epoch run
     batch trial pos], mask bool[epoch run batch trial pos], deltas float[epoch run batch trial]."""
     live = mask.to(log_probs.dtype)
     tokens = live.sum(dim=TOKEN_AXES)
@@ -35,9 +35,7 @@ def varlen_step_metrics(log_probs: Tensor, log_softmax: Tensor, old: Tensor, ref
     side = deltas.unsqueeze(-1)
     low = ((rho < 1 - eps) & (side < 0) & mask).sum(dim=TOKEN_AXES) / tokens
     high = ((rho > 1 + eps) & (side > 0) & mask).sum(dim=TOKEN_AXES) / tokens
-    # the sum over the few tokens as a matmul: a reduction over a last axis of 6 runs as many short loops
-    ones = torch.ones(log_softmax.shape[-1], 1, dtype=log_softmax.dtype, device=log_softmax.device)
-    entropy = -((log_softmax.exp() * log_softmax) @ ones).squeeze(-1) * live
+    entropy = entropy * live
     batch, trial = log_probs.shape[-3:-1]
     return dict(kl=k3(log_probs, ref).sum(dim=TOKEN_AXES) / (batch * trial),
                 ratio_mean=rho.sum(dim=TOKEN_AXES) / tokens, ratio_max=rho.amax(dim=TOKEN_AXES),
@@ -48,7 +46,7 @@ def varlen_step_metrics(log_probs: Tensor, log_softmax: Tensor, old: Tensor, ref
 class VarlenMetricBlock:
     """Collects a block of epochs' per-step tensors, then computes their metrics in one go.
 
-        block.add_step(step, log_probs, log_softmax, recorded)      recorded: name -> float[run]
+        block.add_step(step, log_probs, entropy, recorded)      recorded: name -> float[run]
         block.end_epoch(old, ref, mask, deltas)
         if block.full or last epoch:  values = block.flush(clip_eps)   # float[(epoch step) run] each
     """
@@ -61,8 +59,8 @@ class VarlenMetricBlock:
         self.per_step: list[list[dict[str, Tensor]]] = [[] for _ in range(self.steps)]
         self.per_epoch: list[tuple[Tensor, ...]] = []
 
-    def add_step(self, step: int, log_probs: Tensor, log_softmax: Tensor, recorded: dict[str, Tensor]) -> None:
-        self.per_step[step].append(dict(recorded, log_probs=log_probs.detach(), log_softmax=log_softmax))
+    def add_step(self, step: int, log_probs: Tensor, entropy: Tensor, recorded: dict[str, Tensor]) -> None:
+        self.per_step[step].append(dict(recorded, log_probs=log_probs.detach(), entropy=entropy))
 
     def end_epoch(self, old: Tensor, ref: Tensor, mask: Tensor, deltas: Tensor) -> None:
         self.per_epoch.append((old, ref, mask, deltas))
@@ -80,7 +78,7 @@ class VarlenMetricBlock:
             return torch.stack([d[name] for ds in self.per_step for d in ds]).unflatten(0, (self.steps, epochs))
 
         old, ref, mask, deltas = (torch.stack(t) for t in zip(*self.per_epoch))
-        values = varlen_step_metrics(by_step("log_probs"), by_step("log_softmax"), old, ref, mask, deltas, clip_eps)
-        values.update({name: by_step(name) for name in self.per_step[0][0] if name not in ("log_probs", "log_softmax")})
+        values = varlen_step_metrics(by_step("log_probs"), by_step("entropy"), old, ref, mask, deltas, clip_eps)
+        values.update({name: by_step(name) for name in self.per_step[0][0] if name not in ("log_probs", "entropy")})
         self._clear()
         return {name: value.transpose(0, 1).flatten(0, 1) for name, value in values.items()}

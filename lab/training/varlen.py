@@ -115,7 +115,7 @@ def train_varlen(
 
         for step in range(steps):
             # one autograd node from parameters to masked per-token log-probs (equal to the plain path)
-            log_probs, log_softmax = ar_log_probs(*parameters, prompts, responses, mask)
+            log_probs, entropy = ar_log_probs(*parameters, prompts, responses, mask)
             if step == 0:  # the sampling policy (and a reference frozen this epoch) is this one
                 old_log_probs = log_probs.detach()
                 with torch.no_grad():
@@ -140,7 +140,7 @@ def train_varlen(
             optimizer.step()
             guard.after_step(parameters)
             losses.append(loss.detach())
-            block.add_step(step, log_probs, log_softmax, recorded)
+            block.add_step(step, log_probs, entropy, recorded)
         block.end_epoch(old_log_probs, ref_log_probs, mask, deltas)
         with torch.no_grad():
             guard.check(epoch, losses, None, parameters)  # a diverged run goes back to its epoch start
