@@ -22,7 +22,9 @@ def test_block_metrics_are_the_plain_per_step_means_over_live_tokens():
             log_softmax = torch.log_softmax(torch.randn(runs, batch, trial, pos, vocab, generator=g), -1)
             log_probs = zero(old + 0.3 * torch.randn(old.shape, generator=g))
             loss = torch.randn(runs, generator=g)
-            block.add_step(step, log_probs, log_softmax, dict(loss=loss))
+            # each position's entropy as the fused log-probs give it; padding holds junk the block must ignore
+            token_entropy = torch.where(mask, -(log_softmax.exp() * log_softmax).sum(-1), torch.tensor(1e6))
+            block.add_step(step, log_probs, token_entropy, dict(loss=loss))
             for r in range(runs):
                 live = mask[r]
                 rho = (log_probs[r] - old[r]).exp()[live]
