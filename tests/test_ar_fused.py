@@ -68,3 +68,17 @@ def test_the_stack_stores_decode_and_previous_as_the_fused_path_reads_them():
     stack = P.make_stack("autoregressive", 4, 3, 4, 5, [torch.Generator().manual_seed(r) for r in range(3)])
     for name in ("decode", "previous"):
         assert torch.equal(getattr(stack, name), torch.stack([getattr(p, name) for p in plain]))
+
+
+@pytest.mark.parametrize("length", [1, 2])
+def test_fused_log_probs_at_the_shortest_lengths(length):
+    """With one position no earlier token reaches a later one (the previous-token table is empty); with
+    two, only the first reaches the second."""
+    policy, prompts, responses = setup(2, length=length)
+    mask = P.response_mask(policy, responses)
+    params = [policy.embedding, policy.encode, policy.decode, policy.previous]
+    plain = P.token_log_probs(policy, prompts, responses)
+    fused, _ = ar_log_probs(*params, prompts, responses, mask)
+    torch.testing.assert_close(fused, plain, rtol=0, atol=1e-12)
+    for a, b in zip(torch.autograd.grad(fused.sum(), params), torch.autograd.grad(plain.sum(), params)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)

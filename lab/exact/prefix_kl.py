@@ -7,8 +7,9 @@ with U[q, j, v, w] = E[v] C_qj E[w]^T, each previous token's contribution to a l
 logits. Only prefixes without EOS carry on (a response ends at EOS), and the last position L-1
 is the last conditional (truncation). The prefixes of length q are V^q, ordered as mixed radix
 with u_0 most significant, so 1 + V + ... + V^(L-1) distributions per prompt: exact, and much
-cheaper than the V^L + ... responses of `lab.exact.varlen.sequence_kl` (tested equal). Used for
-the loop's `kl_exact` step metric; any leading axes (such as `run`) are kept.
+cheaper than the V^L + ... responses of `lab.exact.varlen.sequence_kl` (tested equal). The loop's
+one pass per epoch (`tree_pass`, behind `kl_exact`, `optimal_prob` and `zero_std_prob`) factors each
+softmax into the prompt's part and the prefix's part; any leading axes (such as `run`) are kept.
 """
 
 from __future__ import annotations

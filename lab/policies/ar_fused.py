@@ -60,7 +60,8 @@ class _ARLogProbs(torch.autograd.Function):
         width = reach * length * dim  # columns (j q e) with j < L-1
         table = torch.bmm(embedding[:, :content], c[..., :width]).mul_(causal(length, dim, x)[:width])
         table = table.view(runs, content * reach, length * dim)[..., dim:]  # rows (v j), columns (q>=1 e)
-        code = responses[..., :reach].reshape(runs, batch * trials, reach) * reach + torch.arange(reach, device=x.device)
+        code = (responses[..., :reach].reshape(runs, batch * trials, reach) * reach
+                + torch.arange(reach, device=x.device))  # column (v j) of token v at position j
         onehot = torch.zeros(runs, batch * trials, tokens_ * reach, dtype=x.dtype, device=x.device)
         onehot = onehot.scatter_(-1, code, 1.0)[..., :content * reach]  # float[run (batch trial) (v j)], no EOS
         later = torch.bmm(onehot, table).view(runs, batch, trials, (length - 1) * dim)
