@@ -1,12 +1,12 @@
 """The prefix recursion's exact sequence KL (lab/exact/prefix_kl.py) equals enumeration over every
 response (lab.exact.varlen.sequence_kl) for the autoregressive policy, per run of a stack too."""
 
+import pytest
 import torch
 
 import lab.policies as P
 from lab.exact.varlen import sequence_kl
-from lab.exact.ar_exploration import varlen_response_probs
-from lab.exact.prefix_kl import TreeLevels, prefix_log_softmaxes, tree_kl, tree_pass
+from lab.exact.prefix_kl import TreeLevels, prefix_log_softmaxes, tree_kl, tree_pass, varlen_response_probs
 
 
 def test_prefix_recursion_kl_is_the_enumerated_sequence_kl():
@@ -51,7 +51,7 @@ def test_the_loops_one_pass_over_the_tree_equals_the_plain_functions():
     assert (zero == 0).all() and (kl > 0.01).all()
 
 
-def test_the_one_pass_falls_back_to_the_plain_functions_where_its_normalisers_underflow():
+def test_the_one_pass_falls_back_to_a_stable_pass_where_its_normalisers_underflow():
     """With logits spread by hundreds (an embedding scaled by 30), the factored softmax's normalisers
     underflow in float32; the pass then gives the plain functions' finite values, not NaN."""
     prompts = torch.tensor([[0, 2, 1], [3, 3, 0]])
@@ -68,3 +68,38 @@ def test_the_one_pass_falls_back_to_the_plain_functions_where_its_normalisers_un
     torch.testing.assert_close(torch.cat(probs, -1), varlen_response_probs(levels))
     for fast, plain in zip(fast_levels.log_softmaxes(), levels):
         torch.testing.assert_close(fast, plain)
+
+
+@pytest.mark.parametrize("reference_kind", ["factored", "whole levels"])
+def test_the_one_pass_stays_finite_where_a_normaliser_is_small_but_not_zero(reference_kind):
+    """Just short of underflow (init scale 2.186 here: a normaliser of 1e-38 in float32), s = P(u | x) /
+    total reaches 1e37, and s times the sum over u of exp(prefix) would pass the largest float (inf,
+    then 0 * inf = NaN); formed as (s ep) eb the joint stays finite, and so does the KL, for either
+    form of reference. Against float64 to float32's accuracy at logits near 90 (about 1e-5)."""
+    prompts = torch.randint(0, 4, (6, 3), generator=torch.Generator().manual_seed(0))
+
+    def params(scale, dtype=torch.float32):
+        stack = P.make_stack("autoregressive", 4, 3, 4, 6, [torch.Generator().manual_seed(4)], init_scales=[scale])
+        return {name: p.detach().to(dtype) for name, p in stack.named_parameters()}
+
+    with torch.no_grad():
+        ref_levels = prefix_log_softmaxes(params(2.0), prompts)
+        reference = (tree_pass(params(2.0), prompts, None)[0] if reference_kind == "factored"
+                     else TreeLevels.of(ref_levels))
+        _, kl, probs = tree_pass(params(2.186), prompts, reference)
+        exact = [prefix_log_softmaxes(params(s, torch.float64), prompts) for s in (2.186, 2.0)]
+    assert torch.isfinite(kl).all()
+    torch.testing.assert_close(kl.double(), tree_kl(*exact), rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(torch.cat(probs, -1).double(), varlen_response_probs(exact[0]), rtol=1e-3, atol=1e-5)
+
+
+def test_the_one_pass_with_one_prompt_and_no_run_axis():
+    prompts = torch.tensor([[2, 0, 1]])
+    policy, reference = (P.make_policy("autoregressive", 3, 3, 3, 4, torch.Generator().manual_seed(s)).double()
+                         for s in (0, 1))
+    params = [dict(m.named_parameters()) for m in (policy, reference)]
+    with torch.no_grad():
+        levels, ref = (prefix_log_softmaxes(p, prompts) for p in params)
+        _, kl, probs = tree_pass(params[0], prompts, tree_pass(params[1], prompts, None)[0])
+    torch.testing.assert_close(kl, sequence_kl(policy, reference, prompts), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(torch.cat(probs, -1), varlen_response_probs(levels), rtol=1e-10, atol=1e-14)

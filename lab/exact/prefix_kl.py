@@ -99,14 +99,6 @@ class TreeLevels(NamedTuple):
                           [t.new_zeros(t.shape[:-1]) for t in levels])
 
 
-def _per_prompt(scale: Tensor, table: Tensor) -> Tensor:
-    """sum_u scale[x, u] table[x or any, u, w]: scale float[... batch V^q], table float[... 1|batch V^q vocab]
-    -> float[... batch vocab]; one matmul per run where the table is the same for every prompt."""
-    if table.shape[-3] == 1:
-        return scale @ table.squeeze(-3)
-    return (scale.unsqueeze(-2) @ table).squeeze(-2)
-
-
 @torch.no_grad()
 def tree_pass(params: dict[str, Tensor], prompts: Tensor,
               reference: TreeLevels | None) -> tuple[TreeLevels, Tensor, list[Tensor]]:
@@ -116,52 +108,92 @@ def tree_pass(params: dict[str, Tensor], prompts: Tensor,
     `reference` None: the reference is this policy (KL 0; keep the returned levels as the reference).
 
     Faster, because the softmax factorises into the prompt's part and the prefix's part of the logits
-    (the second the same for every prompt), so no exp or log runs per prompt and prefix:
+    (the second the same for every prompt), so no exp runs per prompt and prefix:
 
         p(w | x, u)  = eb[x, w] ep[u, w] / total[x, u]    eb = exp(base - max base), ep = exp(prefix - max prefix)
         total[x, u]  = sum_w eb[x, w] ep[u, w]             (a matmul; log total + the maxes is the lse)
-        P(u w | x)   = s[x, u] eb[x, w] ep[u, w]           s = P(u | x) / total: the next level's P(u | x)
-        KL_q(x)      = sum_w eb[x, w] (d_base[x, w] (s ep)[x, w] + (s (ep d_prefix))[x, w]) - sum_u P(u | x) d_lse[x, u]
+        P(u w | x)   = s[x, u] ep[u, w] eb[x, w]           s = P(u | x) / total
+        KL_q(x)      = sum_w d_base[x, w] sum_u P(u w | x) + sum_{u,w} P(u w | x) d_prefix[u, w]
+                       - sum_u P(u | x) d_lse[x, u]
 
-    The KL is sum over u, w of P(u w | x) (log p - log r), split by the three parts of log p - log r
-    (d = this policy's part - the reference's): two matmuls with s per level. Only the responses'
-    probabilities are formed per prompt and prefix. If a normaliser underflows (both parts of the
-    logits spread by more than about 87 in float32), the plain functions compute the same values.
+    The KL is sum over u, w of P(u w | x) (log p - log r) split by the three parts of log p - log r
+    (d = this policy's part - the reference's), so each level's joint P(u w | x), which the ended
+    responses (w = EOS) and the next level's P(u | x) need anyway, is read twice more and nothing
+    else is formed per prompt and prefix. (Sums of s ep alone would pass the largest float where a
+    normaliser is tiny; each joint is at most 1.) A normaliser is small where the two parts peak at
+    different tokens; below the dtype's smallest normal number (the parts at odds by about 87 in
+    float32, as at init scales of 2 and more) `_stable_pass` computes the tree with each prefix's
+    own maximum. Every level's normalisers are checked first, at one host sync, so falling back
+    wastes only them.
     """
-    levels = TreeLevels([], [], [])
-    pieces, kl, weight = [], None, None  # weight: P(u | x) of the prefixes of this length, float[... batch V^q]
+    levels, factors, safe = TreeLevels([], [], []), [], []
     tiny = torch.finfo(params["embedding"].dtype).tiny
-    for q, (base, prefix) in enumerate(level_parts(params, prompts)):
+    for base, prefix in level_parts(params, prompts):  # the normalisers first: checked before the joints
         top_base, top_prefix = base.amax(dim=-1, keepdim=True), prefix.amax(dim=-1, keepdim=True)
         eb, ep = (base - top_base).exp(), (prefix - top_prefix).exp()  # float[... batch vocab], [... V^q vocab]
         total = eb @ ep.mT  # float[... batch V^q], each >= the largest term, which is >= exp(-spread)
-        if not bool((total >= tiny).all()):
-            return _plain_pass(params, prompts, reference)
-        lse = total.log().add_(top_base).add_(top_prefix.mT)
-        levels.bases.append(base), levels.prefixes.append(prefix.unsqueeze(-3)), levels.lses.append(lse)
-        scale = total.reciprocal() if weight is None else weight / total  # s[x, u]
+        safe.append((total >= tiny).all())  # False for NaN too
+        levels.bases.append(base), levels.prefixes.append(prefix.unsqueeze(-3))
+        levels.lses.append(total.log().add_(top_base).add_(top_prefix.mT))
+        factors.append((eb, ep, total))
+    if not bool(torch.stack(safe).all()):
+        return _stable_pass(params, prompts, reference)
+
+    pieces, kl, weight = [], None, None  # weight: P(u | x) of the prefixes of this length, float[... batch V^q]
+    for q, (eb, ep, total) in enumerate(factors):
+        scale = total.reciprocal() if weight is None else weight / total  # s[x, u] <= 1 / tiny: finite
+        content = eb.shape[-1] - 1
+        ended = (scale * ep[..., content].unsqueeze(-2)).mul_(eb[..., content, None])  # float[... batch V^q]
+        # the content children, the largest tensor (at the last level, every truncated response): a
+        # contiguous factor and an in-place product run twice as fast as broadcasting the strided slices
+        joint = (scale.unsqueeze(-1) * ep[..., :content].contiguous().unsqueeze(-3)).mul_(eb[..., None, :content])
         if reference is not None:
-            d_prefix = levels.prefixes[q] - reference.prefixes[q]  # float[... 1|batch V^q vocab]
-            by_base = (scale @ ep) * (base - reference.bases[q])
-            by_prefix = _per_prompt(scale, ep.unsqueeze(-3) * d_prefix)
-            d_lse = lse - reference.lses[q]
-            term = (eb * (by_base + by_prefix)).sum(-1) - (d_lse if weight is None else weight * d_lse).sum(-1)
+            mine, theirs = levels.prefixes[q], reference.prefixes[q]  # float[... 1|batch V^q vocab]
+            d_base, d_lse = levels.bases[q] - reference.bases[q], levels.lses[q] - reference.lses[q]
+            term = ((joint.sum(-2) * d_base[..., :content]).sum(-1) + ended.sum(-1) * d_base[..., content]
+                    + _dot(joint, mine[..., :content] - theirs[..., :content])  # contiguous: flattens as a view
+                    + _dot(ended.unsqueeze(-1), mine[..., content:] - theirs[..., content:])
+                    - (d_lse if weight is None else weight * d_lse).sum(-1))
             kl = term if kl is None else kl + term
-        content = base.shape[-1] - 1
-        pieces.append(scale * ep[..., content].unsqueeze(-2) * eb[..., content, None])  # u followed by EOS
-        # the largest tensor (at the last level, every truncated response): a contiguous factor and an
-        # in-place product run twice as fast as broadcasting the strided slices
-        weight = (scale.unsqueeze(-1) * ep[..., :content].contiguous().unsqueeze(-3)).mul_(eb[..., None, :content])
-        weight = weight.flatten(-2)
+        pieces.append(ended)  # u followed by EOS
+        weight = joint.flatten(-2)  # P(u w | x) in the order (u, w) of the next level
     pieces.append(weight)  # the truncated responses of L tokens
     kl = torch.zeros_like(weight[..., 0]) if kl is None else kl.clamp_min(0)
     return levels, kl, pieces
 
 
-def _plain_pass(params: dict[str, Tensor], prompts: Tensor,
-                reference: TreeLevels | None) -> tuple[TreeLevels, Tensor, list[Tensor]]:
-    """`tree_pass` by the plain functions (each log-softmax stable on its own)."""
-    levels = prefix_log_softmaxes(params, prompts)
-    kl = (tree_kl(levels, reference.log_softmaxes()) if reference is not None
-          else levels[0].new_zeros(levels[0].shape[:-2]))
-    return TreeLevels.of(levels), kl, [varlen_response_probs(levels)]
+def _dot(joint: Tensor, table: Tensor) -> Tensor:
+    """sum over u, w of joint[x, u, w] table[x or any, u, w]: joint float[... batch V^q k], table
+    float[... 1|batch V^q k] -> float[... batch]; one matmul per run where the table is the same for
+    every prompt."""
+    if table.shape[-3] == 1:
+        return (joint.flatten(-2) @ table.flatten(-2).mT).squeeze(-1)  # [... batch n] @ [... n 1]
+    return (joint.flatten(-2).unsqueeze(-2) @ table.flatten(-2).unsqueeze(-1)).flatten(-2)[..., 0]
+
+
+def _stable_pass(params: dict[str, Tensor], prompts: Tensor,
+                 reference: TreeLevels | None) -> tuple[TreeLevels, Tensor, list[Tensor]]:
+    """`tree_pass` with each prefix's logits formed and shifted by their own maximum (stable at any
+    spread, and about 1.3x slower at 500 runs). Each prefix's children's joint probability P(u) p(w | u)
+    serves the KL (one dot product per level), the ended responses and the next level's weights; the
+    work is laid out vocab first, so reductions and broadcasts run along the long prefix axis."""
+    ref_levels = None if reference is None else reference.log_softmaxes()
+    levels, pieces, kl, weight = [], [], None, None
+    for base, prefix in level_parts(params, prompts):
+        logits = base.unsqueeze(-1) + prefix.mT.contiguous().unsqueeze(-3)  # float[... batch vocab V^q]
+        content = logits.shape[-2] - 1
+        top = logits.amax(dim=-2, keepdim=True)
+        joint = (logits - top).exp_()  # unnormalised
+        total = joint.sum(dim=-2, keepdim=True)  # float[... batch 1 V^q]
+        log_p = logits.sub_(top.add_(total.log()))  # in place: logits - logsumexp
+        joint.mul_(total.reciprocal_() if weight is None else weight.unsqueeze(-2) / total)  # P(u) p(w | u)
+        if ref_levels is not None:  # sum over the level of joint * (log p - log r), as one dot product
+            gap = (log_p - ref_levels[len(levels)].mT).flatten(-2).unsqueeze(-1)  # float[... batch (vocab V^q) 1]
+            term = (joint.flatten(-2).unsqueeze(-2) @ gap).flatten(-2)[..., 0]  # float[... batch]
+            kl = term if kl is None else kl + term
+        levels.append(log_p.mT)  # a view in the levels' layout float[... batch V^q vocab]
+        pieces.append(joint[..., content, :])  # u followed by EOS
+        weight = joint[..., :content, :].mT.flatten(-2)  # P(u w), in the order (u, w) of the next level
+    pieces.append(weight)  # the truncated responses of L tokens
+    kl = torch.zeros_like(weight[..., 0]) if kl is None else kl.clamp_min(0)
+    return TreeLevels.of(levels), kl, pieces

@@ -1,18 +1,21 @@
 """The autoregressive policy's teacher-forced log-probs as one autograd node, backward written out.
 
-Forward (the same function as `teacher_forced_logits` then `masked_log_probs`, regrouped):
+Forward (the same function as `teacher_forced_logits` then `masked_log_probs` under the response's
+own mask, regrouped):
 
     h        = E[prompts] @ A                                    float[run batch dim]
     z0_q     = h @ B_q                                           float[run batch pos dim]
-    T[v,j,q] = E[v] @ C_qj          (C masked to j < q)          float[run (vocab j) (q dim)]
-    z_q      = z0_q + sum_j T[y_j, j, q]  =  z0 + onehot(y) @ T   float[run (batch trial) (q dim)]
+    T[v,j,q] = E[v] @ C_qj          (C masked to j < q)          float[run (V j) (q dim)], v < EOS, j < L-1
+    z_q      = z0_q + sum_j T[y_j, j, q]  =  z0 + onehot(y) @ T   float[run (batch trial) (q dim)], q >= 1
     logits   = z @ E^T;  log_softmax = logits - logsumexp;  log_probs = mask * log_softmax[y]
     entropy  = -sum_w p_w log_softmax_w       (p = exp(log_softmax), kept for the backward)
 
 The previous-token term is a table T of every token's contribution to every later position, so
-the sum over earlier tokens is one matmul with the responses' one-hot codes (vocab x pos columns)
-instead of a product of every emitted embedding with every C_qj. Backward, with g = dL/dlog_probs
-(0 on padding), p = softmax(logits), Y = onehot(y):
+the sum over earlier tokens is one matmul with the responses' one-hot codes (V x (L-1) columns)
+instead of a product of every emitted embedding with every C_qj. The table keeps only what reaches
+a live position, so the mask must be the responses' own (`lab.policies.response_mask`: live up to the
+first EOS): at live positions the values are the plain path's, at padding they are not.
+Backward, with g = dL/dlog_probs (0 on padding), p = softmax(logits), Y = onehot(y):
 
     dL/dlogits = g (Y - p);   dL/dz = dL/dlogits @ E;   dL/dz0 = sum over trials of dL/dz
     dL/dT = onehot^T @ dL/dz;  dL/dC_qj = E^T dL/dT[., j, q] (masked to j < q);  dL/dE gets E's four uses
@@ -119,7 +122,8 @@ def ar_log_probs(embedding: Tensor, encode: Tensor, decode: Tensor, previous: Te
     """Per-token log-probs (0 on padding) and the entropy of each position's next token, through one node.
 
     Parameters with an optional leading run axis, prompts int[batch pos] (shared by every run),
-    responses int[... batch trial pos], mask bool[... batch trial pos] -> log_probs float[... batch
+    responses int[... batch trial pos], mask bool[... batch trial pos] (`lab.policies.response_mask` of
+    the responses: live up to the first EOS; the node relies on it) -> log_probs float[... batch
     trial pos] (differentiable) and entropy float[... batch trial pos] (no gradient; at padding
     positions, where the mask is False, it is not the policy's: read it only where the mask is True).
     """
