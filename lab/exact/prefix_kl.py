@@ -87,10 +87,13 @@ class TreeLevels(NamedTuple):
     prefixes: list[Tensor]
     lses: list[Tensor]
 
+    def log_softmax(self, q: int) -> Tensor:
+        """log p(. | x, u) for the prefixes of length q: float[... batch V^q vocab+1]."""
+        return self.bases[q].unsqueeze(-2) + self.prefixes[q] - self.lses[q].unsqueeze(-1)
+
     def log_softmaxes(self) -> list[Tensor]:
-        """log p(. | x, u): float[... batch V^q vocab+1] per q, as `prefix_log_softmaxes`."""
-        return [base.unsqueeze(-2) + prefix - lse.unsqueeze(-1)
-                for base, prefix, lse in zip(self.bases, self.prefixes, self.lses)]
+        """Every level's, as `prefix_log_softmaxes`."""
+        return [self.log_softmax(q) for q in range(len(self.lses))]
 
     @staticmethod
     def of(levels: list[Tensor]) -> "TreeLevels":
@@ -119,12 +122,14 @@ def tree_pass(params: dict[str, Tensor], prompts: Tensor,
     The KL is sum over u, w of P(u w | x) (log p - log r) split by the three parts of log p - log r
     (d = this policy's part - the reference's), so each level's joint P(u w | x), which the ended
     responses (w = EOS) and the next level's P(u | x) need anyway, is read twice more and nothing
-    else is formed per prompt and prefix. (Sums of s ep alone would pass the largest float where a
-    normaliser is tiny; each joint is at most 1.) A normaliser is small where the two parts peak at
-    different tokens; below the dtype's smallest normal number (the parts at odds by about 87 in
-    float32, as at init scales of 2 and more) `_stable_pass` computes the tree with each prefix's
-    own maximum. Every level's normalisers are checked first, at one host sync, so falling back
-    wastes only them.
+    else is formed per prompt and prefix (against a factored reference; against whole log-softmaxes,
+    from a fallback, log p - log r is formed per element). Sums of s ep alone would pass the largest
+    float where a normaliser is tiny; each joint is at most 1. A normaliser is small where the two
+    parts peak at different tokens; below the dtype's smallest normal number (the parts at odds by
+    about 87 in float32: from init scales between about 1.7 and 2.7 on in the lecture's setting,
+    by seed, and in some epochs of fast-learning runs) `_stable_pass` computes the tree with each
+    prefix's own maximum. Every level's normalisers are checked first, at one host sync, so
+    falling back wastes only them.
     """
     levels, factors, safe = TreeLevels([], [], []), [], []
     tiny = torch.finfo(params["embedding"].dtype).tiny
@@ -147,13 +152,18 @@ def tree_pass(params: dict[str, Tensor], prompts: Tensor,
         # the content children, the largest tensor (at the last level, every truncated response): a
         # contiguous factor and an in-place product run twice as fast as broadcasting the strided slices
         joint = (scale.unsqueeze(-1) * ep[..., :content].contiguous().unsqueeze(-3)).mul_(eb[..., None, :content])
-        if reference is not None:
-            mine, theirs = levels.prefixes[q], reference.prefixes[q]  # float[... 1|batch V^q vocab]
+        if reference is not None and reference.prefixes[q].shape[-3] == 1:  # factored, as this one
+            mine, theirs = levels.prefixes[q], reference.prefixes[q]  # float[... 1 V^q vocab]
             d_base, d_lse = levels.bases[q] - reference.bases[q], levels.lses[q] - reference.lses[q]
             term = ((joint.sum(-2) * d_base[..., :content]).sum(-1) + ended.sum(-1) * d_base[..., content]
                     + _dot(joint, mine[..., :content] - theirs[..., :content])  # contiguous: flattens as a view
                     + _dot(ended.unsqueeze(-1), mine[..., content:] - theirs[..., content:])
                     - (d_lse if weight is None else weight * d_lse).sum(-1))
+            kl = term if kl is None else kl + term
+        elif reference is not None:  # whole log-softmaxes (from `_stable_pass`): log p - log r per element,
+            # since the parts' separate sums, each the size of the logits, would cancel to a worse KL
+            gap = levels.log_softmax(q) - reference.log_softmax(q)  # float[... batch V^q vocab]
+            term = _dot(joint, gap[..., :content].contiguous()) + _dot(ended.unsqueeze(-1), gap[..., content:])
             kl = term if kl is None else kl + term
         pieces.append(ended)  # u followed by EOS
         weight = joint.flatten(-2)  # P(u w | x) in the order (u, w) of the next level

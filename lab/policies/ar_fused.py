@@ -18,7 +18,7 @@ first EOS): at live positions the values are the plain path's, at padding they a
 Backward, with g = dL/dlog_probs (0 on padding), p = softmax(logits), Y = onehot(y):
 
     dL/dlogits = g (Y - p);   dL/dz = dL/dlogits @ E;   dL/dz0 = sum over trials of dL/dz
-    dL/dT = onehot^T @ dL/dz;  dL/dC_qj = E^T dL/dT[., j, q] (masked to j < q);  dL/dE gets E's four uses
+    dL/dT = onehot^T @ dL/dz;  dL/dC_qj = E^T dL/dT[., j, q] (masked to j < q);  dL/dE gets E's three uses
 
 A speed path only: the plain path (`lab.policies.autoregressive.teacher_forced_logits`, then
 `lab.policies.masked_log_probs`) is the reference, and tests/test_ar_fused.py checks that the two
