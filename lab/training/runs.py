@@ -4,7 +4,8 @@
 
 Every run keeps its own settings inside a batch: numbers become float[run] tensors, and each mode
 (reward, delta, loss, aggregation) is applied to the runs that chose it (`RunGroups`). Both
-training loops (`lab.training.train`, `lab.training.varlen`) take them from `RunSettings`.
+training loops (`lab.training.train`, `lab.training.varlen`) take them from `RunSettings`, and
+hand their tensors over as `Records` through `records_of`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from lab.io.records import EPOCH_METRICS, GREEDY_METRICS, Records
 from lab.training.config import TrainConfig
 
 
@@ -73,3 +75,21 @@ class RunSettings(NamedTuple):
             loss_groups=RunGroups([(c.loss, c.loss_agg) for c in configs], device),
             agg_groups=RunGroups([c.loss_agg for c in configs], device),
         )
+
+
+def records_of(configs: list[TrainConfig], prompts: Tensor, optimum: Tensor, step_log: dict[str, list[Tensor]],
+               epoch_log: dict[str, Tensor], guard, policy, **rest) -> Records:
+    """Both loops' ending: step metrics (blocks float[step run]) as float[run step], epoch metrics
+    float[run epoch] (NaN where the loop has none), a diverged run's later records emptied
+    (`lab.training.divergence.DivergenceGuard.finish`), the final parameters on the CPU, contiguous.
+    `rest`: the other `Records` fields (samples, greedy_responses, seconds, eos, ...)."""
+    epochs = next(iter(epoch_log.values())).shape[1]
+    nan_epochs = torch.full((len(configs), epochs), float("nan"))
+    step_values = {name: torch.cat(values).T.cpu().float().numpy() for name, values in step_log.items()}
+    epoch_values = {name: epoch_log.get(name, nan_epochs).cpu().float().numpy() for name in EPOCH_METRICS}
+    return Records(
+        configs=configs, prompts=prompts.cpu().numpy(), optimum=optimum.cpu().numpy(),
+        step_metrics=guard.finish(step_values, epoch_values, GREEDY_METRICS), epoch_metrics=epoch_values,
+        state={name: p.detach().cpu().clone(memory_format=torch.contiguous_format)
+               for name, p in policy.named_parameters()},
+        divergence=guard.found, **rest)

@@ -30,12 +30,12 @@ from lab.policies.fused import policy_log_probs
 from lab.core.kl import freeze, k3, kl_estimate, reference_due
 from lab.training.lengths import length_metrics
 from lab.core.losses import compute_loss
-from lab.training.metrics import StepMetricBlock, block_epochs, greedy_metrics, sample_metrics
+from lab.training.metrics import StepMetricBlock, block_epochs, greedy_log, sample_metrics
 from lab.training.optim import RunAdam
-from lab.training.runs import RunGroups, RunSettings
+from lab.training.runs import RunGroups, RunSettings, records_of
 from lab.policies import PolicyKind
 from lab.policies.factorized import PolicyStack, policy_logits
-from lab.io.records import EPOCH_METRICS, GREEDY_METRICS, STEP_METRICS, Records, Samples
+from lab.io.records import STEP_METRICS, Records, Samples
 from lab.policies.rollout import UniformStream, greedy_responses
 from lab.policies.samplers import SAMPLERS, Sampler
 from tasks import Task
@@ -203,17 +203,9 @@ def train(
         epoch_log = sample_metrics(torch.stack(epoch_rewards, dim=1), optimum, correction)
         correct = torch.stack(epoch_correct, dim=1)  # bool[run epoch batch trial]
         epoch_log.update(length_metrics(torch.full(correct.shape, task.response_length, device=device), correct))
-        greedy = torch.stack(epoch_greedy, dim=1)  # int[run epoch batch pos]
-        (epoch_log["greedy_reward"], epoch_log["greedy_fraction"],
-         epoch_log["greedy_accuracy"]) = greedy_metrics(score(prompts, greedy), greedy, targets, optimum)
-        if eval_prompts is None:
-            nan = torch.full((runs, len(epoch_greedy)), float("nan"), device=device)
-            epoch_log["heldout_greedy_reward"], epoch_log["heldout_greedy_accuracy"] = nan, nan
-        else:
-            held = torch.stack(epoch_heldout_greedy, dim=1)
-            held_reward, _, held_accuracy = greedy_metrics(score(eval_prompts, held), held, eval_targets,
-                                                           eval_optimum)
-            epoch_log["heldout_greedy_reward"], epoch_log["heldout_greedy_accuracy"] = held_reward, held_accuracy
+        epoch_log.update(greedy_log(score, (prompts, targets, optimum), epoch_greedy,
+                                    None if eval_prompts is None else (eval_prompts, eval_targets, eval_optimum),
+                                    epoch_heldout_greedy))
         # exact P(optimal) and P(no signal) of every epoch's sampling policy (lab.exact.exploration)
         exact = is_exact(task.vocab_size, task.response_length)
         mc_generators = None if exact else [torch.Generator(device).manual_seed(c.seed) for c in configs]
@@ -224,21 +216,6 @@ def train(
             torch.stack(epoch_logits, dim=1), torch.arange(runs, device=device))  # float[run epoch 2]
         epoch_log["optimal_prob"], epoch_log["zero_std_prob"] = explored.unbind(-1)
 
-    to_numpy = lambda log, join: {k: join(v).cpu().float().numpy() for k, v in log.items()}  # noqa: E731
-    step_values = to_numpy(step_log, lambda v: torch.cat(v).T)  # [step run] per block -> [run step]
-    epoch_values = {name: epoch_log[name].cpu().float().numpy() for name in EPOCH_METRICS}
-    step_values = guard.finish(step_values, epoch_values, GREEDY_METRICS)
-    return Records(
-        configs=configs,
-        prompts=task.prompts.cpu().numpy(),
-        optimum=optimum.cpu().numpy(),
-        step_metrics=step_values,
-        epoch_metrics=epoch_values,
-        samples=samples,
-        state={name: p.detach().cpu().clone(memory_format=torch.contiguous_format)
-               for name, p in policy.named_parameters()},
-        greedy_responses=epoch_greedy[-1].cpu().numpy(),
-        seconds=time.perf_counter() - start,
-        exploration_exact=exact,
-        divergence=guard.found,
-    )
+    return records_of(configs, task.prompts, optimum, step_log, epoch_log, guard, policy, samples=samples,
+                      greedy_responses=epoch_greedy[-1].cpu().numpy(), seconds=time.perf_counter() - start,
+                      exploration_exact=exact)

@@ -35,12 +35,12 @@ from lab.training.divergence import DivergenceGuard
 from lab.core.kl import freeze, k3, reference_due
 from lab.training.lengths import LENGTH_MARGIN, eos_targets, length_metrics, resolve_max_length  # noqa: F401 (re-exported)
 from lab.core.losses import compute_loss
-from lab.training.metrics import block_epochs, greedy_metrics, sample_metrics
+from lab.training.metrics import block_epochs, greedy_log, sample_metrics
 from lab.training.metrics_varlen import VarlenMetricBlock
 from lab.training.optim import RunAdam
 from lab.policies.ar_fused import ar_log_probs
-from lab.io.records import EPOCH_METRICS, GREEDY_METRICS, STEP_METRICS, Records, Samples
-from lab.training.runs import RunSettings
+from lab.io.records import STEP_METRICS, Records, Samples
+from lab.training.runs import RunSettings, records_of
 from tasks import Task
 from tasks.sorting import variable_length_reward
 
@@ -161,32 +161,9 @@ def train_varlen(
         epoch_log = sample_metrics(torch.stack(epoch_rewards, dim=1), optimum, correction)
         epoch_log.update(length_metrics(torch.stack(epoch_lengths, dim=1), torch.stack(epoch_correct, dim=1)))
         epoch_log.update(exact_metrics.exploration())
-        greedy = torch.stack(epoch_greedy, dim=1)  # int[run epoch batch pos]
-        (epoch_log["greedy_reward"], epoch_log["greedy_fraction"],
-         epoch_log["greedy_accuracy"]) = greedy_metrics(score(prompts, greedy), greedy, targets, optimum)
-        if eval_prompts is None:
-            nan = torch.full((runs, len(epoch_greedy)), math.nan, device=device)
-            epoch_log["heldout_greedy_reward"], epoch_log["heldout_greedy_accuracy"] = nan, nan
-        else:
-            held = torch.stack(epoch_heldout_greedy, dim=1)
-            held_reward, _, held_accuracy = greedy_metrics(score(eval_prompts, held), held, eval_targets,
-                                                           eval_optimum)
-            epoch_log["heldout_greedy_reward"], epoch_log["heldout_greedy_accuracy"] = held_reward, held_accuracy
-    nan_epochs = torch.full((runs, len(epoch_greedy)), math.nan)
-    step_values = {name: torch.cat(values).T.cpu().float().numpy() for name, values in step_log.items()}
-    epoch_values = {name: epoch_log.get(name, nan_epochs).cpu().float().numpy() for name in EPOCH_METRICS}
-    step_values = guard.finish(step_values, epoch_values, GREEDY_METRICS)
-    return Records(
-        configs=configs,
-        prompts=task.prompts.cpu().numpy(),
-        optimum=optimum.cpu().numpy(),
-        step_metrics=step_values,
-        epoch_metrics=epoch_values,
-        samples=samples,
-        state={name: p.detach().cpu().clone() for name, p in policy.named_parameters()},
-        greedy_responses=epoch_greedy[-1].cpu().numpy(),
-        seconds=time.perf_counter() - start,
-        eos=eos,
-        exploration_exact=exact_metrics.exact,
-        divergence=guard.found,
-    )
+        epoch_log.update(greedy_log(score, (prompts, targets, optimum), epoch_greedy,
+                                    None if eval_prompts is None else (eval_prompts, eval_targets, eval_optimum),
+                                    epoch_heldout_greedy))
+    return records_of(configs, task.prompts, optimum, step_log, epoch_log, guard, policy, samples=samples,
+                      greedy_responses=epoch_greedy[-1].cpu().numpy(), seconds=time.perf_counter() - start,
+                      eos=eos, exploration_exact=exact_metrics.exact)
