@@ -1,5 +1,5 @@
 """`python -m lab ...` is the `lab` command."""
 
-from lab_console import main
+from lab.cli.main import main
 
 main()

@@ -41,12 +41,14 @@ import numpy as np
 import torch
 
 import lab.exact.baselines
-from lab import Policy, compute_deltas, compute_loss
+from lab.policies.factorized import Policy
+from lab.core.deltas import compute_deltas
+from lab.core.losses import compute_loss
 from lab.exact.diagnose import gradient_diagnostics, objective_summary
 from lab.exact.estimators import gradient_moments
-from lab.exact import all_probs, expected_reward, flat_grad, reward_table, score_matrix
+from lab.exact.enumeration import all_probs, expected_reward, flat_grad, reward_table, score_matrix
 from lab.exercises import check
-from lab.policies.rollout import response_log_probs, sample_responses
+from lab.policies.sampling import response_log_probs, sample_responses
 from tasks.sorting import make_task
 
 torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible

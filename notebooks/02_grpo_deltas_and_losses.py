@@ -44,9 +44,13 @@ import numpy as np
 import torch
 
 import lab.core.losses
-from lab import DeltaMode, LossMode, Policy, TrainConfig, compute_deltas, compute_loss, train
+from lab.core.deltas import DeltaMode, compute_deltas
+from lab.core.losses import LossMode, compute_loss
+from lab.policies.factorized import Policy
+from lab.training.config import TrainConfig
+from lab.training.train import train
 from lab.exercises import check
-from lab.policies.rollout import response_log_probs, sample_responses
+from lab.policies.sampling import response_log_probs, sample_responses
 from tasks.sorting import make_task
 
 torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible

@@ -53,15 +53,15 @@ import numpy as np
 import torch
 
 import lab.core.kl
-from lab import TrainConfig
-from lab.exact.drift import drift_from_start
-from lab.exact import exact_kl, expected_kl_estimate, flat_grad, position_log_probs, sequence_kl
+from lab.training.config import TrainConfig
+from lab.experiments.drift import drift_from_start
+from lab.exact.enumeration import exact_kl, expected_kl_estimate, flat_grad, position_log_probs, sequence_kl
 from lab.exercises import check
-from lab.io.figures import mean_band
+from lab.experiments.figures import mean_band
 from lab.experiments.intervals import mean_interval
 from lab.core.kl import ESTIMATORS, KLEstimator
 from lab.policies.factorized import Policy, policy_from_state
-from lab.policies.rollout import response_log_probs, sample_responses
+from lab.policies.sampling import response_log_probs, sample_responses
 from lab.experiments.sweep import build_grid, run_sweep
 from tasks.sorting import make_task
 
@@ -377,7 +377,7 @@ variants = {"frozen (kl_period=0)": dict(kl=0.3, kl_period=0), "refreshed (kl_pe
             "no penalty (beta=0)": dict(kl=0.0, kl_period=0)}
 configs = [c for settings in variants.values() for c in build_grid(TrainConfig(delta="centered", **settings), {}, 20)]
 records = run_sweep(task, configs)
-drift = drift_from_start(task, records)  # lab.exact.drift: exact KL(pi_final || pi_initial) per run
+drift = drift_from_start(task, records)  # lab.experiments.drift: exact KL(pi_final || pi_initial) per run
 refresh_every = configs[0].steps * 10  # optimizer steps between two refreshes of kl_period=10
 refresh_steps = np.arange(refresh_every, records.step_metrics["kl"].shape[1], refresh_every)
 

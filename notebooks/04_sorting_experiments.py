@@ -40,16 +40,19 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from lab import TrainConfig, compute_deltas, compute_loss, train
+from lab.training.config import TrainConfig
+from lab.core.deltas import compute_deltas
+from lab.core.losses import compute_loss
+from lab.training.train import train
 from lab.exact.diagnose import objective_summary
-from lab.exact.drift import initial_policy
-from lab.exact import all_probs, position_log_probs, reward_table
+from lab.experiments.drift import initial_policy
+from lab.exact.enumeration import all_probs, position_log_probs, reward_table
 from lab.exercises import check
-from lab.io.figures import draw_curves, mean_band
+from lab.experiments.figures import draw_curves, mean_band
 from lab.experiments.intervals import difference_interval, mean_interval, t_quantile
 from lab.core.kl import freeze, kl_estimate, reference_due
 from lab.policies.factorized import Policy, policy_from_state
-from lab.policies.rollout import response_log_probs, sample_responses
+from lab.policies.sampling import response_log_probs, sample_responses
 from lab.training.simple_loop import simple_train
 from lab.experiments.sweep import build_grid, optimal_everywhere, run_sweep, summarise, summary_table
 from tasks import neighbour_rewards

@@ -49,13 +49,17 @@ import numpy as np
 import torch
 
 import lab.core.losses
-from lab import Policy, TrainConfig, compute_deltas, compute_loss, train
-from lab.exact.drift import drift_from_start
+from lab.policies.factorized import Policy
+from lab.training.config import TrainConfig
+from lab.core.deltas import compute_deltas
+from lab.core.losses import compute_loss
+from lab.training.train import train
+from lab.experiments.drift import drift_from_start
 from lab.exercises import check
-from lab.io.figures import mean_band
+from lab.experiments.figures import mean_band
 from lab.experiments.intervals import difference_interval, mean_interval
 from lab.core.kl import freeze, kl_estimate
-from lab.policies.rollout import response_log_probs, sample_responses
+from lab.policies.sampling import response_log_probs, sample_responses
 from tasks.sorting import make_task
 
 torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible
@@ -71,7 +75,7 @@ def seeds_of(**settings):
 
 
 def compare(runs, metric="reward_fraction", title=""):
-    """Curves of one epoch metric, mean over seeds with its 95% t-band (lab.io.figures.mean_band)."""
+    """Curves of one epoch metric, mean over seeds with its 95% t-band (lab.experiments.figures.mean_band)."""
     fig, ax = plt.subplots(figsize=(6, 3.2))
     for label, records in runs.items():
         values = records.epoch_metrics[metric]
@@ -544,7 +548,7 @@ assert int(broken(5)(group, "centered").argmax()) != 2
 #
 # A KL penalty to a reference that is frozen at the start (`kl_period=0`), so the reference is the
 # initial policy. With the lab, a larger $\beta$ should keep the final policy closer to it. We
-# measure the drift *exactly* (every response enumerated, `lab.exact.drift.drift_from_start`),
+# measure the drift *exactly* (every response enumerated, `lab.experiments.drift.drift_from_start`),
 # independently of the loop's own log: $\mathrm{KL}(\pi_{\text{final}} \,\|\, \pi_{\text{initial}})$
 # per prompt.
 

@@ -41,14 +41,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from lab import TrainConfig
-from lab.exact import all_probs, expected_reward, flat_grad, maj_at_k, pass_at_k
+from lab.training.config import TrainConfig
+from lab.exact.enumeration import all_probs, expected_reward, flat_grad
+from lab.exact.voting import maj_at_k, pass_at_k
 from lab.exercises import check
 from lab.experiments.exploration_results import at_k_curves, entropy_reward_fit, sampling_entropy
-from lab.io.figures import mean_band
+from lab.experiments.figures import mean_band
 from lab.experiments.intervals import mean_interval, wilson_interval
 from lab.policies.factorized import Policy
-from lab.policies.rollout import entropy
+from lab.policies.sampling import entropy
 from lab.experiments.sweep import optimal_everywhere, run_sweep
 from lab.training.train import train
 from tasks.sorting import make_task

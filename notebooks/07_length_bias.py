@@ -38,11 +38,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from lab import TrainConfig, train
+from lab.training.config import TrainConfig
+from lab.training.train import train
 from lab.exact import varlen as X
 from lab.core.aggregation import LossAgg, aggregate
 from lab.exercises import check
-from lab.policies import AutoregressivePolicy, Policy
+from lab.policies.autoregressive import AutoregressivePolicy
+from lab.policies.factorized import Policy
 from tasks.sorting import make_task
 
 AGGS = [m.value for m in LossAgg]

@@ -1,15 +1,14 @@
 """Tasks: a prompt set, the rewards that score responses to it, and its optimum.
 
-A task is one file in this package that defines `make_task(**options) -> Task`
-and registers its rewards with `@reward("name")` into a `REWARDS` table of its own.
+A task is one file in this package that defines `make_task(**options) -> Task` and registers its
+rewards with `@reward("name")` into a `REWARDS` table of its own; the lab imports it by name
+(`tasks.sorting`, the only one).
 Rewards are vectorized: `(prompts int[batch pos], responses int[... batch trial pos])
 -> float[... batch trial]`, with any leading axes (such as `run`) broadcast.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -17,6 +16,9 @@ import torch
 from torch import Tensor
 
 RewardFn = Callable[[Tensor, Tensor], Tensor]
+
+OPTIMAL_TOLERANCE = 1e-6
+"""A reward within this of a prompt's optimum counts as optimal (float32 rewards compared exactly)."""
 
 
 def reward_registry() -> tuple[dict[str, RewardFn], Callable[[str], Callable[[RewardFn], RewardFn]]]:
@@ -77,18 +79,3 @@ def neighbour_rewards(reward: RewardFn, prompts: Tensor, responses: Tensor, voca
     candidates = torch.where(changed[:, None, :], tokens[None, :, None], responses[..., None, None, :])
     flat = candidates.reshape(*lead, batch, length * vocab_size, length)  # the (q, v) grid plays `trial`
     return reward(prompts, flat).reshape(*lead, batch, length, vocab_size)
-
-
-def task_names() -> list[str]:
-    """Every module in this package that defines `make_task`."""
-    names = []
-    for info in pkgutil.iter_modules(__path__):
-        if hasattr(importlib.import_module(f"{__name__}.{info.name}"), "make_task"):
-            names.append(info.name)
-    return names
-
-
-def load_task_module(name: str):
-    if name not in task_names():
-        raise ValueError(f"unknown task {name!r}; choose one of: {', '.join(task_names())}")
-    return importlib.import_module(f"{__name__}.{name}")

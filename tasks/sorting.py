@@ -40,6 +40,9 @@ from torch import Tensor
 from tasks import Task, reward_registry
 
 LECTURE_PROMPTS = [[1, 0, 2], [3, 2, 4], [1, 2, 3]]
+TASK_NAME = "sorting"
+"""The task's name, as a run's config.json records it."""
+
 LECTURE_VOCAB_SIZE = 5
 BLEND_ORDER_WEIGHT = 0.5
 """Weight of the ordering term in the blended reward (the lecture notes' pseudocode)."""
@@ -246,7 +249,7 @@ def make_task(
             raise ValueError(f"held-out prompts have length {eval_prompts.shape[1]}, "
                              f"training prompts {prompts.shape[1]}")
     return Task(
-        name="sorting",
+        name=TASK_NAME,
         prompts=prompts,
         vocab_size=vocab_size,
         response_length=prompts.shape[1],

@@ -4,9 +4,10 @@ every response's probability from lab.exact.varlen, its reward, and the definiti
 import torch
 
 import lab.policies as P
-from lab.exact.ar_exploration import exploration_columns, varlen_exploration, varlen_response_probs
+from lab.exact.ar_exploration import exploration_columns, varlen_exploration
+from lab.exact.prefix_tree import varlen_response_probs
 from lab.exact.varlen import all_probs, enumerate_responses
-from lab.exact.prefix_kl import prefix_log_softmaxes
+from lab.exact.prefix_tree import prefix_log_softmaxes
 from tasks.sorting import variable_length_reward
 
 
@@ -38,7 +39,7 @@ def test_the_loop_records_the_exact_exploration_of_each_epochs_sampling_policy()
     (the inclusion-ordering reward's only optimum); a stack of two runs records each run's own."""
     from lab.training.config import TrainConfig
     from lab.training.train import train
-    from lab.training.varlen import eos_targets
+    from lab.training.lengths import eos_targets
     from tasks.sorting import make_task
 
     task = make_task()

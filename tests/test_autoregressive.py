@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 
 import lab
 import lab.policies as P
-from lab import exact, exact_varlen
+from lab.exact import enumeration as exact, varlen as exact_varlen
 from lab.core.kl import k1, k2, k3
 from lab.policies.autoregressive import AutoregressivePolicy, AutoregressiveStack
 from lab.policies.factorized import Policy
-from lab.policies.rollout import response_log_probs, sample_responses
+from lab.policies.sampling import response_log_probs, sample_responses
 
 Z_LIMIT = 5.0
 """Monte Carlo checks fail beyond 5 standard errors (false alarm ~5.7e-7 per check; fixed seeds)."""
@@ -149,7 +149,7 @@ def test_entropy_and_kl_estimators_are_zero_on_padding():
 
 
 def test_the_factorized_policy_behind_the_interface_is_the_lecture_path():
-    """lab.Policy, lab.PolicyStack and lab.policies.factorized are unchanged; the interface reproduces lab.policies.rollout."""
+    """lab.Policy, lab.PolicyStack and lab.policies.factorized are unchanged; the interface reproduces lab.policies.sampling."""
     from lab.policies import factorized
 
     assert factorized.Policy is lab.Policy is Policy and factorized.PolicyStack is lab.PolicyStack

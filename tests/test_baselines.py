@@ -7,7 +7,7 @@ from proofs.proof_tools import close, toys
 
 from lab.exact.baselines import estimate_variance, optimal_baseline
 from lab.exact.estimators import gradient_moments
-from lab.exact import all_probs, score_matrix
+from lab.exact.enumeration import all_probs, score_matrix
 
 
 def exact_inputs(toy):
@@ -59,7 +59,7 @@ def test_the_optimal_baseline_beats_every_other_constant(toy):
 
 def test_the_mean_reward_is_not_the_optimal_baseline():
     """On the lecture's prompts and seed-5 policy, E[R] and b* differ and E[R] leaves more variance."""
-    from lab.exact import reward_table
+    from lab.exact.enumeration import reward_table
     from lab.policies.factorized import Policy
     from tasks.sorting import make_task
 

@@ -12,7 +12,7 @@ import torch
 from lab.training.config import TrainConfig
 from lab.core.losses import compute_loss
 from lab.policies.factorized import Policy, PolicyStack
-from lab.policies.rollout import response_log_probs
+from lab.policies.sampling import response_log_probs
 from lab.training.train import train
 from tasks.sorting import make_task
 
@@ -105,7 +105,7 @@ def test_the_summed_loss_gives_each_run_exactly_its_own_gradient():
 def test_uniforms_drawn_ahead_are_the_uniforms_drawn_epoch_by_epoch():
     """`UniformStream` (the loop's speed path: one generator call per run and chunk of epochs) draws bitwise
     what one call per epoch draws, and leaves each generator where epoch-by-epoch draws leave it."""
-    from lab.policies.rollout import UniformStream, sample_responses
+    from lab.policies.sampling import UniformStream, sample_responses
 
     logits = torch.randn(4, 3, 3, 5, generator=torch.Generator().manual_seed(0))  # float[run batch pos vocab]
     plain = [torch.Generator().manual_seed(s) for s in range(4)]

@@ -16,11 +16,11 @@ import torch
 from typer.testing import CliRunner
 
 import lab.cli.run_command
-import lab.io.plots
-from lab.cli import app
+import lab.figures.plots
+from lab.cli.commands import app
 from lab.training.config import TrainConfig
 from lab.policies.factorized import load_policy
-from lab.io.records import METRIC_COLUMNS
+from lab.training.records import METRIC_COLUMNS
 
 SHORT = ["--epochs", "2", "--steps", "2"]
 RUN_FILES = {"config.json", "metrics.csv", "samples.txt", "summary.json", "policy.pt", "curves.png", ".lab-output"}
@@ -260,7 +260,7 @@ def test_an_exception_while_writing_leaves_no_partial_folder_and_keeps_the_old_o
 
     def broken_plot(*args, **kwargs):
         raise RuntimeError("plotting failed")
-    monkeypatch.setattr(lab.io.plots, "plot_run", broken_plot)
+    monkeypatch.setattr(lab.figures.plots, "plot_run", broken_plot)
     result = invoke(*SHORT, "--quiet", "--force", "--out", str(out))
     assert isinstance(result.exception, RuntimeError)
     assert contents(tmp_path) == {"run"} and contents(out) == RUN_FILES

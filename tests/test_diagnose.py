@@ -7,10 +7,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from lab.cli import app
+from lab.cli.commands import app
 from lab.exact.diagnose import DiagnoseConfig, format_table, gradient_diagnostics, objective_summary
 from lab.exact.estimators import gradient_moments
-from lab.exact import ExactLimits
+from lab.exact.enumeration import ExactLimits
 from lab.policies.factorized import Policy, save_policy
 from tasks import sorting
 

@@ -11,8 +11,8 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.io.figure_files import MARK, written_by_lab
+from lab.cli.commands import app
+from lab.figures.figure_files import MARK, written_by_lab
 
 FAST = ["--delta", "raw", "--group-size", "2"]
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from lab.cli import app
+from lab.cli.commands import app
 from lab.training.config import TrainConfig
 from lab.training.divergence import DIVERGED_EXIT_CODE
 from lab.experiments.sweep import summarise, summary_csv, summary_table

@@ -1,9 +1,9 @@
-"""`lab.exact.drift`: the exact drift of a run's final policy from its start, against the loop's own log."""
+"""`lab.experiments.drift`: the exact drift of a run's final policy from its start, against the loop's own log."""
 
 import numpy as np
 
 from lab.training.config import TrainConfig
-from lab.exact.drift import drift_from_start
+from lab.experiments.drift import drift_from_start
 from lab.training.train import train
 from tasks.sorting import make_task
 

@@ -13,13 +13,21 @@ from proofs.proof_tools import close, make_toy, toys
 
 from lab.core.deltas import DeltaMode, compute_deltas
 from lab.exact.estimators import LINEAR_COEFFICIENTS, delta_moments, gradient_covariance, gradient_moments
-from lab.exact import (
-    ExactLimits, all_log_probs, all_responses, exact_kl, expected_reward, flat_grad, position_log_probs,
-    response_index, reward_table, score_matrix,
+from lab.exact.enumeration import (
+    ExactLimits,
+    all_log_probs,
+    all_responses,
+    exact_kl,
+    expected_reward,
+    flat_grad,
+    position_log_probs,
+    response_index,
+    reward_table,
+    score_matrix,
 )
 from lab.core.losses import compute_loss
 from lab.policies.factorized import Policy
-from lab.policies.rollout import response_log_probs, sample_responses
+from lab.policies.sampling import response_log_probs, sample_responses
 from tasks import sorting
 
 MC_Z = 5.0
@@ -180,8 +188,8 @@ def test_exact_kl_is_the_sequence_kl_summed_over_positions(toy):
 
 def test_expected_reward_takes_a_reward_name_and_list_prompts():
     """`expected_reward(policy, [[1,0,2]], "distance")` is the same number as with the function and a tensor."""
-    from lab import Policy
-    from lab.exact import expected_reward
+    from lab.policies.factorized import Policy
+    from lab.exact.enumeration import expected_reward
     from tasks.sorting import distance_reward
 
     policy = Policy(5, 3, 3, generator=torch.Generator().manual_seed(3))

@@ -6,10 +6,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import lab.policies as P
-from lab import estimators, exact, exact_varlen
+from lab.exact import enumeration as exact, estimators, varlen as exact_varlen
 from lab.core.aggregation import LossAgg
 from lab.core.deltas import compute_deltas
-from lab.exact import ExactLimits
+from lab.exact.enumeration import ExactLimits
 from lab.exact.estimators import EnumerationTooLarge
 from lab.core.losses import compute_loss
 from lab.policies.autoregressive import AutoregressivePolicy
@@ -30,7 +30,7 @@ def test_every_response_once_ended_by_eos_or_truncated():
     responses = exact_varlen.varlen_responses(3, 3)
     assert len(responses) == exact_varlen.space_size(3, 3) == 1 + 3 + 9 + 27
     assert len({tuple(r) for r in responses.tolist()}) == len(responses)
-    mask = P.autoregressive.response_mask(responses, 3)
+    mask = P.ar_model.response_mask(responses, 3)
     assert bool((responses[~mask] == 3).all())  # padding after EOS
     assert responses[:4].tolist() == [[3, 3, 3], [0, 3, 3], [1, 3, 3], [2, 3, 3]]
     with pytest.raises(ValueError, match="at most 4096 responses"):

@@ -17,13 +17,14 @@ import torch
 from typer.testing import CliRunner
 
 import lab.exact.exploration
-from lab.cli import app
+from lab.cli.commands import app
 from lab.training.config import ConfigError, TrainConfig
-from lab.exact import ExactLimits
+from lab.exact.enumeration import ExactLimits
 from lab.exact.exploration import entropy_bonus, epoch_exploration, exact_exploration, response_probs
 from lab.policies.factorized import Policy, PolicyStack, policy_logits
-from lab.io.records import EPOCH_METRICS, metrics_csv
-from lab.policies.rollout import entropy, log_softmax
+from lab.training.records import EPOCH_METRICS
+from lab.files.run_text import metrics_csv
+from lab.policies.sampling import entropy, log_softmax
 from lab.training.train import train
 from tasks.sorting import REFERENCES, make_task
 
@@ -83,7 +84,7 @@ def test_the_fast_path_equals_the_response_table():
     generator = torch.Generator().manual_seed(0)
     task = make_task(prompts=[[1, 0, 2, 2], [3, 3, 1, 0]])
     position = log_softmax(torch.randn(2, 3, 2, 4, 5, generator=generator, dtype=torch.float64))
-    from lab.exact import all_responses
+    from lab.exact.enumeration import all_responses
 
     responses = all_responses(5, 4)
     table = task.reward_fn("inclusion-ordering")(task.prompts, responses.expand(2, *responses.shape)).double()

@@ -1,6 +1,6 @@
-"""lab.io.figures: titles wrapped to fit their figure (a centred title wider than the figure loses both ends)."""
+"""lab.experiments.figures: titles wrapped to fit their figure (a centred title wider than the figure loses both ends)."""
 
-from lab.io.figures import CHAR_WIDTH, TITLE_FONTSIZE, fit_title
+from lab.experiments.figures import CHAR_WIDTH, TITLE_FONTSIZE, fit_title
 
 LONG = "Deltas beyond the lecture's three: group max and leave-one-out; 20 seeds, mean and 95% t-band"
 

@@ -1,4 +1,4 @@
-"""lab.policies.fused: the one-node log-probs equal autograd through the plain path (lab.policies.factorized, lab.policies.rollout).
+"""lab.policies.fused: the one-node log-probs equal autograd through the plain path (lab.policies.factorized, lab.policies.sampling).
 
     log_probs = log_softmax((sum_p E[x_p] A_p) B_q E^T)[y],  with its backward written by hand.
 
@@ -13,7 +13,7 @@ import torch
 
 from lab.policies.fused import policy_log_probs
 from lab.policies.factorized import init_parameters, policy_logits
-from lab.policies.rollout import log_softmax, response_log_probs
+from lab.policies.sampling import log_softmax, response_log_probs
 
 TIGHT = dict(rtol=1e-12, atol=1e-12)
 """float64 agreement: the two paths differ only in the order of a few roundings."""

@@ -1,4 +1,4 @@
-"""Interrupts end with one line and leave nothing partial (issue 11 point 7; `lab_console`).
+"""Interrupts end with one line and leave nothing partial (the entry point `lab.cli.main`).
 
 SIGTERM while writing used to leave a hidden `.NAME.XXXX.partial/` folder forever; Ctrl-C exited
 silently, or with a 53-line traceback while torch was still loading.
@@ -13,7 +13,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 import lab.cli.run_command
-from lab.cli import app
+from lab.cli.commands import app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def lab_process(tmp_path, prelude: str, *args: str) -> subprocess.CompletedProcess:
     """`lab ARGS` as its own process (the console entry point, signals and all), after `prelude`."""
     script = textwrap.dedent(prelude) + f"\nimport sys\nsys.argv = ['lab', *{list(args)!r}]\n" \
-        "from lab_console import main\nmain()\n"
+        "from lab.cli.main import main\nmain()\n"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
@@ -59,7 +59,7 @@ def test_ctrl_c_during_start_up_is_one_line_exit_130(tmp_path):
 
 def test_the_entry_point_loads_torch_only_inside_its_handler(tmp_path):
     """What makes the start-up case work: importing the entry module loads nothing heavy."""
-    probe = "import sys, lab_console; print('torch' in sys.modules)"
+    probe = "import sys, lab.cli.main; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
     assert out.stdout.strip() == "False", out.stderr

@@ -22,16 +22,16 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from lab.cli import app
+from lab.cli.commands import app
 from lab.training.config import ConfigError, TrainConfig
 from lab.core.deltas import compute_deltas
 from lab.core.losses import compute_loss
 from lab.policies.factorized import Policy, init_parameters
-from lab.io.records import format_value
-from lab.policies.rollout import response_log_probs, sample_responses
-from lab.policies.samplers import SAMPLERS, Sampler, draw, sample_multinomial
+from lab.files.run_text import format_value
+from lab.policies.sampling import response_log_probs, sample_responses
+from lab.policies.sampling import SAMPLERS, Sampler, draw, sample_multinomial
 from lab.training.simple_loop import simple_train
-from lab.io.tables import read_table
+from lab.files.tables import read_table
 from lab.training.train import train
 from tasks.sorting import make_task
 

@@ -5,7 +5,7 @@ import pytest
 
 from lab.training.config import TrainConfig
 from lab.experiments.length_bias import BIASED, LATE_EPOCHS, SETTINGS, UNBIASED, late, length_bias_markdown, length_configs
-from lab.io.records import Records
+from lab.training.records import Records
 
 SEEDS, EPOCHS = 4, LATE_EPOCHS + 2
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import lab.cli.run_command
 import lab.training.limits
-from lab.cli import app
+from lab.cli.commands import app
 from lab.cli.options import prompts_label
 from lab.cli.progress import LineProgress
 from lab.cli.run_command import default_run_name

@@ -3,8 +3,9 @@
 import numpy as np
 import torch
 
-from lab import Policy, TrainConfig
-from lab.exact import sequence_kl
+from lab.policies.factorized import Policy
+from lab.training.config import TrainConfig
+from lab.exact.enumeration import sequence_kl
 from lab.policies.factorized import policy_from_state
 from lab.training.train import train
 from tasks.sorting import make_task

@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 import lab.cli.run_command
-import lab.io.plots
-import lab.io.writable
-from lab.cli import app
-from lab.io.writable import TEMP_NAME_EXTRA, check_writable, name_max
+import lab.figures.plots
+import lab.files.writable
+from lab.cli.commands import app
+from lab.files.writable import TEMP_NAME_EXTRA, check_writable, name_max
 
 SHORT = ["--epochs", "1", "--steps", "1", "--quiet"]
 
@@ -66,13 +66,13 @@ def test_an_unwritable_parent_fails_before_training(tmp_path, no_training, monke
     """A read-only folder (as a user without rights, or a read-only mount, which even root cannot write)."""
     (tmp_path / "locked").mkdir()
     real_access = os.access
-    monkeypatch.setattr(lab.io.writable.os, "access", lambda path, mode: False if str(path).endswith("locked")
+    monkeypatch.setattr(lab.files.writable.os, "access", lambda path, mode: False if str(path).endswith("locked")
                         else real_access(path, mode))
     one_line(CliRunner().invoke(app, ["run", *SHORT, "--out", "locked/run"]), 2, "cannot write into", "locked")
 
     def read_only_fs(*args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
-    monkeypatch.setattr(lab.io.writable.tempfile, "mkdtemp", read_only_fs)
+    monkeypatch.setattr(lab.files.writable.tempfile, "mkdtemp", read_only_fs)
     one_line(CliRunner().invoke(app, ["run", *SHORT, "--out", "elsewhere/run"]), 2, "Read-only file system")
     assert everything(tmp_path) == ["locked"]
 
@@ -88,7 +88,7 @@ def test_a_full_disk_while_writing_is_one_line_and_leaves_nothing(tmp_path, monk
     """ENOSPC at the first file or at the last: exit 1, one line, no run folder, no hidden partial folder."""
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(lab.io.plots if failing == "plot_run" else lab.cli.run_command, failing, full)
+    monkeypatch.setattr(lab.figures.plots if failing == "plot_run" else lab.cli.run_command, failing, full)
     one_line(CliRunner().invoke(app, ["run", *SHORT, "--out", "run"]), 1, "No space left on device",
              "nothing was written")
     assert everything(tmp_path) == []

@@ -1,4 +1,4 @@
-"""The lab never deletes or overwrites what it did not write (`lab.io.outputs`, issue 11)."""
+"""The lab never deletes or overwrites what it did not write (`lab.files.output_folders`, issue 11)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from lab.cli import app
-from lab.io.outputs import MARKER, OutputError, OutputFiles, RunFolder, read_marker
+from lab.cli.commands import app
+from lab.files.output_folders import MARKER, OutputError, OutputFiles, RunFolder, read_marker
 
 SHORT = ["run", "--epochs", "1", "--steps", "1", "--quiet"]
 

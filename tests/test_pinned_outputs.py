@@ -17,7 +17,7 @@ import hashlib
 import pytest
 from typer.testing import CliRunner
 
-from lab.cli import app
+from lab.cli.commands import app
 
 SHORT = ["--epochs", "4", "--steps", "3", "--quiet", "--device", "cpu"]
 

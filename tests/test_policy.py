@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from lab.training.optim import RunAdam
 from lab.policies.factorized import Policy, PolicyStack, load_policy, policy_from_state, save_policy
-from lab.policies.rollout import (entropy, greedy_responses, response_log_probs, sample_responses,
+from lab.policies.sampling import (entropy, greedy_responses, response_log_probs, sample_responses,
                          sequence_log_probs)
 
 Z_LIMIT = 5.0

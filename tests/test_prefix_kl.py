@@ -1,4 +1,4 @@
-"""The prefix recursion's exact sequence KL (lab/exact/prefix_kl.py) equals enumeration over every
+"""The prefix recursion's exact sequence KL (lab/exact/prefix_tree.py) equals enumeration over every
 response (lab.exact.varlen.sequence_kl) for the autoregressive policy, per run of a stack too."""
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 import lab.policies as P
 from lab.exact.varlen import sequence_kl
-from lab.exact.prefix_kl import TreeLevels, prefix_log_softmaxes, tree_kl, tree_pass, varlen_response_probs
+from lab.exact.prefix_tree import TreeLevels, prefix_log_softmaxes, tree_kl, tree_pass, varlen_response_probs
 
 
 def test_prefix_recursion_kl_is_the_enumerated_sequence_kl():

@@ -4,8 +4,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lab import Policy
-from lab.exact import all_log_probs, sequence_kl
+from lab.policies.factorized import Policy
+from lab.exact.enumeration import all_log_probs, sequence_kl
 
 TOLERANCE = 1e-10
 """float64 sums over at most 5^3 = 125 responses."""

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lab.training.config import TrainConfig
-from lab.io.records import Records
-from lab.exact.stuck import final_endings
+from lab.training.records import Records
+from lab.experiments.sweep import final_endings
 from tasks.sorting import REFERENCES, lecture_prompts
 
 PROMPTS = lecture_prompts().numpy()  # [[1,0,2],[3,2,4],[1,2,3]]

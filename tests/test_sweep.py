@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from lab.cli import app
+from lab.cli.commands import app
 from lab.training.config import ConfigError, TrainConfig
 from lab.experiments.intervals import mean_interval, t_quantile, wilson_interval
-from lab.io.records import INDEX_COLUMNS, STEP_METRICS, format_value
+from lab.training.records import INDEX_COLUMNS, STEP_METRICS
+from lab.files.run_text import format_value
 from lab.experiments.sweep import GRID_FIELDS, build_grid, optimal_everywhere, run_sweep, summarise
-from lab.io.tables import read_table
+from lab.files.tables import read_table
 from lab.training.train import train
 from tasks.sorting import make_task
 

@@ -1,15 +1,15 @@
-"""A sweep's metrics tables (lab.io.tables): names that never clash, epoch metrics once per epoch, both formats."""
+"""A sweep's metrics tables (lab.files.tables): names that never clash, epoch metrics once per epoch, both formats."""
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from lab.cli import app
+from lab.cli.commands import app
 from lab.training.config import TrainConfig
-from lab.io.records import EPOCH_METRICS, INDEX_COLUMNS, STEP_METRICS
+from lab.training.records import EPOCH_METRICS, INDEX_COLUMNS, STEP_METRICS
 from lab.experiments.sweep import GRID_FIELDS, build_grid, run_sweep
-from lab.io.tables import epoch_table, read_table, step_table, table_names, write_tables
+from lab.files.tables import epoch_table, read_table, step_table, table_names, write_tables
 from tasks.sorting import make_task
 
 

@@ -14,7 +14,8 @@ from lab.core.deltas import DeltaMode
 from lab.training.lengths import EMPTY_WHEN_NONE
 from lab.core.losses import LossMode
 from lab.policies.factorized import Policy
-from lab.io.records import EPOCH_METRICS, METRIC_COLUMNS, STEP_METRICS, metrics_csv
+from lab.training.records import EPOCH_METRICS, METRIC_COLUMNS, STEP_METRICS
+from lab.files.run_text import metrics_csv
 from lab.training.train import train
 from tasks.sorting import make_task
 

@@ -16,11 +16,12 @@ import torch
 from typer.testing import CliRunner
 
 from lab.core.aggregation import LossAgg
-from lab.cli import app
+from lab.cli.commands import app
 from lab.training.config import ConfigError, TrainConfig
 from lab.training.lengths import EMPTY_WHEN_NONE, length_metrics
-from lab.policies import AutoregressivePolicy, load_policy
-from lab.io.records import metrics_csv, response_text
+from lab.policies.autoregressive import AutoregressivePolicy
+from lab.policies import load_policy
+from lab.files.run_text import metrics_csv, response_text
 from lab.training.train import train
 from tasks.sorting import make_task
 

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lab.exact
-from lab.exact import ExactLimits, all_probs, maj_at_k, pass_at_k, reward_table
+from lab.exact.enumeration import ExactLimits, all_probs, reward_table
+from lab.exact.voting import maj_at_k, pass_at_k
 from lab.policies.factorized import Policy
 from lab.exact.voting import MonteCarloWarning, brute_force_maj_at_k, maj_at_k_from_probs, optimal_mask, pass_at_k_from_probs
 from tasks.sorting import lecture_prompts

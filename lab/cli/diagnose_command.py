@@ -8,7 +8,7 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.app import DEFAULTS, USER_ERRORS, app, fail, writing
+from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, writing
 from lab.cli.options import (
     DimOpt,
     NumPromptsOpt,
@@ -21,7 +21,7 @@ from lab.cli.options import (
     make_task,
 )
 from lab.core.deltas import DeltaMode
-from tasks import load_task_module, sorting
+from tasks import sorting
 
 
 @app.command()
@@ -47,10 +47,11 @@ def diagnose(
 ) -> None:
     """Exact gradient bias (scale along grad J, angle to it) and variance of each delta mode, for G in a list."""
     from lab.exact import diagnose as diagnostics
-    from lab.io.figure_files import check_figure_path
+    from lab.figures.figure_files import check_figure_path
     from lab.training.limits import check_diagnose_memory
     from lab.policies.factorized import Policy
-    from lab.io.writable import check_writable
+    from lab.files.writable import check_writable
+    from lab.files.run_folder import check_policy_fits, load_run
 
     try:
         if dim <= 0:
@@ -61,10 +62,12 @@ def diagnose(
         if out is not None:  # before any work: a bad suffix or a user's file
             check_figure_path(out)
         if from_run is not None:
-            policy, saved = diagnostics.load_run(from_run, need_task=prompts is None)
+            policy, saved = load_run(from_run, need_task=prompts is None)
         if saved is not None:  # the prompts the run was trained on
             try:
-                task = load_task_module(saved["name"]).make_task(saved["prompts"], saved["vocab_size"])
+                if saved["name"] != sorting.TASK_NAME:
+                    raise ValueError(f"task {saved['name']!r} is unknown; the lab has one task, {sorting.TASK_NAME!r}")
+                task = sorting.make_task(saved["prompts"], saved["vocab_size"])
             except ValueError as e:
                 raise ValueError(f"{from_run / 'config.json'}: {e}") from None
             label = "run-prompts"
@@ -81,7 +84,7 @@ def diagnose(
                             generator=torch.Generator().manual_seed(seed))
             source = f"init-seed{seed}-dim{dim}"
         else:
-            diagnostics.check_policy_fits(policy, task, f"--from-run {from_run}: policy.pt")
+            check_policy_fits(policy, task, f"--from-run {from_run}: policy.pt")
             source = from_run.resolve().name
         modes = delta or list(DeltaMode)
         out = out or Path("runs") / f"diagnose-{reward.value}-{label}-{source}.png"
@@ -92,7 +95,7 @@ def diagnose(
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
 
-    from lab.io.plots import (
+    from lab.figures.plots import (
         plot_variance_vs_group_size,  # matplotlib only where a figure is made
     )
 

@@ -14,7 +14,7 @@ from lab.training.config import Device, TrainConfig
 from lab.core.deltas import DeltaMode
 from lab.core.losses import LossMode
 from lab.policies.interface import PolicyKind
-from lab.policies.samplers import Sampler
+from lab.policies.sampling import Sampler
 from tasks import sorting
 
 Reward = Enum("Reward", {name.replace("-", "_"): name for name in sorting.REWARDS}, type=str)

@@ -8,13 +8,14 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.app import USER_ERRORS, app, fail, run_with_progress, writing
+from lab.cli.application import USER_ERRORS, app, fail, writing
+from lab.cli.progress import run_with_progress
 from lab.cli.options import DeviceOpt, QuietOpt, cli_message
 from lab.training.config import ConfigError, Device, resolve_device
 from lab.experiments.endtoend import END_TO_END_RUNS
 from lab.training.limits import check_memory, check_threads
-from lab.io.outputs import OutputFiles
-from lab.io.writable import check_writable
+from lab.files.output_folders import OutputFiles
+from lab.files.writable import check_writable
 
 
 @app.command()

@@ -8,7 +8,8 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.app import DEFAULTS, USER_ERRORS, app, fail, run_with_progress, writing
+from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, writing
+from lab.cli.progress import run_with_progress
 from lab.cli.options import (
     ClipOpt,
     DeltaOpt,
@@ -47,10 +48,10 @@ from lab.policies import policy_from_state
 from lab.policies.factorized import save_policy
 from lab.training.divergence import DIVERGED_EXIT_CODE
 from lab.training.limits import check_memory
-from lab.io.outputs import RunFolder, write_json_atomic, write_text_atomic
-from lab.io.records import metrics_csv, samples_text
+from lab.files.output_folders import RunFolder, write_json_atomic, write_text_atomic
+from lab.files.run_text import metrics_csv, samples_text
 from lab.training.train import train
-from lab.io.writable import check_writable
+from lab.files.writable import check_writable
 from tasks import sorting
 
 
@@ -128,7 +129,7 @@ def run(
         task, config, device=torch_device, progress=progress))
     diverged = records.divergence[0] if records.divergence else None  # (checked by lab.training.train)
 
-    from lab.io.plots import plot_run  # matplotlib only where a figure is made
+    from lab.figures.plots import plot_run  # matplotlib only where a figure is made
 
     final = (lambda name: None) if diverged else (lambda name: float(records.final(name)[0]))  # noqa: E731
     summary = {
@@ -174,7 +175,7 @@ def run(
 def check_fits(config: TrainConfig, task) -> None:
     """An autoregressive cap too short for sorted(prompt) + EOS is a user error (one line, exit 2)."""
     if config.policy is not PolicyKind.factorized:
-        from lab.training.varlen import resolve_max_length
+        from lab.training.lengths import resolve_max_length
 
         resolve_max_length(config, task.prompts.shape[1])
 

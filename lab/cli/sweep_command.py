@@ -10,7 +10,8 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.app import DEFAULTS, USER_ERRORS, app, fail, run_with_progress, writing
+from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, writing
+from lab.cli.progress import run_with_progress
 from lab.cli.options import (
     ClipsOpt,
     DeltasOpt,
@@ -46,9 +47,9 @@ from lab.cli.run_command import check_fits
 from lab.training.config import Device, TrainConfig, resolve_device
 from lab.training.divergence import DIVERGED_EXIT_CODE
 from lab.training.limits import check_memory, check_threads
-from lab.io.outputs import RunFolder, write_json_atomic, write_text_atomic
-from lab.io.tables import TableFormat, write_tables
-from lab.io.writable import check_writable
+from lab.files.output_folders import RunFolder, write_json_atomic, write_text_atomic
+from lab.files.tables import TableFormat, write_tables
+from lab.files.writable import check_writable
 from tasks import sorting
 
 
@@ -144,7 +145,7 @@ def sweep(
     summaries = sweeps.summarise(records, columns)
 
     preload.join()
-    from lab.io.figures import plot_sweep  # matplotlib only where a figure is made
+    from lab.experiments.figures import plot_sweep  # matplotlib only where a figure is made
 
     with writing(folder.out), folder as tmp:
         write_json_atomic(tmp / "config.json", {
@@ -176,4 +177,4 @@ def sweep(
 def _import_writers() -> None:
     import pyarrow.parquet  # noqa: F401
 
-    import lab.io.figures  # noqa: F401
+    import lab.experiments.figures  # noqa: F401

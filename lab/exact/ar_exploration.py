@@ -6,7 +6,7 @@
     zero_std_prob = mean_b sum_v P_b(R = v)^G
 
 the definitions of `lab.exact.exploration` on the variable-length response space (`lab.exact.varlen`
-order: by length, then mixed radix), with P(u | x) and p(. | x, u) from `lab.exact.prefix_kl`'s levels,
+order: by length, then mixed radix), with P(u | x) and p(. | x, u) from `lab.exact.prefix_tree`'s levels,
 so no response is scored twice. `SamplingPolicyMetrics` gives the loop these and `kl_exact` from
 one tree per epoch; past `lab.exact.LIMITS.max_responses` responses it leaves them empty (NaN)
 and the run's `Records.exploration_exact` is False.
@@ -19,10 +19,11 @@ import math
 import torch
 from torch import Tensor
 
-from lab.exact import LIMITS
+from lab.exact.enumeration import LIMITS
 from lab.exact.varlen import space_size, varlen_responses
-from lab.exact.exploration import OPTIMAL_TOLERANCE, value_indicators
-from lab.exact.prefix_kl import tree_pass, varlen_response_probs  # noqa: F401 (re-exported)
+from lab.exact.exploration import value_indicators
+from tasks import OPTIMAL_TOLERANCE
+from lab.exact.prefix_tree import tree_pass, varlen_response_probs  # noqa: F401 (re-exported)
 
 
 def exploration_columns(table: Tensor, optimum: Tensor) -> Tensor:
@@ -47,7 +48,7 @@ def varlen_exploration(probs: Tensor | list[Tensor], columns: Tensor, group_size
 
 class SamplingPolicyMetrics:
     """Each epoch's exact metrics of the sampling policy, from one prefix tree per epoch:
-    `kl_exact` to the reference (`lab.exact.prefix_kl`) and `optimal_prob`, `zero_std_prob` above.
+    `kl_exact` to the reference (`lab.exact.prefix_tree`) and `optimal_prob`, `zero_std_prob` above.
 
         kl_exact = metrics.epoch(policy, fresh_reference)   # float[run], at the epoch's first step
         metrics.exploration()                               # name -> float[run epoch], after the loop

@@ -31,9 +31,9 @@ from lab.exact.estimators import (
     moments_from_scores,
     resolve_method,
 )
-from lab.exact import (
-    LIMITS,
+from lab.exact.enumeration import (
     ExactLimits,
+    LIMITS,
     Reward,
     all_probs,
     expected_reward,
@@ -42,8 +42,7 @@ from lab.exact import (
     reward_table,
     score_matrix,
 )
-from lab.policies.rollout import sample_responses
-from lab.io.run_files import check_policy_fits, load_run  # noqa: F401  (re-exported)
+from lab.policies.sampling import sample_responses
 
 DEFAULT_GROUP_SIZES = (2, 3, 4, 5)
 

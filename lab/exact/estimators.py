@@ -36,7 +36,7 @@ from einops import einsum
 from torch import Tensor, nn
 
 from lab.core.deltas import DeltaMode, compute_deltas, parse_mode
-from lab.exact import LIMITS, ExactLimits, Reward, all_probs, all_responses, reward_table, score_matrix
+from lab.exact.enumeration import ExactLimits, LIMITS, Reward, all_probs, all_responses, reward_table, score_matrix
 
 
 class Method(str, Enum):

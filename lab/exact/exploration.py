@@ -22,13 +22,12 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from lab.exact import LIMITS
-from lab.policies.rollout import entropy, log_softmax, sample_responses
+from lab.exact.enumeration import LIMITS
+from lab.policies.sampling import entropy, log_softmax, sample_responses
+from tasks import OPTIMAL_TOLERANCE
 
 MC_SAMPLES = 1024
 """Responses per prompt and epoch of the Monte Carlo fallback."""
-OPTIMAL_TOLERANCE = 1e-6
-"""A response is optimal when its reward is within this of the prompt's optimum (as `lab.experiments.sweep`)."""
 CHUNK_ENTRIES = 2**22
 """Entries built at once (runs x epochs x prompts x responses, or x samples x vocab for the Monte Carlo
 estimate): memory stays at tens of MB whatever the sweep's size."""
@@ -133,7 +132,7 @@ def epoch_exploration(logits: Tensor, prompts: Tensor, reward: Callable[[Tensor,
                                          generators) for start in range(0, epochs, step)]
         optimal, zero = (torch.cat([part[i] for part in parts], 1) for i in range(2))
         return dict(optimal_prob=optimal.mean(-1), zero_std_prob=zero.mean(-1))
-    from lab.exact import all_responses
+    from lab.exact.enumeration import all_responses
 
     responses = all_responses(vocab, length).to(prompts.device)
     table = reward(prompts, responses.expand(batch, *responses.shape))  # float[batch n]

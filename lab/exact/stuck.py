@@ -1,14 +1,15 @@
 """Where runs end: stuck endings, and whether a single token would improve them.
 
     R_rb        = R(x_b, y_rb)                          y_rb: run r's final greedy response to prompt b
-    stuck       = R_rb < R*(x_b) - tol                  (R*: the prompt's optimum; tol: lab.experiments.sweep)
+    stuck       = R_rb < R*(x_b) - tol                  (R*: the prompt's optimum; tol: tasks.OPTIMAL_TOLERANCE)
     improvable  = stuck and max_{q, v} R(x_b, y_rb with y_q := v) > R_rb
     local opt.  = stuck and not improvable              (no single-token change raises the reward)
 
 "Stuck in a local optimum" is a statement about the reward landscape, "not optimal" is not: a
 run can end one token away from a better response and still not move, because its policy is so
 sure of y_rb that every sample of a group is scored alike and centered deltas are exactly zero.
-This module tells the two apart for `figures/RESULTS.md` (`lab.experiments.results`).
+This module tells the two apart for `figures/RESULTS.md` (`lab.experiments.results`, through
+`lab.experiments.sweep.final_endings`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import Tensor
 
-from lab.io.records import Records
-from lab.experiments.sweep import OPTIMAL_TOLERANCE
-from tasks import neighbour_rewards
+from tasks import OPTIMAL_TOLERANCE, neighbour_rewards
 from tasks.sorting import REWARDS
 
 
@@ -49,19 +49,11 @@ class Endings:
         return self.local_optimum[stuck_runs].sum(axis=-1) / self.stuck[stuck_runs].sum(axis=-1)
 
 
-def final_endings(records: Records, runs: list[int]) -> Endings:
-    """Judge the final greedy response of each run in `runs` on each training prompt.
-
-    The runs must share one reward (a name registered in `tasks.sorting`); the vocabulary is the
-    policy's own (its embedding's rows)."""
-    names = {records.configs[r].reward for r in runs}
-    if len(names) != 1:
-        raise ValueError(f"runs with different rewards cannot be judged together: {sorted(names)}")
-    reward = REWARDS[names.pop()]
-    vocab_size = records.state["embedding"].shape[-2]
-    prompts = torch.as_tensor(records.prompts)  # int[batch pos]
-    greedy = torch.as_tensor(records.greedy_responses[runs])  # int[run batch pos]
+def judge_endings(reward_name: str, prompts: Tensor, greedy: Tensor, optimum: Tensor, vocab_size: int) -> Endings:
+    """Judge final greedy responses, greedy int[run batch pos], on prompts int[batch pos] whose optimum
+    is float[run batch], under the reward registered in `tasks.sorting` as `reward_name`."""
+    reward = REWARDS[reward_name]
     own = reward(prompts, greedy.unsqueeze(-2)).squeeze(-1).double()  # float[run batch]
     best_change = neighbour_rewards(reward, prompts, greedy, vocab_size).amax(dim=(-2, -1)).double()
-    stuck = own < torch.as_tensor(records.optimum[runs]).double() - OPTIMAL_TOLERANCE
+    stuck = own < optimum.double() - OPTIMAL_TOLERANCE
     return Endings(stuck=stuck.numpy(), improvable=(stuck & (best_change > own)).numpy())

@@ -33,10 +33,10 @@ from torch import Tensor, nn
 from lab.core.aggregation import LossAgg, parse_agg
 from lab.core.deltas import compute_deltas, parse_mode
 from lab.exact.estimators import EnumerationTooLarge, delta_moments
-from lab.exact import LIMITS, ExactLimits, all_responses
+from lab.exact.enumeration import ExactLimits, LIMITS, all_responses
 from lab.core.kl import ESTIMATORS, KLEstimator
 from lab.policies import masked_log_probs, ops_of
-from lab.policies.autoregressive import response_mask
+from lab.policies.ar_model import response_mask
 
 
 def space_size(vocab_size: int, max_length: int) -> int:

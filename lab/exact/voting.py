@@ -23,9 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from torch import Tensor
+from tasks import OPTIMAL_TOLERANCE
 
-OPTIMAL_TOLERANCE = 1e-6
-"""A response is optimal when its reward is within this of the largest reward of its prompt."""
 
 
 def optimal_mask(rewards: Tensor) -> Tensor:
@@ -134,7 +133,7 @@ def _sampled_votes(policy, prompts: Tensor, reward, ks: list[int], generator: to
     """Monte Carlo pass@k and maj@k from `trials` sets of max(ks) samples: two float[batch len(ks)]."""
     import warnings
 
-    from lab.policies.rollout import sample_responses
+    from lab.policies.sampling import sample_responses
     from tasks.sorting import make_task
 
     warnings.warn(f"the response space is past lab.exact.LIMITS.max_responses: pass@k and maj@k are Monte "
@@ -160,7 +159,7 @@ def _sampled_votes(policy, prompts: Tensor, reward, ks: list[int], generator: to
 
 
 def _tables(policy, prompts, reward):
-    from lab.exact import all_probs, reward_table
+    from lab.exact.enumeration import all_probs, reward_table
 
     prompts = torch.as_tensor(prompts, dtype=torch.long)
     probs = all_probs(policy, prompts, torch.float64).detach()
@@ -185,7 +184,7 @@ def maj_at_k(policy, prompts, reward, k: int | Sequence[int], generator: torch.G
 
 def _at_k(policy, prompts, reward, k, generator, trials, exact, vote: int) -> Tensor:
     """`exact` over the enumerated tables, or entry `vote` (0 pass, 1 maj) of the sampled estimates."""
-    from lab.exact import LIMITS
+    from lab.exact.enumeration import LIMITS
 
     ks, single = _as_ks(k)
     if policy.vocab_size ** policy.response_length > LIMITS.max_responses:

@@ -43,7 +43,7 @@ class EndToEndRow:
 
 def sweep_command(runs: int, out: Path, device: str = "cpu", extra: Sequence[str] = ()) -> list[str]:
     """The command line timed: `lab sweep` in a fresh interpreter running this checkout's lab."""
-    return [sys.executable, "-c", "from lab.cli import main; main()", "sweep", "--seeds", str(runs),
+    return [sys.executable, "-c", "from lab.cli.main import main; main()", "sweep", "--seeds", str(runs),
             "--out", str(out), "--device", device, "--quiet", *extra]
 
 

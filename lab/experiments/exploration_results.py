@@ -13,7 +13,7 @@ per-seed differences after - before, which pair each seed with itself):
 - "rescues": some entropy coefficient sorts (holds); every coefficient does not sort (does not hold);
 - "training raises X": the t-interval of X(after) - X(before) lies above 0 (holds), below 0 (does not hold);
 - "the toy shows the trade-off": a > 0 and R^2 >= FIT_QUALITY.
-Nothing here prints; figures are drawn by lab.io.figures.plot_exploration_*.
+Nothing here prints; figures are drawn by lab.experiments.figures.plot_exploration_*.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lab.exact import all_probs, reward_table
+from lab.exact.enumeration import all_probs, reward_table
 from lab.experiments.intervals import Interval, mean_interval, wilson_interval
 from lab.policies.factorized import Policy, policy_from_state
 from lab.experiments.sweep import optimal_everywhere
@@ -40,7 +40,7 @@ STUCK, EXPLORING = {"init_scale": 1.0, "delta": "centered", "loss": "clipped"}, 
 """The two settings whose pass@k and maj@k are compared before and after training."""
 FIGURES = ("exploration_init.png", "exploration_bonus.png", "exploration_pass_at_k.png",
            "exploration_entropy_reward.png")
-"""The section's figures, in the order lab.io.exploration_figures writes them."""
+"""The section's figures, in the order lab.experiments.exploration_figures writes them."""
 FIT_QUALITY = 0.9
 """R^2 from which the entropy-reward fit counts as showing the trade-off."""
 

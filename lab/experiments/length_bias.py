@@ -10,7 +10,7 @@
 Dr. GRPO (Liu et al. 2025) argue that the GRPO paper's 1/|o| makes wrong responses longer; claims
 19-20 (tests/proofs) show the bias of the expected update exactly, and this experiment asks whether
 it shows in the toy's training runs. Pure: the runs come from `lab.experiments.sweep.run_sweep`, the text from
-the records; the figure is `lab.io.figures.plot_length_bias`.
+the records; the figure is `lab.experiments.figures.plot_length_bias`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 
 from lab.training.config import TrainConfig
 from lab.experiments.intervals import difference_interval, mean_interval, wilson_interval
-from lab.io.records import Records
+from lab.training.records import Records
 from lab.experiments.sweep import optimal_everywhere
 
 AGGREGATIONS = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")

@@ -4,7 +4,7 @@
     figure = mean curve per setting + 95% t-band over seeds (+ the lecture's own seed-5 run, thin)
 
 The seeds draw with the lab's sampler; each setting also gets one run with seed 5
-drawn as the lecture's script draws (`sampler multinomial`, lab.policies.samplers), kept
+drawn as the lecture's script draws (`sampler multinomial`, lab.policies.sampling), kept
 out of the means: for the lecture's three experiments it is the lecture's own run.
 
 Every run shares the lecture's shapes (100 epochs x 10 steps, G = 10), so all
@@ -23,9 +23,9 @@ import torch
 
 from lab.training.config import TrainConfig
 from lab.experiments.exploration_results import ENTROPY_COEFS, INIT_SCALES, STUCK
-from lab.io.outputs import write_text_atomic
-from lab.io.records import Records
-from lab.policies.samplers import Sampler
+from lab.files.output_folders import write_text_atomic
+from lab.training.records import Records
+from lab.policies.sampling import Sampler
 from lab.experiments.sweep import run_sweep
 from tasks.sorting import make_task
 
@@ -146,7 +146,7 @@ def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]
 def write_figures(reproduction: Reproduction, out: Path,
                   experiments: tuple[Experiment, ...] = EXPERIMENTS, ks: tuple[int, ...] | None = None) -> list[Path]:
     """Every experiment's PNG and RESULTS.md into `out` (an existing folder); returns the paths."""
-    from lab import figures  # matplotlib only where figures are made
+    from lab.experiments import figures  # matplotlib only where figures are made
     from lab.experiments.results import kl_points, results_markdown
 
     records, paths = reproduction.records, []
@@ -154,7 +154,7 @@ def write_figures(reproduction: Reproduction, out: Path,
     for experiment in experiments:
         if experiment.exploration:
             analysis = exploration_analysis(reproduction, experiment, ks)
-            from lab.io.exploration_figures import plot_exploration  # matplotlib only where figures are made
+            from lab.experiments.exploration_figures import plot_exploration  # matplotlib only where figures are made
 
             paths += plot_exploration(analysis, Path(out))
             continue

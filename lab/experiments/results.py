@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from lab.experiments.intervals import Interval, difference_interval, median_quartiles, mean_interval, wilson_interval
-from lab.exact.stuck import final_endings
+from lab.experiments.sweep import final_endings
 from lab.experiments.sweep import batches, optimal_everywhere
 
 MARGIN = 0.05

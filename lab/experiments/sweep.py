@@ -25,18 +25,19 @@ from enum import Enum
 import numpy as np
 import torch
 
+from lab.exact.stuck import Endings, judge_endings
 from lab.training.config import SHARED_FIELDS, ConfigError, TrainConfig
 from lab.experiments.intervals import Interval, mean_interval, wilson_interval
-from lab.io.records import Records, format_value
+from lab.training.records import Records
+from lab.files.run_text import format_value
 from lab.training.train import train
 from tasks import Task
+from tasks import OPTIMAL_TOLERANCE
 
 GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
                "loss_agg")
 """TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option)."""
 
-OPTIMAL_TOLERANCE = 1e-6
-"""A greedy response counts as optimal when its reward is within this of the prompt's optimum."""
 
 
 def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int) -> list[TrainConfig]:
@@ -180,7 +181,7 @@ SUMMARY_COLUMNS = ("seeds", "diverged", "final_mean_reward", "final_mean_reward_
 def summary_csv(summaries: Sequence[SettingSummary], names: Sequence[str]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    # settings by their plain names: no outcome column shares one (the metric tables prefix them: lab.io.tables)
+    # settings by their plain names: no outcome column shares one (the metric tables prefix them: lab.files.tables)
     writer.writerow([*names, *SUMMARY_COLUMNS])
     for s in summaries:
         r, f = s.final_mean_reward, s.optimal_fraction
@@ -209,3 +210,14 @@ def summary_table(summaries: Sequence[SettingSummary], names: Sequence[str]) -> 
             if any_diverged else [])
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:], *note])
 
+
+def final_endings(records: Records, runs: list[int]) -> Endings:
+    """Judge the final greedy response of each run in `runs` on each training prompt (`lab.exact.stuck`).
+
+    The runs must share one reward (a name registered in `tasks.sorting`); the vocabulary is the
+    policy's own (its embedding's rows)."""
+    names = {records.configs[r].reward for r in runs}
+    if len(names) != 1:
+        raise ValueError(f"runs with different rewards cannot be judged together: {sorted(names)}")
+    return judge_endings(names.pop(), torch.as_tensor(records.prompts), torch.as_tensor(records.greedy_responses[runs]),
+                         torch.as_tensor(records.optimum[runs]), records.state["embedding"].shape[-2])

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from lab.core.choices import parse_choice
-from lab.policies import autoregressive, factorized
+from lab.policies import ar_model, autoregressive, factorized
 from lab.policies.autoregressive import AutoregressivePolicy, AutoregressiveStack
 from lab.policies.interface import PolicyKind, PolicyOps
 from lab.policies.factorized import Policy, PolicyStack
@@ -72,7 +72,7 @@ def response_mask(policy: nn.Module, responses: Tensor) -> Tensor:
     eos = ops_of(policy).eos(policy)
     if eos is None:
         return torch.ones_like(responses, dtype=torch.bool)
-    return autoregressive.response_mask(responses, eos)
+    return ar_model.response_mask(responses, eos)
 
 
 def response_lengths(policy: nn.Module, responses: Tensor) -> Tensor:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from lab.policies.autoregressive import lookup, prompt_state
+from lab.policies.ar_model import lookup, prompt_state
 
 
 def decode_step(z: Tensor, embedding: Tensor) -> Tensor:
@@ -50,7 +50,7 @@ def sample(embedding, encode, decode, previous, prompts: Tensor, num_trials: int
            generator: torch.Generator | Sequence[torch.Generator] | None = None) -> Tensor:
     """Draw `num_trials` responses per prompt, int[... batch trial pos], by inverse CDF.
 
-    One uniform per (batch, trial, pos) is drawn up front, as in `lab.policies.rollout.sample_responses`
+    One uniform per (batch, trial, pos) is drawn up front, as in `lab.policies.sampling.sample_responses`
     (a list of generators: run r's uniforms come from generator r alone), so a run samples the
     same responses alone or inside a sweep.
     """

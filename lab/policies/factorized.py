@@ -92,7 +92,7 @@ class Policy(nn.Module):
     """One policy of the lecture's shape.
 
     `forward(prompts: int[batch pos]) -> float[batch pos vocab]` gives the logits of
-    every response position; sampling and log-probs live in `lab.policies.rollout`.
+    every response position; sampling and log-probs live in `lab.policies.sampling`.
     """
 
     def __init__(
@@ -186,7 +186,7 @@ def load_policy(path) -> Policy:
 # on the response, so the teacher-forced logits are the prompt's broadcast over trials, and every
 # response has the same length (no EOS, no mask).
 from lab.policies.interface import PolicyKind, PolicyOps
-from lab.policies.rollout import greedy_responses, sample_responses
+from lab.policies.sampling import greedy_responses, sample_responses
 
 
 

@@ -19,7 +19,7 @@ from lab.core.choices import parse_choice
 from lab.core.deltas import NEEDS_GROUP, DeltaMode
 from lab.core.losses import LossMode
 from lab.policies.interface import PolicyKind
-from lab.policies.samplers import Sampler
+from lab.policies.sampling import Sampler
 
 
 class ConfigError(ValueError):
@@ -61,7 +61,7 @@ class TrainConfig:
     seed: int = 5
     """seeds the run's generator: parameter initialisation, then every sample"""
     sampler: Sampler = Sampler.inverse_cdf
-    """how responses are drawn from that generator (lab.policies.samplers): the lab's inverse CDF, or `multinomial`,
+    """how responses are drawn from that generator (lab.policies.sampling): the lab's inverse CDF, or `multinomial`,
     the lecture script's torch.multinomial, which reproduces its seed-5 logs"""
     dim: int = 10
     """embedding and hidden width of the policy"""

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 import torch
 
 from lab.training.config import ConfigError, TrainConfig
-from lab.exact import LIMITS
+from lab.exact.enumeration import LIMITS
 from lab.exact.varlen import space_size
 from lab.training.lengths import LENGTH_MARGIN
 from lab.training.metrics import METRIC_BLOCK_TOKENS
 from lab.policies.interface import PolicyKind
-from lab.io.records import EPOCH_METRICS, METRIC_COLUMNS, STEP_METRICS
+from lab.training.records import EPOCH_METRICS, METRIC_COLUMNS, STEP_METRICS
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The training loop's diagnostics, computed in bulk (definitions in `lab.io.records`).
+"""The training loop's diagnostics, computed in bulk (definitions in `lab.training.records`).
 
     loss      = the loss the step minimised, as the step computed it (surrogate + beta * KL term - bonus)
     kl        = mean over (batch, trial) of sum over pos of k3(l, l_ref)       (an estimate)
@@ -15,10 +15,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lab.exact import exact_kl
+from lab.exact.enumeration import exact_kl
 from lab.core.kl import kl_estimate
 from lab.core.losses import clip_fractions_from_ratios
-from lab.policies.rollout import entropy_from_log_softmax
+from lab.policies.sampling import entropy_from_log_softmax
 
 METRIC_BLOCK_TOKENS = 2**22
 """Epochs are grouped into blocks of about this many tokens (steps x runs x batch x trial x pos):

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from lab.io.records import EPOCH_METRICS, GREEDY_METRICS, Records
+from lab.training.records import EPOCH_METRICS, GREEDY_METRICS, Records
 from lab.training.config import TrainConfig
 
 

@@ -27,8 +27,8 @@ from lab.exact.exploration import entropy_bonus
 from lab.core.kl import freeze, kl_estimate, reference_due
 from lab.core.losses import compute_loss
 from lab.policies.factorized import Policy
-from lab.policies.rollout import response_log_probs
-from lab.policies.samplers import draw
+from lab.policies.sampling import response_log_probs
+from lab.policies.sampling import draw
 from tasks import Task
 
 
@@ -61,7 +61,7 @@ def simple_train(task: Task, config: TrainConfig = TrainConfig(),
         if reference_due(epoch, config.kl_period):
             reference = freeze(policy)  # a copy: later steps do not move it
         with torch.no_grad():  # sampling and scoring are not differentiated
-            # config.sampler: the lab's inverse CDF, or the lecture script's torch.multinomial (lab.policies.samplers)
+            # config.sampler: the lab's inverse CDF, or the lecture script's torch.multinomial (lab.policies.sampling)
             responses = draw(config.sampler, policy(prompts), config.group_size, generator)  # int[batch trial pos]
             rewards = reward(prompts, responses)  # float[batch trial]
             deltas = compute_deltas(rewards, config.delta, config.std_eps, config.std_unbiased)

@@ -33,11 +33,11 @@ from lab.core.losses import compute_loss
 from lab.training.metrics import StepMetricBlock, block_epochs, greedy_log, sample_metrics
 from lab.training.optim import RunAdam
 from lab.training.runs import RunGroups, RunSettings, records_of
-from lab.policies import PolicyKind
+from lab.policies.interface import PolicyKind
 from lab.policies.factorized import PolicyStack, policy_logits
-from lab.io.records import STEP_METRICS, Records, Samples
-from lab.policies.rollout import UniformStream, greedy_responses
-from lab.policies.samplers import SAMPLERS, Sampler
+from lab.training.records import STEP_METRICS, Records, Samples
+from lab.policies.sampling import UniformStream, greedy_responses
+from lab.policies.sampling import SAMPLERS, Sampler
 from tasks import Task
 
 
@@ -94,7 +94,7 @@ def train(
     bonus_runs = torch.tensor([r for r, c in enumerate(configs) if c.entropy_coef > 0], device=device,
                               dtype=torch.long)
     sampler_groups = RunGroups([c.sampler for c in configs], device)
-    # each sampler draws for its own runs, each run from its own generator (lab.policies.samplers)
+    # each sampler draws for its own runs, each run from its own generator (lab.policies.sampling)
     sampler_generators = {s: [generators[i] for i in idx.tolist()] for s, idx in sampler_groups.groups}
     if Sampler.inverse_cdf in sampler_generators:  # its uniforms drawn ahead, a chunk of epochs per call
         sampler_generators[Sampler.inverse_cdf] = UniformStream(

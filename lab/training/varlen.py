@@ -14,7 +14,7 @@ as one batched computation; a seed's run is the same alone or inside a sweep, an
 is stopped and frozen (`lab.training.divergence`). One prefix tree of the sampling policy per epoch
 (`lab.exact.ar_exploration`) gives the exact `optimal_prob`, `zero_std_prob` and, at each epoch's first
 step only, `kl_exact` (where `kl` is its unbiased estimate, claim 21); later steps leave it empty,
-since the tree costs about three training steps at 500 runs (`lab.exact.prefix_kl.tree_pass`).
+since the tree costs about three training steps at 500 runs (`lab.exact.prefix_tree.tree_pass`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from lab.training.metrics import block_epochs, greedy_log, sample_metrics
 from lab.training.metrics_varlen import VarlenMetricBlock
 from lab.training.optim import RunAdam
 from lab.policies.ar_fused import ar_log_probs
-from lab.io.records import STEP_METRICS, Records, Samples
+from lab.training.records import STEP_METRICS, Records, Samples
 from lab.training.runs import RunSettings, records_of
 from tasks import Task
 from tasks.sorting import variable_length_reward

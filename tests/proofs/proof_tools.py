@@ -14,7 +14,7 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from lab.exact import all_log_probs, all_responses, flat_grad, expected_reward
+from lab.exact.enumeration import all_log_probs, all_responses, expected_reward, flat_grad
 from lab.policies.factorized import Policy
 
 

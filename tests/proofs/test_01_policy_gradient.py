@@ -13,7 +13,7 @@ from proof_tools import TOL, angle_deg, assume_not_degenerate, close, group_size
 
 from lab.core.deltas import compute_deltas
 from lab.exact.estimators import gradient_moments
-from lab.exact import all_log_probs, all_responses, position_log_probs, score_matrix
+from lab.exact.enumeration import all_log_probs, all_responses, position_log_probs, score_matrix
 
 
 def expected_gradient(toy, mode, G):

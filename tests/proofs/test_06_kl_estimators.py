@@ -9,7 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from proof_tools import TOL, close, make_toy, toys
 
-from lab.exact import exact_kl, expected_kl_estimate, position_log_probs
+from lab.exact.enumeration import exact_kl, expected_kl_estimate, position_log_probs
 from lab.core.kl import k1, k3
 
 

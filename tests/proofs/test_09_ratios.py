@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from proof_tools import close, toys
 
-from lab.exact import flat_grad
+from lab.exact.enumeration import flat_grad
 from lab.core.losses import compute_loss, ratios
-from lab.policies.rollout import response_log_probs, sample_responses
+from lab.policies.sampling import response_log_probs, sample_responses
 
 seeds = st.integers(0, 2**31 - 1)
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from lab.core.deltas import compute_deltas
 from lab.exact.estimators import gradient_moments
-from lab.exact import all_probs, reward_table
+from lab.exact.enumeration import all_probs, reward_table
 from lab.policies.factorized import Policy
 from tasks import sorting
 

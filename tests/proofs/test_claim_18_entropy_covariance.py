@@ -17,9 +17,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.exact import expected_reward, flat_grad
+from lab.exact.enumeration import expected_reward, flat_grad
 from lab.policies.factorized import Policy
-from lab.policies.rollout import entropy
+from lab.policies.sampling import entropy
 from tasks import sorting
 
 STEPS = (1e-2, 1e-3, 1e-4)

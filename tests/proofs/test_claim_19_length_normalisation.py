@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lab.exact import varlen as exact_varlen
-from lab.exact import flat_grad
+from lab.exact.enumeration import flat_grad
 from lab.policies.autoregressive import AutoregressivePolicy
 from lab.policies.factorized import Policy
 from proof_tools import TOL, angle_deg, close

@@ -4,14 +4,14 @@
     mark    "grpo-sorting-lab" in the file's metadata (PNG Software, PDF Creator, SVG Creator)
     replace an existing file  <=>  it carries the mark (the lab wrote it); a user's file is never replaced
 
-A folder has `lab.io.outputs`' marker file; a single file carries its mark inside, so it travels with it.
+A folder has `lab.files.output_folders`' marker file; a single file carries its mark inside, so it travels with it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lab.io.outputs import WRITER, OutputError
+from lab.files.output_folders import WRITER, OutputError
 
 FIGURE_FORMATS = ("png", "pdf", "svg")
 MARK = f"{WRITER} diagnose"

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lab.io.outputs import atomic_path
-from lab.io.records import EPOCH_METRICS, STEP_METRICS, Records
+from lab.files.output_folders import atomic_path
+from lab.training.records import EPOCH_METRICS, STEP_METRICS, Records
 
 SETTING_PREFIX = "config_"
 """A swept setting's column is this prefix + its `TrainConfig` field name."""

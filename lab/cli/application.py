@@ -21,7 +21,7 @@ from typer.core import TyperGroup
 
 from lab.training.config import ConfigError, TrainConfig
 from lab.cli.progress import run_with_progress  # noqa: F401  (re-exported for the commands)
-from lab.io.outputs import OutputError
+from lab.files.output_folders import OutputError
 
 DEFAULTS = TrainConfig()
 EXIT_WRITE_FAILED, EXIT_USER_ERROR = 1, 2
@@ -49,8 +49,8 @@ class Interrupted(Exception):
 
 
 def interrupted(e: KeyboardInterrupt) -> int:
-    """Print the one line for Ctrl-C or SIGTERM (`lab_console.Terminated`) and return the exit code."""
-    terminated = type(e).__name__ == "Terminated"  # by name: lab_console may be absent from old installs
+    """Print the one line for Ctrl-C or SIGTERM (`lab.cli.main.Terminated`) and return the exit code."""
+    terminated = type(e).__name__ == "Terminated"  # by name: lab.cli.main imports this module, not the reverse
     typer.echo("Interrupted" + (" (SIGTERM)" if terminated else ""), err=True)
     return 143 if terminated else 130
 
@@ -105,7 +105,7 @@ def fail(message: str) -> None:
 def writing(out: Path):
     """Report an OS failure while writing `out` (ENOSPC, EIO, ...) as one line, exit code 1.
 
-    The output is built under a temporary name and removed on failure (`lab.io.outputs`), so the
+    The output is built under a temporary name and removed on failure (`lab.files.output_folders`), so the
     line can promise that nothing was left.
     """
     try:

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from lab.policies.autoregressive import prompt_state
+from lab.policies.ar_model import prompt_state
 
 
 def level_parts(params: dict[str, Tensor], prompts: Tensor):

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from lab.training.config import TrainConfig
-from lab.exact import sequence_kl
+from lab.exact.enumeration import sequence_kl
 from lab.policies.factorized import Policy, policy_from_state
-from lab.io.records import Records
+from lab.training.records import Records
 from tasks import Task
 
 

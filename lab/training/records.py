@@ -3,14 +3,12 @@
 Records hold one row per (run, optimizer step). In a run's `metrics.csv` the
 per-epoch metrics (those of the epoch's samples and of the greedy evaluation)
 repeat on every step row of their epoch, so it is one flat table; a sweep writes
-them once per epoch (`lab.io.tables`). Files are written atomically
-(`lab.io.outputs`): an interrupted run leaves no file that looks complete.
+them once per epoch (`lab.files.tables`). Files are written atomically
+(`lab.files.output_folders`): an interrupted run leaves no file that looks complete.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,7 +67,7 @@ EPOCH_METRICS = {
     **LENGTH_METRICS,
 }
 """Measured once per epoch; in a run's metrics.csv repeated on its step rows, in a sweep's
-`metrics_epoch` table stored once (`lab.io.tables`)."""
+`metrics_epoch` table stored once (`lab.files.tables`)."""
 
 GREEDY_METRICS = ("greedy_reward", "greedy_fraction", "greedy_accuracy", "heldout_greedy_reward",
                   "heldout_greedy_accuracy")
@@ -128,68 +126,3 @@ class Records:
         """A metric's last value per run, float[run]."""
         table = self.epoch_metrics if name in self.epoch_metrics else self.step_metrics
         return table[name][:, -1]
-
-
-def format_value(value) -> str:
-    """A stable text form: integers as such, floats as the shortest text that reads back
-    to the same float32 (the precision the metrics are computed in), NaN as empty."""
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    value = np.float32(value)
-    return "" if np.isnan(value) else str(value)
-
-
-def _column_text(values: np.ndarray) -> list[str]:
-    """`format_value` over a whole column (the same text, without a Python call per value)."""
-    if values.dtype.kind in "iub":
-        return [str(v) for v in values.tolist()]
-    values = values.astype(np.float32, copy=False)
-    text = [str(v) for v in values]  # np.float32 scalars print their shortest round-trip text
-    for i in np.flatnonzero(np.isnan(values)):
-        text[i] = ""
-    return text
-
-
-def metrics_csv(records: Records, extra_columns: dict[str, list] | None = None) -> str:
-    """All runs' rows as CSV text; `extra_columns` name -> one value per run (seed, delta, ...).
-
-    Built column by column (a 500-run sweep has half a million rows); the text of every value is
-    `format_value`'s.
-    """
-    extra_columns = extra_columns or {}
-    header = io.StringIO()
-    csv.writer(header, lineterminator="\n").writerow([*extra_columns, *METRIC_COLUMNS])
-    lines = [header.getvalue()]
-    total = next(iter(records.step_metrics.values())).shape[1]
-    for run in range(records.num_runs):
-        prefix = "".join(f"{v if isinstance(v, str) else format_value(v)},"
-                         for v in (values[run] for values in extra_columns.values()))
-        epoch, inner = np.divmod(np.arange(total), records.configs[run].steps)
-        per_epoch = [_column_text(records.epoch_metrics[m][run]) for m in EPOCH_METRICS]
-        columns = [_column_text(epoch), _column_text(np.arange(total)), _column_text(inner),
-                   *([text[e] for e in epoch.tolist()] for text in per_epoch),
-                   *(_column_text(records.step_metrics[m][run]) for m in STEP_METRICS)]
-        lines.extend(prefix + ",".join(row) + "\n" for row in zip(*columns))
-    return "".join(lines)
-
-
-def response_text(response: list[int], eos: int | None) -> str:
-    """`[0, 1, 2]`; a variable-length response up to its EOS, shown as `<eos>`: `[0, 1, 2, <eos>]`."""
-    if eos is None:
-        return str(response)
-    end = response.index(eos) + 1 if eos in response else len(response)  # padding after EOS is not shown
-    return "[" + ", ".join("<eos>" if token == eos else str(token) for token in response[:end]) + "]"
-
-
-def samples_text(records: Records, run: int = 0) -> str:
-    """The lecture's sample log, one block per kept epoch: prompt, then response reward delta."""
-    lines = []
-    for snap in records.samples:
-        lines.append(f"== epoch {snap.epoch} ==")
-        for b, prompt in enumerate(records.prompts.tolist()):
-            lines.append(f"prompt {prompt}  (optimum {format_value(records.optimum[run, b])})")
-            for t, response in enumerate(snap.responses[run, b].tolist()):
-                lines.append(f"  response {response_text(response, records.eos)}  reward {format_value(snap.rewards[run, b, t])}"
-                             f"  delta {snap.deltas[run, b, t]:+.4f}")
-        lines.append("")
-    return "\n".join(lines)

@@ -23,7 +23,8 @@ def load_run(folder, need_task: bool = True) -> tuple[nn.Module, dict | None]:
     prompts it was trained on. A damaged or incomplete folder is a `ValueError` naming the file and
     the problem; nothing falls back to other prompts. `need_task=False` (the caller gives the
     prompts) skips config.json."""
-    from lab.policies import AutoregressivePolicy, load_policy
+    from lab.policies.autoregressive import AutoregressivePolicy
+    from lab.policies import load_policy
 
     folder = Path(folder)
     if not folder.is_dir():

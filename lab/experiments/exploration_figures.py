@@ -1,7 +1,7 @@
 """The exploration section's figures (imports matplotlib): success against init scale and entropy bonus,
 entropy and P(optimal) curves with bands, pass@k and maj@k before and after, entropy against reward.
 
-    band(epoch) = mean over seeds +- t_{0.975, n-1} * std over seeds / sqrt(n)     (lab.io.figures.mean_band)
+    band(epoch) = mean over seeds +- t_{0.975, n-1} * std over seeds / sqrt(n)     (lab.experiments.figures.mean_band)
     success     = Wilson 95% interval of the fraction of seeds optimal on every prompt
 """
 
@@ -14,8 +14,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from lab.experiments.exploration_results import EXPLORING, INIT_SCALES, STUCK, _key, _label, sampling_entropy, success
-from lab.io.figures import mean_band
-from lab.io.outputs import atomic_path
+from lab.experiments.figures import mean_band
+from lab.files.output_folders import atomic_path
 
 COLORS = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
 

@@ -19,7 +19,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from lab.experiments.intervals import LEVEL, t_quantile
-from lab.io.records import Records
+from lab.training.records import Records
 from lab.experiments.sweep import setting, setting_label
 
 

@@ -5,7 +5,7 @@
                           and the nearest existing folder lets us create a folder in it (tried, then removed)
 
 What cannot be known up front (the disk filling up while writing) is caught while writing: the
-output is built under a temporary name (`lab.io.outputs`), so a failure leaves nothing partial.
+output is built under a temporary name (`lab.files.output_folders`), so a failure leaves nothing partial.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from lab.io.outputs import OutputError
+from lab.files.output_folders import OutputError
 
 TEMP_NAME_EXTRA = len(".") + len(".XXXXXXXX") + len(".partial")
 """Characters the temporary folder `.NAME.XXXXXXXX.partial` adds to NAME (tempfile's 8 random ones)."""
@@ -41,7 +41,7 @@ def check_writable(out: Path, flag: str = "--out", temporary: bool = True) -> No
     """Raise `OutputError` (one line) when `out` cannot be created; nothing is left behind.
 
     `temporary`: `out` is built beside itself under a longer temporary name (a folder output);
-    a single file written by `lab.io.outputs.atomic_path` needs the same room.
+    a single file written by `lab.files.output_folders.atomic_path` needs the same room.
     """
     out = Path(out)
     absolute = Path(os.path.abspath(out))

@@ -1,4 +1,4 @@
-"""Figures of single runs and of `lab diagnose` (matplotlib is imported here and in lab/io/figures.py only).
+"""Figures of single runs and of `lab diagnose` (matplotlib is imported here and in lab/experiments/figures.py only).
 
 A run's figure follows the lecture's (train loss and mean reward against the
 optimizer step), adds the greedy response's reward and marks the optimum; a KL
@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from lab.io.figure_files import figure_format, figure_metadata
-from lab.io.outputs import atomic_path
-from lab.io.records import Records
+from lab.figures.figure_files import figure_format, figure_metadata
+from lab.files.output_folders import atomic_path
+from lab.training.records import Records
 
 
 def _epoch_steps(records: Records, run: int) -> np.ndarray:
@@ -66,7 +66,7 @@ def plot_variance_vs_group_size(rows, path: Path, title: str | None = None) -> P
     """Save tr Cov of each delta mode's gradient estimator against G (`lab.exact.diagnose` rows) to `path`.
 
     Log-scale variance; filled markers are exact, hollow ones Monte Carlo estimates. The file (format
-    from the suffix, `lab.io.figure_files`) is written beside `path` under a temporary name and renamed over it when complete.
+    from the suffix, `lab.figures.figure_files`) is written beside `path` under a temporary name and renamed over it when complete.
     """
     fig = Figure(figsize=(5.6, 3.8))
     ax = fig.subplots()

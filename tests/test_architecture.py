@@ -1,0 +1,132 @@
+"""The package's layers run one way, and no two modules import each other, directly or through others.
+
+    tasks, lab.core  <-  lab.policies  <-  lab.exact  <-  lab.training  <-  lab.files, lab.figures
+                     <-  lab.experiments  <-  lab.cli
+
+A module may import from its own layer or a layer to its left, never from one to its right
+(docs/architecture.md). Every import counts, also one inside a function: a lazy import is still
+a dependency a reader has to follow.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LAYERS = {
+    "tasks": 0, "lab.core": 0,
+    "lab.policies": 1,
+    "lab.exact": 2,
+    "lab.training": 3,
+    "lab.files": 4, "lab.figures": 4,
+    "lab.experiments": 5,
+    "lab.exercises": 6,  # the lessons' exercise checks: imports nothing of the lab
+    "lab.cli": 6,
+    "lab.__main__": 7, "lab": 7,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_modules() -> dict[str, Path]:
+    paths = [*ROOT.glob("lab/**/*.py"), *ROOT.glob("tasks/**/*.py")]
+    return {module_name(p): p for p in paths}
+
+
+def layer(module: str) -> int:
+    """The layer of the longest matching prefix in LAYERS."""
+    best = max((prefix for prefix in LAYERS if module == prefix or module.startswith(prefix + ".")), key=len)
+    return LAYERS[best]
+
+
+def imports(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The project modules `module` imports (a `from X import name` of a submodule counts as that submodule)."""
+    found = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:  # `import lab.core.kl` names lab.core.kl
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                found.add(target)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    return {name: imports(name, path, modules) for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    """Every import points down the layers or sideways, never up (the arrow is named on failure)."""
+    upward = [f"{source} -> {target}" for source, targets in sorted(import_graph().items()) for target in sorted(targets)
+              if layer(target) > layer(source)]
+    assert upward == [], "upward imports:\n" + "\n".join(upward)
+
+
+def test_no_two_modules_import_each_other_directly_or_through_others():
+    """The import graph has no circle."""
+    assert cycles(import_graph()) == []
+
+
+def test_the_checks_see_an_upward_import_and_a_circle():
+    """The two checks above could fail: an upward arrow and a two-module circle are found."""
+    graph = {"lab.core.deltas": {"lab.training.config"}, "lab.training.config": {"lab.core.deltas"}}
+    assert [s for s, ts in graph.items() for t in ts if layer(t) > layer(s)] == ["lab.core.deltas"]
+    assert cycles(graph) == [["lab.core.deltas", "lab.training.config"]]
+    real = import_graph()
+    assert "lab.core.deltas" in real["lab.training.config"]  # the real graph is read, lazy imports included
+    assert "lab.cli.commands" in real["lab.cli.main"]
+
+
+def test_there_is_no_second_package_and_no_import_finder():
+    """The console entry point lives in lab.cli; `lab` installs no import hook for old module names."""
+    assert not (ROOT / "lab_console").exists()
+    assert "meta_path" not in (ROOT / "lab" / "__init__.py").read_text()
