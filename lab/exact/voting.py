@@ -23,6 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from torch import Tensor
+
+from lab.exact import enumeration
 from tasks import OPTIMAL_TOLERANCE
 
 
@@ -136,7 +138,7 @@ def _sampled_votes(policy, prompts: Tensor, reward, ks: list[int], generator: to
     from lab.policies.sampling import sample_responses
     from tasks.sorting import make_task
 
-    warnings.warn(f"the response space is past lab.exact.LIMITS.max_responses: pass@k and maj@k are Monte "
+    warnings.warn(f"the response space is past lab.exact.enumeration.LIMITS.max_responses: pass@k and maj@k are Monte "
                   f"Carlo estimates from {trials} sets of samples per prompt", MonteCarloWarning, stacklevel=3)
     reward = make_task().reward_fn(reward) if isinstance(reward, str) else reward
     with torch.no_grad():
@@ -159,11 +161,10 @@ def _sampled_votes(policy, prompts: Tensor, reward, ks: list[int], generator: to
 
 
 def _tables(policy, prompts, reward):
-    from lab.exact.enumeration import all_probs, reward_table
-
     prompts = torch.as_tensor(prompts, dtype=torch.long)
-    probs = all_probs(policy, prompts, torch.float64).detach()
-    return prompts, probs, reward_table(prompts, reward, policy.vocab_size, policy.response_length).to(probs)
+    probs = enumeration.all_probs(policy, prompts, torch.float64).detach()
+    table = enumeration.reward_table(prompts, reward, policy.vocab_size, policy.response_length)
+    return prompts, probs, table.to(probs)
 
 
 def pass_at_k(policy, prompts, reward, k: int | Sequence[int], generator: torch.Generator | None = None,
@@ -184,10 +185,9 @@ def maj_at_k(policy, prompts, reward, k: int | Sequence[int], generator: torch.G
 
 def _at_k(policy, prompts, reward, k, generator, trials, exact, vote: int) -> Tensor:
     """`exact` over the enumerated tables, or entry `vote` (0 pass, 1 maj) of the sampled estimates."""
-    from lab.exact.enumeration import LIMITS
-
     ks, single = _as_ks(k)
-    if policy.vocab_size ** policy.response_length > LIMITS.max_responses:
+    # read at call time, so that a caller (a test) can lower the limit
+    if policy.vocab_size ** policy.response_length > enumeration.LIMITS.max_responses:
         values = _sampled_votes(policy, torch.as_tensor(prompts), reward, ks, generator, trials)[vote]
     else:
         values = exact(*_tables(policy, prompts, reward)[1:], ks)
