@@ -29,16 +29,27 @@ TEMP_NAME_KEEP = 200
 
 @contextmanager
 def signals_held():
-    """Hold SIGINT and SIGTERM back (delivered on leaving) so a swap or a clean-up is never cut in half."""
-    mask = getattr(signal, "pthread_sigmask", None)
-    if mask is None or threading.current_thread() is not threading.main_thread():
+    """Hold SIGINT and SIGTERM back (each handled on leaving) so a swap or a clean-up is never cut in half.
+
+    Python runs signal handlers in the main thread whichever thread the kernel picked (torch's
+    threads do not block signals), so the handlers are swapped, not the thread's signal mask."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = mask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    pending: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {number: signal.signal(number, lambda signum, frame: pending.append(signum)) for number in held}
     try:
         yield
     finally:
-        mask(signal.SIG_SETMASK, old)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for number in pending[:1]:  # the first one decides, as it would have without the hold
+            handler = previous[number]
+            if callable(handler):
+                handler(number, None)  # raises KeyboardInterrupt, or lab_console's Terminated
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), number)
 
 
 def temp_prefix(name: str) -> str:
