@@ -142,3 +142,34 @@ def test_the_estimate_counts_the_autoregressive_policy_and_its_prefix_tree():
     assert autoregressive > factorised + tree
     past_limit = estimate([ar.replace(max_length=9)], 5, 3, 3, seeds=100)["device"]  # 5^9 responses: no tree
     assert past_limit < 100 * 3 * sum(5 ** q for q in range(9)) * 6 * 4
+
+
+def test_a_huge_max_length_is_estimated_at_once_and_refused():
+    """`--max-length 99999999999` used to hang in a sum of big powers; the estimate is now a few terms."""
+    import time
+    start = time.perf_counter()
+    need = estimate([TrainConfig(policy="autoregressive", max_length=99_999_999_999)], 5, 3, 3)
+    assert time.perf_counter() - start < 0.5 and need["device"] > 10**20
+    one_line(CliRunner().invoke(app, ["run", "--policy", "autoregressive", "--max-length", "99999999999",
+                                      "--quiet"]), "needs about", "--max-length")
+
+
+def test_space_within_agrees_with_the_full_sum():
+    from lab.exact.varlen import space_size
+    from lab.training.limits import space_within
+    for vocab in (1, 2, 5):
+        for length in range(0, 12):
+            assert space_within(vocab, length, 4096) == (space_size(vocab, length) <= 4096)
+
+
+@pytest.mark.parametrize("args, advice, absent", [
+    (["reproduce", "--seeds", str(10**9), "--out", "figs", "--quiet"], "lower --seeds", "--group-size"),
+    (["bench", "--sweep-runs", "99999999999", "--runs", "1", "--repeats", "1"], "--sweep-runs", "--group-size"),
+])
+def test_memory_errors_advise_the_commands_own_options(tmp_path, monkeypatch, args, advice, absent):
+    """reproduce and bench have no --group-size; the end-to-end sweep of bench is sized before any timing."""
+    import lab.experiments.bench
+    monkeypatch.setattr(lab.experiments.bench, "lecture_baseline",
+                        lambda **kwargs: (_ for _ in ()).throw(AssertionError("timing started")))
+    message = one_line(CliRunner().invoke(app, args), "needs about", advice)
+    assert absent not in message
