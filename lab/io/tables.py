@@ -119,8 +119,8 @@ def write_tables(records: Records, names: Sequence[str], folder: Path,
     paths = []
     for name, build in zip(table_names(fmt), (step_table, epoch_table)):
         path = Path(folder) / name
-        with atomic_path(path) as tmp:
-            WRITERS[fmt](build(records, names), tmp)
+        with atomic_path(path) as tmp, open(tmp, "wb") as stream:  # a stream: pyarrow takes only UTF-8 paths
+            WRITERS[fmt](build(records, names), stream)
         paths.append(path)
     return paths
 
