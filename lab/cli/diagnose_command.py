@@ -15,7 +15,6 @@ from lab.cli.options import (
     PromptLengthOpt,
     PromptSeedOpt,
     Reward,
-    RewardOpt,
     VocabOpt,
     cli_message,
     make_task,
@@ -26,7 +25,9 @@ from tasks import load_task_module, sorting
 
 @app.command()
 def diagnose(
-    reward: RewardOpt = Reward(DEFAULTS.reward),
+    reward: Annotated[Reward | None, typer.Option(
+        help="reward function of the sorting task (default: the run's own with --from-run, else "
+             f"{DEFAULTS.reward})")] = None,
     delta: Annotated[list[DeltaMode] | None, typer.Option(
         "--delta", help="repeatable: delta modes to diagnose (default all)")] = None,
     group_size: Annotated[list[int] | None, typer.Option(
@@ -50,6 +51,7 @@ def diagnose(
     from lab.io.figure_files import check_figure_path
     from lab.training.limits import check_diagnose_memory
     from lab.policies.factorized import Policy
+    from lab.io.run_files import run_reward
     from lab.io.writable import check_writable
 
     try:
@@ -62,6 +64,9 @@ def diagnose(
             check_figure_path(out)
         if from_run is not None:
             policy, saved = diagnostics.load_run(from_run, need_task=prompts is None)
+            if reward is None:  # the reward the run was trained under, not the default
+                reward = Reward(run_reward(from_run) or DEFAULTS.reward)
+        reward = reward or Reward(DEFAULTS.reward)
         if saved is not None:  # the prompts the run was trained on
             try:
                 task = load_task_module(saved["name"]).make_task(saved["prompts"], saved["vocab_size"])
