@@ -21,13 +21,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 from lab.io.temporaries import (  # noqa: F401  (re-exported: the lab's temporaries live there)
     TEMP_NAME_KEEP,
     TEMP_SUFFIXES,
+    _umask_mode,
+    atomic_path,
+    make_folder,
     remove_own,
     signals_held,
     stale_temporaries,
@@ -44,36 +46,6 @@ WRITER = "grpo-sorting-lab"
 
 class OutputError(FileExistsError):
     """An output path the lab refuses to write (a user's folder, a file, the working folder)."""
-
-
-def _umask_mode(full: int) -> int:
-    """`full` (0o666 for files, 0o777 for folders) less the process umask, as open() and mkdir() apply it."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return full & ~umask
-
-
-@contextmanager
-def atomic_path(path: Path):
-    """A temporary path beside `path` to write to; renamed over `path` when the block succeeds,
-    removed when it fails, so `path` never holds a half-written file.
-
-        with atomic_path(out) as tmp:
-            fig.savefig(tmp, format="png")
-    """
-    path = Path(path)
-    tmp = None
-    try:
-        with signals_held():  # no interrupt between creating the file and knowing its name
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(path.name), suffix=".tmp")
-            os.close(fd)
-            os.chmod(tmp, _umask_mode(0o666))  # mkstemp makes 0600; the result is an ordinary file
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if tmp is not None:
-            remove_own(Path(tmp))
-        raise
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -166,23 +138,9 @@ def check_replaceable(out: Path, force: bool, flag: str = "--out") -> None:
                           f"--force does not replace it; move them away or choose another {flag}")
 
 
-def make_temp_folder(parent: Path, name: str, suffix: str = ".partial", command: str = "run") -> Path:
-    """This process's own marked folder `.NAME.<pid>.XXXXXXXX.partial` in `parent` (umask permissions).
-
-    Created, opened up and marked with signals held, and removed again if anything fails, so an
-    interrupt never leaves a nameless empty folder behind (an interrupt held back until the end is
-    raised inside this function's `try`, where it removes the folder too)."""
-    tmp = None
-    try:
-        with signals_held():
-            tmp = Path(tempfile.mkdtemp(dir=parent, prefix=temp_prefix(name), suffix=suffix))
-            tmp.chmod(_umask_mode(0o777))  # mkdtemp makes 0700; the run folder is an ordinary folder
-            write_marker(tmp, command, pid=os.getpid())
-    except BaseException:
-        if tmp is not None:
-            remove_own(tmp)
-        raise
-    return tmp
+def make_temp_folder(parent: Path, name: str, command: str = "run") -> Path:
+    """This process's own folder `.NAME.<pid>.XXXXXXXX.partial` in `parent`, marked with its pid (`make_folder`)."""
+    return make_folder(parent, name, lambda tmp: write_marker(tmp, command, pid=os.getpid()))
 
 
 class RunFolder:
@@ -205,7 +163,7 @@ class RunFolder:
         self.check()
         self.out.parent.mkdir(parents=True, exist_ok=True)
         warn_stale(self.out.parent, self.out.name)
-        self.tmp = make_temp_folder(self.out.parent, self.out.name, command=self.command)
+        self.tmp = make_temp_folder(self.out.parent, self.out.name, self.command)
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -256,7 +214,7 @@ class OutputFiles:
         """A temporary folder inside `out` to write the files into; moved in when the block succeeds."""
         self.out.mkdir(parents=True, exist_ok=True)
         warn_stale(self.out, self.command)
-        tmp = make_temp_folder(self.out, self.command, command=self.command)
+        tmp = make_temp_folder(self.out, self.command, self.command)
         try:
             yield tmp
             names = sorted(p.name for p in tmp.iterdir() if p.name != MARKER)

@@ -2,7 +2,7 @@
 
     .NAME.<pid>.XXXXXXXX.partial   a folder being built (`lab.io.outputs.RunFolder`, `OutputFiles`)
     .NAME.<pid>.XXXXXXXX.old       the previous folder while `--force` replaces it
-    .NAME.<pid>.XXXXXXXX.tmp       a file being written (`lab.io.outputs.atomic_path`)
+    .NAME.<pid>.XXXXXXXX.tmp       a file being written (`atomic_path`)
 
 Only the process whose pid a name carries deletes it, on every exit path: SIGINT and SIGTERM are
 held back while a temporary is created, swapped in or removed, and delivered right after. The
@@ -17,7 +17,9 @@ import re
 import shutil
 import signal
 import sys
+import tempfile
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -52,6 +54,13 @@ def signals_held():
                 os.kill(os.getpid(), number)
 
 
+def _umask_mode(full: int) -> int:
+    """`full` (0o666 for files, 0o777 for folders) less the process umask, as open() and mkdir() apply it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return full & ~umask
+
+
 def temp_prefix(name: str) -> str:
     """`.NAME.<pid>.`: the start of this process's temporary names for NAME (NAME cut to fit)."""
     raw = os.fsencode(name)
@@ -66,6 +75,29 @@ def remove_own(path: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
         else:
             Path(path).unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_path(path: Path):
+    """A temporary path beside `path` to write to; renamed over `path` when the block succeeds,
+    removed when it fails, so `path` never holds a half-written file.
+
+        with atomic_path(out) as tmp:
+            fig.savefig(tmp, format="png")
+    """
+    path = Path(path)
+    tmp = None
+    try:
+        with signals_held():  # no interrupt between creating the file and knowing its name
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(path.name), suffix=".tmp")
+            os.close(fd)
+            os.chmod(tmp, _umask_mode(0o666))  # mkstemp makes 0600; the result is an ordinary file
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if tmp is not None:
+            remove_own(Path(tmp))
+        raise
 
 
 def _pid_alive(pid) -> bool:
@@ -132,3 +164,22 @@ def swap_into_place(new: Path, out: Path) -> None:
             remove_own(backup)
 
 
+
+
+def make_folder(parent: Path, name: str, mark: Callable[[Path], None], suffix: str = ".partial") -> Path:
+    """This process's own folder `.NAME.<pid>.XXXXXXXX<suffix>` in `parent` (umask permissions), `mark`ed.
+
+    Created, opened up and marked with signals held, and removed again if anything fails, so an
+    interrupt never leaves a nameless empty folder behind (an interrupt held back until the end is
+    raised inside this function's `try`, where it removes the folder too)."""
+    tmp = None
+    try:
+        with signals_held():
+            tmp = Path(tempfile.mkdtemp(dir=parent, prefix=temp_prefix(name), suffix=suffix))
+            tmp.chmod(_umask_mode(0o777))  # mkdtemp makes 0700; the run folder is an ordinary folder
+            mark(tmp)
+    except BaseException:
+        if tmp is not None:
+            remove_own(tmp)
+        raise
+    return tmp
