@@ -38,8 +38,12 @@ from lab.cli.options import (
     SamplerOpt,
     StepsOpt,
     VocabOpt,
+    PROMPT_DEFAULTS,
     cli_message,
+    fitted_name,
+    hashed_name_note,
     make_task,
+    name_value,
     prompts_label,
 )
 from lab.training.config import Device, TrainConfig, resolve_device
@@ -56,15 +60,18 @@ from tasks import sorting
 
 
 def default_run_name(config: TrainConfig, prompt_options: dict | None = None) -> str:
-    """`<delta>-<loss>-<reward>`, then every other setting that differs from the lecture's (the
-    prompt options included: `prompts_label`), then the seed."""
+    """`<delta>-<loss>-<reward>`, then every other setting that differs from the lecture's (floats with
+    every digit; the prompt options included: `prompts_label`), then the seed; past `NAME_BYTES`,
+    `<delta>-<loss>-<reward>-config<hash of every setting>-seed<k>` (`fitted_name`)."""
     parts = [config.delta.value, config.loss.value, config.reward]
     for name, value in config.to_dict().items():
         if name in ("delta", "loss", "reward", "seed") or value == DEFAULTS.to_dict()[name]:
             continue
-        parts.append(f"{name.replace('_', '')}{value:g}" if isinstance(value, float) else f"{name}{value}")
+        parts.append(f"{name.replace('_', '')}{name_value(value)}" if isinstance(value, float) else f"{name}{value}")
     label = prompts_label(prompt_options or {})
-    return "-".join(parts + ([label] if label else [])) + f"-seed{config.seed}"
+    name = "-".join(parts + ([label] if label else [])) + f"-seed{config.seed}"
+    return fitted_name(name, "-".join(parts[:3]), {"config": config.to_dict(), "prompt_options": {
+        **PROMPT_DEFAULTS, **(prompt_options or {})}}, f"seed{config.seed}")
 
 
 @app.command()
@@ -120,11 +127,14 @@ def run(
         check_fits(config, task)
         check_memory([config], vocab_size, *task.prompts.shape, heldout, torch_device)
         folder = RunFolder(out or Path("runs") / default_run_name(config, prompt_options), force, command="run")
+        note = None if out or quiet else hashed_name_note(folder.out.name)
         check_writable(folder.out)  # first: a name too long for the file system fails any other look at it
         folder.check()
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
 
+    if note:
+        typer.echo(note, err=True)
     records = run_with_progress(quiet, "training", config.epochs, lambda progress: train(
         task, config, device=torch_device, progress=progress))
     diverged = records.divergence[0] if records.divergence else None  # (checked by lab.training.train)
@@ -162,7 +172,7 @@ def run(
         plot_run(records, tmp / "curves.png", title=None if not diverged else
                  f"{config.delta.value} deltas, {config.loss.value} loss: diverged at step {diverged.step}")
     if diverged:
-        typer.echo(f"Error: {diverged.message(config.lr, config.steps)}; the records up to that step are in "
+        typer.echo(f"Error: {diverged.message(config.lr, config.steps, config.init_scale)}; the records up to that step are in "
                    f"{folder.out} (summary.json \"status\": \"diverged\")", err=True)
         raise typer.Exit(DIVERGED_EXIT_CODE)
     if not quiet:

@@ -40,7 +40,10 @@ from lab.cli.options import (
     StepsOpt,
     VocabOpt,
     cli_message,
+    fitted_name,
+    hashed_name_note,
     make_task,
+    name_value,
     prompts_label,
 )
 from lab.cli.run_command import check_fits
@@ -51,6 +54,26 @@ from lab.files.output_folders import RunFolder, write_json_atomic, write_text_at
 from lab.files.tables import TableFormat, write_tables
 from lab.files.writable import check_writable
 from tasks import sorting
+
+
+def default_sweep_name(grid: dict, base: TrainConfig, prompt_options: dict, seeds: int) -> str:
+    """`sweep-<deltas>-<losses>-<rewards>`, then every other grid setting and every base setting that
+    differs from the lecture's, several values joined by `+` (`lr0.01+0.02`, floats with every digit),
+    the prompt options (`prompts_label`), then `<N>seeds`; past `NAME_BYTES`, a hash of them all."""
+    join = lambda values: "+".join(name_value(v) for v in values)  # noqa: E731
+    parts = [join(grid[name]) for name in ("delta", "loss", "reward")]
+    for name, values in grid.items():
+        if name not in ("delta", "loss", "reward") and [name_value(v) for v in values] != [
+                name_value(getattr(DEFAULTS, name))]:
+            parts.append(f"{name.replace('_', '')}{join(values)}")
+    for name, value in base.to_dict().items():
+        if name not in grid and name != "seed" and value != DEFAULTS.to_dict()[name]:
+            parts.append(f"{name.replace('_', '')}{name_value(value)}")
+    label = prompts_label(prompt_options)
+    name = "-".join(["sweep", *parts, *([label] if label else []), f"{seeds}seeds"])
+    settings = {"grid": {k: [name_value(v) for v in vs] for k, vs in grid.items()}, "base": base.to_dict(),
+                "prompt_options": prompt_options, "seeds": seeds}
+    return fitted_name(name, "sweep", settings, f"{seeds}seeds")
 
 
 @app.command()
@@ -120,16 +143,18 @@ def sweep(
         check_fits(base, task)
         check_memory(points, vocab_size, *task.prompts.shape, heldout, torch_device, what, seeds)
         configs = sweeps.build_grid(base, grid, seeds)
-        first = configs[0]
-        label = "-".join(f"{n.replace('_', '')}" for n in names) or f"{first.delta.value}-{first.loss.value}-{first.reward}"
-        label = "-".join(filter(None, [label, prompts_label(prompt_options)]))
-        folder = RunFolder(out or Path("runs") / f"sweep-{label}-{seeds}seeds", force, command="sweep")
+        folder = RunFolder(out or Path("runs") / default_sweep_name(grid, base, prompt_options, seeds), force,
+                           command="sweep")
+        note = None if out or quiet else hashed_name_note(folder.out.name)
         check_writable(folder.out)  # first: a name too long for the file system fails any other look at it
         folder.check()
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
 
     from lab.experiments.bench import sweep_threads
+
+    if note:
+        typer.echo(note, err=True)
 
     # the writers' imports (matplotlib, pyarrow: about 0.3 s of Python) load while the runs train
     preload = threading.Thread(target=_import_writers, daemon=True)
@@ -169,7 +194,7 @@ def sweep(
         count = f"Error: all {len(configs)} runs diverged" if every else \
             f"Warning: {len(diverged)} of {len(configs)} runs diverged (left out of the means)"
         typer.echo(f"{count}; counts per setting in summary.csv; the first (seed {configs[run].seed}): "
-                   f"{first.message(configs[run].lr, steps)}", err=True)
+                   f"{first.message(configs[run].lr, steps, configs[run].init_scale)}", err=True)
         if len(diverged) == len(configs):
             raise typer.Exit(DIVERGED_EXIT_CODE)
 
