@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from enum import Enum
 from pathlib import Path
@@ -10,8 +11,8 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, writing
-from lab.cli.progress import run_with_progress
+from lab.cli.application import DEFAULTS, app
+from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
     ClipsOpt,
     DeltasOpt,
@@ -39,20 +40,15 @@ from lab.cli.options import (
     SamplerOpt,
     StepsOpt,
     VocabOpt,
-    cli_message,
     fitted_name,
-    hashed_name_note,
-    make_task,
     name_value,
     prompts_label,
 )
-from lab.cli.run_command import check_fits
-from lab.training.config import Device, TrainConfig, resolve_device
-from lab.training.divergence import DIVERGED_EXIT_CODE
-from lab.training.limits import check_memory, check_threads
-from lab.files.output_folders import RunFolder, write_json_atomic, write_text_atomic
+from lab.cli.progress import run_with_progress
+from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.files.tables import TableFormat, write_tables
-from lab.files.writable import check_writable
+from lab.training.config import Device, TrainConfig
+from lab.training.limits import check_threads
 from tasks import sorting
 
 
@@ -124,37 +120,28 @@ def sweep(
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
              "entropy_coef": entropy_coef, "loss_agg": loss_agg}
-    try:
-        grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
-        base = TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler,
+    grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
+    names = [name for name, values in grid.items() if len(values) > 1]
+    # summary.csv names every swept setting and every one given on the command line, even once
+    columns = [name for name, values in grid.items() if len(values) > 1 or given[name]]
+    options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
+
+    def make_base() -> TrainConfig:  # the settings every run of the sweep shares
+        return TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler,
                            policy=policy, max_length=max_length)
-        points = sweeps.build_grid(base, grid, 1)  # one config per grid point: sized before seeds multiply it
-        names = [name for name, values in grid.items() if len(values) > 1]
-        # summary.csv names every swept setting and every one given on the command line, even once
-        columns = [name for name, values in grid.items() if len(values) > 1 or given[name]]
-        prompt_options = dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts,
-                              prompt_length=prompt_length, heldout=heldout, prompt_seed=prompt_seed)
+
+    def build():
         check_threads(threads)
-        torch_device = resolve_device(device)
-        what = f"this sweep ({len(points)} settings x {seeds} seeds)"
-        if prompts == "random":  # before drawing them
-            check_memory(points, vocab_size, num_prompts, prompt_length, heldout, torch_device, what, seeds)
-        task = make_task(**prompt_options)
-        check_fits(base, task)
-        check_memory(points, vocab_size, *task.prompts.shape, heldout, torch_device, what, seeds)
-        configs = sweeps.build_grid(base, grid, seeds)
-        folder = RunFolder(out or Path("runs") / default_sweep_name(grid, base, prompt_options, seeds), force,
-                           command="sweep")
-        note = None if out or quiet else hashed_name_note(folder.out.name)
-        check_writable(folder.out)  # first: a name too long for the file system fails any other look at it
-        folder.check()
-    except USER_ERRORS as e:
-        fail(cli_message(str(e)))
+        sweeps.check_seeds(seeds)
+        points = sweeps.build_grid(make_base(), grid, 1)  # one config per grid point: sized before seeds multiply it
+        return points, seeds, lambda: default_sweep_name(grid, make_base(), options, seeds)
+
+    settings = math.prod(len(values) for values in grid.values())
+    job = prepare("sweep", build, options, device, out, force, quiet, what=f"this sweep ({settings} settings x {seeds} seeds)")
+    base = make_base()
+    configs = sweeps.build_grid(base, grid, seeds)
 
     from lab.experiments.bench import sweep_threads
-
-    if note:
-        typer.echo(note, err=True)
 
     # the writers' imports (matplotlib, pyarrow: about 0.3 s of Python) load while the runs train
     preload = threading.Thread(target=_import_writers, daemon=True)
@@ -164,7 +151,7 @@ def sweep(
     try:
         total = sum(configs[b[0]].epochs for b in sweeps.batches(configs))
         records = run_with_progress(quiet, f"{len(configs)} runs", total, lambda progress: sweeps.run_sweep(
-            task, configs, device=torch_device, progress=progress))
+            job.task, configs, device=job.device, progress=progress))
     finally:
         torch.set_num_threads(previous_threads)
     summaries = sweeps.summarise(records, columns)
@@ -172,31 +159,21 @@ def sweep(
     preload.join()
     from lab.experiments.figures import plot_sweep  # matplotlib only where a figure is made
 
-    with writing(folder.out), folder as tmp:
+    def write(tmp: Path) -> None:
         write_json_atomic(tmp / "config.json", {
-            "command": "sweep", "grid": {k: [v.value if isinstance(v, Enum) else v for v in vs]
-                                         for k, vs in grid.items()},
+            **config_header("sweep", job),
+            "grid": {k: [v.value if isinstance(v, Enum) else v for v in vs] for k, vs in grid.items()},
             "seeds": list(range(seeds)), "base": base.to_dict(), "runs": len(configs),
-            "task": {"name": task.name, "prompts": task.prompts.tolist(), "vocab_size": task.vocab_size},
-            "device": str(torch_device), "torch": torch.__version__, "prompt_options": prompt_options,
-            "exploration_exact": records.exploration_exact,
-        })
+            "exploration_exact": records.exploration_exact})
         write_tables(records, sweeps.GRID_FIELDS, tmp, table_format)
         write_text_atomic(tmp / "summary.csv", sweeps.summary_csv(summaries, columns))
         plot_sweep(records, names, tmp / "curves.png")
+
+    write_folder(job, write)
     if not quiet:
         typer.echo(sweeps.summary_table(summaries, columns))
-        typer.echo(f"{len(configs)} runs in {records.seconds:.2f} s -> {folder.out}")
-    diverged = [(run, d) for run, d in enumerate(records.divergence) if d is not None]
-    if diverged:  # also when quiet: a result the user must not miss
-        run, first = diverged[0]
-        every = len(diverged) == len(configs)
-        count = f"Error: all {len(configs)} runs diverged" if every else \
-            f"Warning: {len(diverged)} of {len(configs)} runs diverged (left out of the means)"
-        typer.echo(f"{count}; counts per setting in summary.csv; the first (seed {configs[run].seed}): "
-                   f"{first.message(configs[run].lr, steps, configs[run].init_scale)}", err=True)
-        if len(diverged) == len(configs):
-            raise typer.Exit(DIVERGED_EXIT_CODE)
+        typer.echo(f"{len(configs)} runs in {records.seconds:.2f} s -> {job.folder.out}")
+    report_divergence("sweep", records, configs, job.folder.out)
 
 
 def _import_writers() -> None:
