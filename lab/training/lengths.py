@@ -26,6 +26,13 @@ EMPTY_WHEN_NONE = frozenset({"correct_length", "incorrect_length"})
 """Length metrics that are NaN (an empty CSV cell) in an epoch without such samples."""
 
 
+def response_lengths(responses: Tensor, mask: Tensor | None) -> Tensor:
+    """|o| of every response int[... batch trial pos]: its live tokens, every position without a mask -> int[... batch trial]."""
+    if mask is None:
+        return torch.full(responses.shape[:-1], responses.shape[-1], device=responses.device)
+    return mask.sum(dim=-1)
+
+
 def length_metrics(lengths: Tensor, correct: Tensor) -> dict[str, Tensor]:
     """lengths float[run epoch batch trial], correct bool[run epoch batch trial] -> float[run epoch] each."""
     lengths = lengths.float()
