@@ -56,6 +56,6 @@ def resolve_max_length(config: TrainConfig, prompt_length: int) -> int:
     return cap
 
 
-def eos_targets(targets: Tensor, eos: int, length: int) -> Tensor:
-    """sorted(prompt) followed by EOS padding: int[batch n] -> int[batch length]."""
-    return torch.cat([targets, targets.new_full((targets.shape[0], length - targets.shape[1]), eos)], dim=-1)
+def eos_targets(targets: Tensor, eos: int, max_length: int) -> Tensor:
+    """sorted(prompt) followed by EOS padding: int[batch n] -> int[batch max_length]."""
+    return torch.cat([targets, targets.new_full((targets.shape[0], max_length - targets.shape[1]), eos)], dim=-1)

@@ -99,6 +99,7 @@ def train(
     tokens_per_epoch = shared.steps * len(configs) * prompts.shape[0] * shared.group_size * kind.entries
     block = StepMetricBlock(shared.steps, block_epochs(shared.epochs, tokens_per_epoch), kind.step_metrics)
     targets = kind.targets(prompts)  # int[batch pos]
+    optimum = kind.optimum(prompts, targets)  # float[run batch]
     step_log, history = {name: [] for name in STEP_METRICS}, History()
     start = time.perf_counter()
 
@@ -125,12 +126,7 @@ def train(
         if stop:
             break
 
-    optimum = kind.optimum(prompts, targets)  # float[run batch]
-    heldout = None
-    if eval_prompts is not None:
-        eval_targets = kind.targets(eval_prompts)
-        heldout = (eval_prompts, eval_targets, kind.optimum(eval_prompts, eval_targets))
-    epoch_log = epoch_metrics(kind, settings, shared, history, (prompts, targets, optimum), heldout)
+    epoch_log = epoch_metrics(kind, settings, shared, history, (prompts, targets, optimum), eval_prompts)
     return records_of(configs, task.prompts, optimum, step_log, epoch_log, guard, policy, samples=history.samples,
                       greedy_responses=history.greedy[-1].cpu().numpy(), seconds=time.perf_counter() - start,
                       eos=kind.eos, exploration_exact=kind.exact)
@@ -192,20 +188,20 @@ def train_steps(kind, parameters: list[Tensor], reference: list[Tensor], fresh_r
 def step_loss(kind, parameters: list[Tensor], settings: RunSettings, groups: Groups, log_probs: Tensor,
               old_log_probs: Tensor, ref_log_probs: Tensor) -> tuple[Tensor, Tensor]:
     """The surrogate and the minimised loss (+ beta * the KL term - c_H * the entropy bonus), float[run] each."""
-    mask, horizon, s = groups.mask, kind.max_length, settings
+    mask, horizon, s = groups.mask, kind.max_length, settings  # horizon: C of the aggregations, the cap
     pg_loss = s.loss_groups.apply(
         lambda key, lp, d, old, eps, m: compute_loss(lp, d, key[0], old, eps, key[1], m, horizon),
         log_probs, groups.deltas, old_log_probs, s.clip_eps, mask)
-    kl = lambda agg, lp, ref, m: kl_term(k3(lp, ref), agg, m, horizon)  # noqa: E731
+    group_kl_term = lambda agg, lp, ref, m: kl_term(k3(lp, ref), agg, m, horizon)  # noqa: E731
     # beta = 0 everywhere adds exactly nothing to the gradient: leave the KL out of the graph
     if not s.any_kl:
         loss = pg_loss
     elif s.kl_runs is None:
-        loss = pg_loss + s.beta * s.agg_groups.apply(kl, log_probs, ref_log_probs, mask)
+        loss = pg_loss + s.beta * s.agg_groups.apply(group_kl_term, log_probs, ref_log_probs, mask)
     else:
         runs = s.kl_runs
         loss = pg_loss.index_add(0, runs, s.beta[runs] * s.kl_agg_groups.apply(
-            kl, log_probs[runs], ref_log_probs[runs], None if mask is None else mask[runs]))
+            group_kl_term, log_probs[runs], ref_log_probs[runs], None if mask is None else mask[runs]))
     if len(s.bonus_runs):  # - c_H * the exact mean entropy, on the bonus runs only
         bonus = kind.entropy_bonus(parameters, s.bonus_runs)
         loss = loss.index_add(0, s.bonus_runs, -s.entropy_coef[s.bonus_runs] * bonus)
@@ -213,10 +209,13 @@ def step_loss(kind, parameters: list[Tensor], settings: RunSettings, groups: Gro
 
 
 def epoch_metrics(kind, settings: RunSettings, shared: TrainConfig, history: History,
-                  training: tuple[Tensor, Tensor, Tensor], heldout: tuple[Tensor, Tensor, Tensor] | None,
-                  ) -> dict[str, Tensor]:
+                  training: tuple[Tensor, Tensor, Tensor], eval_prompts: Tensor | None) -> dict[str, Tensor]:
     """Every epoch metric, float[run epoch] each: the samples', the lengths', the greedy responses' and
-    the exact exploration of each epoch's sampling policy. `training`, `heldout`: (prompts, targets, optimum)."""
+    the exact exploration of each epoch's sampling policy. `training`: (prompts, targets, optimum)."""
+    heldout = None
+    if eval_prompts is not None:
+        eval_targets = kind.targets(eval_prompts)
+        heldout = (eval_prompts, eval_targets, kind.optimum(eval_prompts, eval_targets))
 
     def score(some_prompts: Tensor, greedy: Tensor) -> Tensor:
         """Each run's reward of argmax responses int[run epoch batch pos]: float[run epoch batch]."""
