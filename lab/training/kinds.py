@@ -172,5 +172,7 @@ class Autoregressive:
         return self.exact_metrics.exploration()
 
 
-KINDS = {PolicyKind.factorized: Factorized, PolicyKind.autoregressive: Autoregressive}
+Kind = Factorized | Autoregressive
+
+KINDS: dict[PolicyKind, type[Kind]] = {PolicyKind.factorized: Factorized, PolicyKind.autoregressive: Autoregressive}
 """The one dispatch table: policy kind -> its side of the training loop."""

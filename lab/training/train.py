@@ -36,7 +36,7 @@ from lab.core.kl import freeze, k3, reference_due
 from lab.core.losses import compute_loss
 from lab.training.config import TrainConfig, check_batchable
 from lab.training.divergence import DivergenceGuard
-from lab.training.kinds import KINDS
+from lab.training.kinds import KINDS, Kind
 from lab.training.lengths import length_metrics, response_lengths
 from lab.training.metrics import StepMetricBlock, block_epochs, greedy_log, sample_metrics
 from lab.training.optim import RunAdam
@@ -132,7 +132,7 @@ def train(
                       eos=kind.eos, exploration_exact=kind.exact)
 
 
-def sample_groups(kind, settings: RunSettings, shared: TrainConfig) -> Groups:
+def sample_groups(kind: Kind, settings: RunSettings, shared: TrainConfig) -> Groups:
     """Draw the epoch's groups from the sampling policy and score them."""
     with torch.no_grad():
         responses = kind.sample()  # int[run batch trial pos]
@@ -153,7 +153,7 @@ def keep_samples(history: History, epoch: int, groups: Groups, targets: Tensor, 
                                        groups.deltas.cpu().numpy()))
 
 
-def train_steps(kind, parameters: list[Tensor], reference: list[Tensor], fresh_reference: bool, groups: Groups,
+def train_steps(kind: Kind, parameters: list[Tensor], reference: list[Tensor], fresh_reference: bool, groups: Groups,
                 first_step: dict[str, Tensor], settings: RunSettings, optimizer: RunAdam, guard: DivergenceGuard,
                 block: StepMetricBlock) -> list[Tensor]:
     """The epoch's S optimizer steps on its groups; returns each step's loss float[run] (for the divergence
@@ -185,7 +185,7 @@ def train_steps(kind, parameters: list[Tensor], reference: list[Tensor], fresh_r
     return losses
 
 
-def step_loss(kind, parameters: list[Tensor], settings: RunSettings, groups: Groups, log_probs: Tensor,
+def step_loss(kind: Kind, parameters: list[Tensor], settings: RunSettings, groups: Groups, log_probs: Tensor,
               old_log_probs: Tensor, ref_log_probs: Tensor) -> tuple[Tensor, Tensor]:
     """The surrogate and the minimised loss (+ beta * the KL term - c_H * the entropy bonus), float[run] each."""
     mask, horizon, s = groups.mask, kind.max_length, settings  # horizon: C of the aggregations, the cap
@@ -208,7 +208,7 @@ def step_loss(kind, parameters: list[Tensor], settings: RunSettings, groups: Gro
     return pg_loss, loss
 
 
-def epoch_metrics(kind, settings: RunSettings, shared: TrainConfig, history: History,
+def epoch_metrics(kind: Kind, settings: RunSettings, shared: TrainConfig, history: History,
                   training: tuple[Tensor, Tensor, Tensor], eval_prompts: Tensor | None) -> dict[str, Tensor]:
     """Every epoch metric, float[run epoch] each: the samples', the lengths', the greedy responses' and
     the exact exploration of each epoch's sampling policy. `training`: (prompts, targets, optimum)."""
