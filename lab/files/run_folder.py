@@ -1,6 +1,6 @@
 """Reading a `lab run` folder back: its final policy and the task it was trained on, or a clear error.
 
-    RUN/policy.pt    -> the policy (`lab.policies.factorized.load_policy`)
+    RUN/policy.pt    -> the policy (`lab.policies.load_policy`)
     RUN/config.json  -> "task": {"name": str, "prompts": [[int, ...], ...], "vocab_size": int, ...}
     RUN/summary.json -> "status": "ok" | "diverged" (a diverged run has no final policy)
     RUN/config.json  -> "config": {"reward": str, ...}   the reward it was trained under (`run_reward`)

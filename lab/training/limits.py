@@ -106,7 +106,7 @@ def estimate(configs: Sequence[TrainConfig], vocab_size: int, prompt_count: int,
                                                          + B * shared.group_size * 4)
     text = rows * costs.csv_row_bytes * 2
     prompts = (B + heldout) * P * costs.prompt_token_bytes
-    if shared.policy is PolicyKind.autoregressive:  # lab.training.varlen: see the module docstring
+    if shared.policy is PolicyKind.autoregressive:  # lab.training.kinds.Autoregressive: see its docstrings
         Q = shared.max_length or P + LENGTH_MARGIN
         params += runs * (Q * Q + Q - P) * dim * dim * 4 * costs.parameter_copies
         scale = Q / P  # longer responses: every token term grows
