@@ -1,4 +1,4 @@
-"""Claims 9-10 (docs/claims.md): the probability ratio of the unclipped and clipped losses.
+"""Claim 9 (docs/claims.md): at theta_old the ratio losses are the naive loss; outside the band a token is silent.
 
 The losses are the lab's `compute_loss`; the samples come from the lab's `sample_responses`.
 """
@@ -6,21 +6,10 @@ The losses are the lab's `compute_loss`; the samples come from the lab's `sample
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from proof_tools import close, toys
 
 from lab.exact.enumeration import flat_grad
 from lab.core.losses import compute_loss, ratios
-from lab.policies.sampling import response_log_probs, sample_responses
-
-seeds = st.integers(0, 2**31 - 1)
-
-
-def sampled_batch(toy, G):
-    """Responses int[batch trial pos] from the toy's policy, their log-probs (with gradient) and deltas."""
-    logits = toy.policy(toy.prompts)
-    responses = sample_responses(logits, G, toy.generator)
-    deltas = torch.randn(responses.shape[:-1], generator=toy.generator, dtype=torch.float64)
-    return response_log_probs(logits, responses), deltas
+from tests.proofs.proof_tools import close, sampled_batch, seeds, toys
 
 
 @given(toy=toys(), G=st.integers(2, 5))
@@ -74,24 +63,3 @@ def test_claim_09_outside_the_band_on_the_side_its_delta_pushes_a_token_has_no_g
     pushed_back = (rho - 1).abs() > clip_eps
     if bool((pushed_back & ~silenced).any()):
         assert not bool((mutant[~silenced] != 0).all())
-
-
-@given(toy=toys(), G=st.integers(1, 4))
-def test_claim_10_a_ratio_whose_old_log_probs_are_not_detached_has_zero_gradient(toy, G):
-    """If pi_old is not detached (frozen), the ratio pi_theta / pi_old is identically 1 as a
-    function of theta and its gradient is exactly zero: the lecture's freezing demo.
-
-    Claim 10 (docs/claims.md), the CS336 lecture 17 notes (freezing the old policy). The lab's `ratios` detaches
-    `old_log_probs`, so its unclipped loss keeps the naive gradient; the undetached mutant
-    fails that check whenever the naive gradient is not zero.
-    """
-    log_probs, deltas = sampled_batch(toy, G)
-    undetached = torch.exp(log_probs - log_probs)  # old log-probs from the same graph
-    frozen_demo = flat_grad(-(undetached * deltas.unsqueeze(-1)).mean(), toy.policy)
-    assert torch.equal(frozen_demo, torch.zeros_like(frozen_demo))
-
-    naive = flat_grad(compute_loss(log_probs, deltas, "naive"), toy.policy)
-    lab_ratio = flat_grad(compute_loss(log_probs, deltas, "unclipped", old_log_probs=log_probs), toy.policy)
-    assert close(lab_ratio, naive)
-    if float(naive.norm()) > 1e-6:
-        assert not close(frozen_demo, naive)

@@ -90,7 +90,7 @@ def test_at_fixed_length_the_modes_differ_by_constant_factors_in_loss_and_kl(mod
 @given(seed=seeds, loss=st.sampled_from(["naive", "unclipped", "clipped"]))
 def test_the_default_is_the_labs_earlier_normaliser_bit_for_bit(seed, loss):
     """token-mean without a mask is the plain token mean and the k3 sum over sequences that every
-    earlier run used, so factorised runs are byte-identical (tests/test_train.py pins them too)."""
+    earlier run used, so factorised runs are byte-identical (tests/training/test_train.py pins them too)."""
     g = torch.Generator().manual_seed(seed)
     old = torch.randn(2, 3, 4, 3, generator=g)  # run batch trial pos
     log_probs = old + 0.05 * torch.randn(2, 3, 4, 3, generator=g)

@@ -6,7 +6,7 @@ sum_v pi_theta(v).detach() * grad k(v), which `lab.exact.expected_kl_estimate` g
 """
 
 from hypothesis import given
-from proof_tools import close, make_toy, toys
+from tests.proofs.proof_tools import close, make_toy, toys
 
 from lab.exact.enumeration import exact_kl, expected_kl_estimate, flat_grad, position_log_probs
 

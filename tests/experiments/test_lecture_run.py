@@ -35,7 +35,7 @@ from lab.files.tables import read_table
 from lab.training.train import train
 from tasks.sorting import make_task
 
-LOGS = json.loads((Path(__file__).parent / "data" / "lecture_seed5_naive.json").read_text())["runs"]
+LOGS = json.loads((Path(__file__).parents[1] / "data" / "lecture_seed5_naive.json").read_text())["runs"]
 MODES = ("raw", "centered", "normalized")
 PRINTED = 0.0005
 """half a unit of the logs' third decimal"""

@@ -32,7 +32,7 @@ from nbclient import NotebookClient
 
 from lab.exercises import EXERCISE_TAG, SOLUTION_TAG, SOLVED_ENV, solution_code
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = ROOT / "notebooks"
 SCRIPTS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.py"))
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))

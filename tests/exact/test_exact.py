@@ -9,7 +9,7 @@ from einops import einsum
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proofs.proof_tools import close, make_toy, toys
+from tests.proofs.proof_tools import close, make_toy, toys
 
 from lab.core.deltas import DeltaMode, compute_deltas
 from lab.exact.estimators import LINEAR_COEFFICIENTS, delta_moments, gradient_covariance, gradient_moments

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import lab.cli.run_command
 from lab.cli.commands import app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def lab_process(tmp_path, prelude: str, *args: str) -> subprocess.CompletedProcess:

@@ -3,7 +3,7 @@
 import torch
 from hypothesis import given
 
-from proofs.proof_tools import close, toys
+from tests.proofs.proof_tools import close, toys
 
 from lab.exact.baselines import estimate_variance, optimal_baseline
 from lab.exact.estimators import gradient_moments
