@@ -1,4 +1,4 @@
-"""Loss aggregation modes (issue 9 point 3; lab/core/aggregation.py docstring).
+"""Loss aggregation modes (lab/core/aggregation.py docstring).
 
 The vectorized modes are checked against loops over the definitions, at fixed length against
 each other (constant factors), and the default against the lab's earlier normaliser bit for bit.

@@ -1,4 +1,4 @@
-"""Deltas from a group's rewards (issue 2 point 4; README "The experiment"; claims 4 and 12 in docs/claims.md).
+"""Deltas from a group's rewards (README "The experiment"; claims 4 and 12 in docs/claims.md).
 
 Every mode is checked against a plain-Python formula written here, per group:
     raw r_i;  centered r_i - mean;  normalized (r_i - mean) / (std + eps);
@@ -68,7 +68,7 @@ def reward_groups(draw):
 @given(rewards=reward_groups(), std_eps=st.sampled_from([1e-5, 1e-4, 1e-8, 0.0, 0.5]),
        unbiased=st.booleans())
 def test_every_mode_matches_its_formula(mode, rewards, std_eps, unbiased):
-    """Issue 2 point 4: each mode equals its formula (lab/core/deltas.py) per group, for both std conventions and any eps."""
+    """Each mode equals its formula (lab/core/deltas.py) per group, for both std conventions and any eps."""
     out = compute_deltas(torch.tensor(rewards, dtype=torch.float32), mode, std_eps=std_eps, unbiased=unbiased)
     assert out.shape == rewards.shape and out.dtype == torch.float32
     expected = np.array([group_formula(list(g), mode.value, std_eps, unbiased)
@@ -77,7 +77,7 @@ def test_every_mode_matches_its_formula(mode, rewards, std_eps, unbiased):
 
 
 def test_normalized_uses_the_bessel_corrected_std_and_1e5_by_default():
-    """Issue 2 point 4: the documented defaults are torch's std (divides by G - 1) and eps = 1e-5."""
+    """The documented defaults are torch's std (divides by G - 1) and eps = 1e-5."""
     rewards = torch.tensor([[0.0, 1.0, 5.0, 2.0]])
     by_default = compute_deltas(rewards, DeltaMode.normalized)
     stated = compute_deltas(rewards, DeltaMode.normalized, std_eps=1e-5, unbiased=True)
@@ -107,7 +107,7 @@ def test_centered_is_g_minus_one_over_g_times_leave_one_out(rewards):
 @pytest.mark.parametrize("value", [0.1, 1 / 3, 5.0, -2.7, 0.0])
 @pytest.mark.parametrize("group_size", [2, 3, 7, 10])
 def test_a_constant_group_gives_exact_zeros_never_nan(value, group_size):
-    """Issue 2 point 4: equal rewards give exactly 0 in every baseline mode (no NaN from std 0), next to
+    """Equal rewards give exactly 0 in every baseline mode (no NaN from std 0), next to
     a normal group; raw and max pass the rewards through (every sample ties the max), also without NaN."""
     rewards = torch.stack([torch.full((group_size,), value), torch.arange(group_size, dtype=torch.float32)])
     for mode in DeltaMode:
@@ -123,7 +123,7 @@ def test_a_constant_group_gives_exact_zeros_never_nan(value, group_size):
 
 @pytest.mark.parametrize("mode", sorted(NEEDS_GROUP, key=lambda m: m.value))
 def test_a_group_of_one_is_an_error_for_baseline_modes(mode):
-    """Issue 2 point 4: centered, normalized and loo have no baseline with one response per prompt."""
+    """Centered, normalized and loo have no baseline with one response per prompt."""
     assert NEEDS_GROUP == {DeltaMode.centered, DeltaMode.normalized, DeltaMode.loo}
     with pytest.raises(ValueError, match=f"{mode.value!r} needs a group of at least 2.*got group size 1"):
         compute_deltas(torch.tensor([[1.0], [2.0]]), mode)
@@ -137,7 +137,7 @@ def test_a_group_of_one_is_fine_for_raw_and_max(mode):
 
 @pytest.mark.parametrize("mode", list(DeltaMode))
 def test_mode_may_be_the_enum_or_its_name(mode):
-    """Issue 2 point 4: `mode` is a DeltaMode member or its string name, with the same result."""
+    """`mode` is a DeltaMode member or its string name, with the same result."""
     rewards = torch.tensor([[3.0, 2.0, 1.0, 1.0], [0.0, 4.0, 2.0, 1.0]])
     assert torch.equal(compute_deltas(rewards, mode), compute_deltas(rewards, mode.value))
     assert set(DELTA_FUNCTIONS) == set(DeltaMode)  # one table dispatches every mode

@@ -1,4 +1,4 @@
-"""KL estimators, the penalty and the reference policy (issue 2 point 5; claim 6 in docs/claims.md).
+"""KL estimators, the penalty and the reference policy (claim 6 in docs/claims.md).
 
 With the sampled token's probabilities p = pi_theta(y), p_ref = pi_ref(y) and rho = p_ref / p:
     k1 = -log rho,  k2 = (log rho)^2 / 2,  k3 = rho - log rho - 1;
@@ -25,7 +25,7 @@ FORMULAS = {
 @pytest.mark.parametrize("name", sorted(FORMULAS))
 @given(seed=st.integers(0, 2**31), lead=st.sampled_from([(), (2,)]))
 def test_estimators_match_their_formulas_in_probabilities(name, seed, lead):
-    """Issue 2 point 5: k1, k2, k3 (log_probs, ref_log_probs) -> float[... batch trial pos] per token."""
+    """k1, k2, k3 (log_probs, ref_log_probs) -> float[... batch trial pos] per token."""
     g = torch.Generator().manual_seed(seed)
     shape = (*lead, 2, 3, 4)
     p = torch.rand(shape, generator=g, dtype=torch.float64) * 0.98 + 0.01
@@ -71,7 +71,7 @@ def test_k3_and_k1_average_to_the_exact_kl_on_policy():
 
 
 def test_penalty_is_beta_times_k3_summed_over_positions_and_averaged_over_batch_and_trial():
-    """Issue 2 point 5 / README "The experiment": penalty = beta * mean_{batch, trial} sum_pos k3, per leading index."""
+    """The penalty is beta * mean_{batch, trial} sum_pos k3, per leading index (README "The experiment")."""
     g = torch.Generator().manual_seed(7)
     log_probs = -torch.rand(3, 2, 4, 5, generator=g, dtype=torch.float64)  # run batch trial pos
     ref = -torch.rand(3, 2, 4, 5, generator=g, dtype=torch.float64)
@@ -102,7 +102,7 @@ def test_kl_estimate_uses_the_named_estimator(name):
     lambda: PolicyStack(5, 3, 3, 4, [torch.Generator().manual_seed(s) for s in (0, 1)]),
 ])
 def test_freeze_makes_a_frozen_copy_unaffected_by_later_updates(make):
-    """Issue 2 point 5: the reference is a frozen copy (the lecture's model.clone() does not exist)."""
+    """The reference is a frozen copy (the lecture's model.clone() does not exist)."""
     policy = make()
     prompts = torch.tensor([[1, 0, 2], [3, 2, 4]])
     before = policy(prompts).detach()
@@ -125,5 +125,5 @@ def test_freeze_makes_a_frozen_copy_unaffected_by_later_updates(make):
     (0, [0]),  # frozen once at the start: the chapter's static anchor
 ])
 def test_reference_schedule(kl_period, due):
-    """Issue 2 point 5: the reference is refrozen every kl_period epochs; kl_period 0 freezes it once."""
+    """The reference is refrozen every kl_period epochs; kl_period 0 freezes it once."""
     assert [epoch for epoch in range(31) if reference_due(epoch, kl_period)] == due

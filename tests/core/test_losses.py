@@ -1,4 +1,4 @@
-"""Surrogate losses (issue 2 point 5; README "The experiment"; claims 9, 10, 15 in docs/claims.md).
+"""Surrogate losses (README "The experiment"; claims 9, 10, 15 in docs/claims.md).
 
 The reference below is written element by element from the formulas of lab/core/losses.py, with N = batch*trial*pos:
     naive      L = -1/N sum l d                           dL/dl = -d / N
@@ -57,7 +57,7 @@ def loss_inputs(draw):
 @pytest.mark.parametrize("mode", list(LossMode))
 @given(inputs=loss_inputs(), clip_eps=st.sampled_from([0.01, 0.1, 0.3]))
 def test_loss_value_and_gradient_match_the_formula(mode, inputs, clip_eps):
-    """Issue 2 point 5: compute_loss and its gradient equal the formulas of lab/core/losses.py; leading axes are kept."""
+    """compute_loss and its gradient equal the formulas of lab/core/losses.py; leading axes are kept."""
     log_probs, old, deltas = inputs
     log_probs.requires_grad_(True)
     loss = compute_loss(log_probs, deltas, mode, old_log_probs=old, clip_eps=clip_eps)
@@ -182,7 +182,7 @@ def test_inside_the_band_clipped_equals_unclipped_exactly():
 
 
 def test_per_run_clip_eps_broadcasts_over_the_leading_run_axis():
-    """Issue 2 point 5: clip_eps float[run] applies run r's eps to run r alone."""
+    """clip_eps float[run] applies run r's eps to run r alone."""
     g = torch.Generator().manual_seed(4)
     old = -torch.rand(3, 2, 5, 3, generator=g)
     log_probs = old + 0.2 * torch.randn(3, 2, 5, 3, generator=g)

@@ -1,4 +1,4 @@
-"""Exact enumeration for variable-length responses (issue 9 point 4; lab/exact/varlen.py)."""
+"""Exact enumeration for variable-length responses (lab/exact/varlen.py)."""
 
 import pytest
 import torch

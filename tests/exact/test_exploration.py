@@ -1,4 +1,4 @@
-"""Exploration settings and metrics (issue 8 points 1-2): init_scale, entropy_coef, optimal_prob, zero_std_prob.
+"""Exploration settings and metrics: init_scale, entropy_coef, optimal_prob, zero_std_prob.
 
 The exact metrics are checked against a plain enumeration (itertools over every response, the
 reward's plain-Python reference) of the very policy that sampled each epoch; the Monte Carlo

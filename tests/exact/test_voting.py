@@ -1,4 +1,4 @@
-"""pass@k and maj@k (issue 8 point 2): exact formulas against brute-force enumeration of every sample sequence."""
+"""pass@k and maj@k: exact formulas against brute-force enumeration of every sample sequence."""
 
 import math
 import warnings
@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import lab.exact
+import lab.exact.enumeration
 from lab.exact.enumeration import ExactLimits, all_probs, reward_table
 from lab.exact.voting import maj_at_k, pass_at_k
 from lab.policies.factorized import Policy
@@ -76,7 +76,7 @@ def test_past_the_limit_both_are_labelled_monte_carlo_estimates(monkeypatch):
     prompts = lecture_prompts()
     exact_pass = pass_at_k(policy, prompts, "inclusion-ordering", [1, 16])
     exact_maj = maj_at_k(policy, prompts, "inclusion-ordering", [1, 16])
-    monkeypatch.setattr(lab.exact, "LIMITS", ExactLimits(max_responses=100))
+    monkeypatch.setattr(lab.exact.enumeration, "LIMITS", ExactLimits(max_responses=100))  # voting reads it there
     with pytest.warns(MonteCarloWarning, match="Monte Carlo"):
         sampled_pass = pass_at_k(policy, prompts, "inclusion-ordering", [1, 16], torch.Generator().manual_seed(0))
     with warnings.catch_warnings():

@@ -1,4 +1,4 @@
-"""The lecture's own run (issue 10 point 6): `--sampler multinomial --seed 5` reproduces its committed logs.
+"""The lecture's own run: `--sampler multinomial --seed 5` reproduces its committed logs.
 
 The CS336 lecture-17 script seeds torch's global RNG with 5, initialises its model
 (embedding, encode, decode) and samples every epoch with `torch.multinomial`; its

@@ -1,4 +1,4 @@
-"""The length-bias section of RESULTS.md (issue 9 point 6; lab/experiments/length_bias.py): its rule on made-up records."""
+"""The length-bias section of RESULTS.md (lab/experiments/length_bias.py): its rule on made-up records."""
 
 import numpy as np
 import pytest

@@ -179,7 +179,7 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
 
 
 def test_help_shows_the_defaults_of_the_grid_options_and_of_bench_runs():
-    """Issue 11 point 7: `lab sweep --help` and `lab bench --help` showed no default for the repeatable options."""
+    """`lab sweep --help` and `lab bench --help` show the default of every repeatable option."""
     sweep_help = " ".join(CliRunner().invoke(app, ["sweep", "--help"], terminal_width=200).output.split())
     for option, default in (("--delta", "raw"), ("--loss", "naive"), ("--reward", "inclusion-ordering"),
                             ("--kl", "0.0"), ("--clip-eps", "0.01"), ("--lr", "0.001"), ("--group-size", "10")):

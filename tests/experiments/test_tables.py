@@ -20,7 +20,7 @@ def records():
 
 
 def test_no_column_name_appears_twice_and_no_setting_is_named_like_a_metric(records):
-    """Issue 11: `loss` and `kl` were both a grid column and a metric column of the same file."""
+    """No name is both a grid column and a metric column of the same file (as `loss` and `kl` once were)."""
     for table in (step_table(records, GRID_FIELDS), epoch_table(records, GRID_FIELDS)):
         names = table.column_names
         assert len(names) == len(set(names))

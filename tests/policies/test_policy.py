@@ -1,4 +1,4 @@
-"""The lecture's policy, sampling, log-probs and the per-run Adam (issue 2 point 2; README "The experiment").
+"""The lecture's policy, sampling, log-probs and the per-run Adam (README "The experiment").
 
     h = sum_p E[x_p] @ A_p,   logits_q = (h @ B_q) @ E^T,   y_q ~ softmax(logits_q) independently.
 """
@@ -42,7 +42,7 @@ def loop_logits(policy: Policy, prompts: list[list[int]]) -> torch.Tensor:
 
 
 def test_shapes_with_distinct_prompt_and_response_lengths():
-    """Issue 2 point 2: E float[vocab dim], one encode per prompt position, one decode per response position."""
+    """E float[vocab dim], one encode per prompt position, one decode per response position."""
     policy = Policy(vocab_size=6, prompt_length=3, response_length=4, dim=5, generator=seeded(0))
     shapes = {name: tuple(p.shape) for name, p in policy.named_parameters()}
     assert shapes == {"embedding": (6, 5), "encode": (3, 5, 5), "decode": (4, 5, 5)}  # no separate output matrix
@@ -74,7 +74,7 @@ def test_initial_scales_are_randn_and_randn_over_sqrt_dim():
 
 
 def test_sampling_frequencies_match_softmax_probabilities():
-    """Issue 2 point 2: each position's token frequencies over many trials match softmax(logits).
+    """Each position's token frequencies over many trials match softmax(logits).
 
     Per (prompt, position, token) cell, z = (count - N p) / sqrt(N p (1 - p)) stays below Z_LIMIT.
     A token of probability ~1e-13 is never drawn (an off-by-one in the inverse CDF would draw it).
@@ -94,7 +94,7 @@ def test_sampling_frequencies_match_softmax_probabilities():
 
 
 def test_sampling_depends_only_on_the_generator():
-    """Issue 2 point 2 / CONTEXT: same seed -> same samples, whatever the global RNG; the global RNG is untouched."""
+    """Same seed -> same samples, whatever the global RNG; the global RNG is untouched."""
     logits = torch.randn(3, 4, 5, generator=seeded(0))
     torch.manual_seed(123)
     state = torch.get_rng_state()
@@ -108,7 +108,7 @@ def test_sampling_depends_only_on_the_generator():
 
 @pytest.mark.parametrize("lead", [(), (2,)])
 def test_response_log_probs_match_a_direct_computation(lead):
-    """Issue 2 point 2: log_probs[..., b, t, q] = log softmax(logits[..., b, q])[y[..., b, t, q]]."""
+    """log_probs[..., b, t, q] = log softmax(logits[..., b, q])[y[..., b, t, q]]."""
     g = seeded(5)
     logits = torch.randn(*lead, 3, 4, 6, generator=g, dtype=torch.float64)
     responses = torch.randint(6, (*lead, 3, 5, 4), generator=g)
@@ -216,7 +216,7 @@ def test_run_adam_applies_each_runs_learning_rate():
 
 
 def test_save_and_load_policy_round_trip(tmp_path):
-    """issue 2 point 7: policy.pt holds the parameters; load_policy rebuilds the same policy."""
+    """policy.pt holds the parameters; load_policy rebuilds the same policy."""
     policy = Policy(7, 4, 4, dim=3, generator=seeded(12))
     save_policy(policy, tmp_path / "policy.pt")
     loaded = load_policy(tmp_path / "policy.pt")

@@ -1,4 +1,4 @@
-"""The sorting task's rewards, optimum and prompts (issue 2 points 3 and 10; the CS336 lecture 17 notes).
+"""The sorting task's rewards, optimum and prompts (the CS336 lecture 17 notes), at fixed and variable length.
 
 Hand-computed values come from the definitions (the CS336 lecture 17 notes; tasks/sorting.py):
     distance            R = sum_q [y_q == sorted(x)_q]                  max n
@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from tasks import sorting
-from tasks.sorting import REFERENCES, REWARDS, make_task, random_prompts, task_from_spec
+from tasks.sorting import (REFERENCES, REWARDS, VARIABLE_LENGTH, VARIABLE_LENGTH_REFERENCES, make_task, random_prompts,
+                           task_from_spec, variable_length_reward)
 
 LECTURE_PROMPT = [3, 1, 0, 2]
 HIGH, MIDDLE, LOW = [0, 1, 2, 3], [0, 3, 1, 2], [7, 2, 2, 5]  # 7 lies outside a vocab of 5
@@ -61,7 +62,7 @@ def test_inclusion_ordering_gives_the_middle_example_more_partial_credit():
 
 
 def test_duplicated_prompt_tokens_are_counted_again():
-    """Issue 2 point 3: inclusion counts over the prompt's tokens, so a repeated token counts twice."""
+    """Inclusion counts over the prompt's tokens, so a repeated token counts twice."""
     prompt = [2, 2, 0, 1]
     # [0,1,2,3]: both 2s, the 0 and the 1 are present (4) + 3 ordered pairs = 7
     # [2,0,0,0]: both 2s and the 0 are present (3) + 2 ordered pairs (0<=0 twice) = 5
@@ -99,7 +100,7 @@ def prompts_and_responses(draw):
 @pytest.mark.parametrize("name", sorted(REWARDS))
 @given(data=prompts_and_responses())
 def test_vectorized_reward_agrees_with_its_plain_python_reference(name, data):
-    """Issue 2 point 3: each tensor reward equals its list definition on every (prompt, response)."""
+    """Each tensor reward equals its list definition on every (prompt, response)."""
     prompts, responses = data
     assert set(REWARDS) == set(REFERENCES)
     out = REWARDS[name](torch.from_numpy(prompts), torch.from_numpy(responses))
@@ -115,7 +116,7 @@ def test_vectorized_reward_agrees_with_its_plain_python_reference(name, data):
 @pytest.mark.parametrize("vocab, length", [(3, 3), (4, 2), (2, 4), (5, 1)])
 @pytest.mark.parametrize("name", sorted(REWARDS))
 def test_optimum_is_the_true_maximum_over_all_responses(name, vocab, length):
-    """Issue 2 point 3: the task's optimum per prompt equals the max over every response (enumerated)."""
+    """The task's optimum per prompt equals the max over every response (enumerated)."""
     space = torch.tensor(list(itertools.product(range(vocab), repeat=length)))  # all prompts = all responses
     task = make_task(space, vocab)
     all_rewards = REWARDS[name](space, space.expand(len(space), *space.shape))  # float[batch trial]
@@ -138,7 +139,7 @@ def test_lecture_task_defaults():
 @given(count=st.integers(1, 20), length=st.integers(1, 4), vocab=st.integers(2, 5),
        excluded=st.integers(0, 10), seed=st.integers(0, 2**31))
 def test_random_prompts_are_distinct_and_disjoint_from_excluded_ones(count, length, vocab, excluded, seed):
-    """Issue 2 point 3: N random prompts are distinct, in the vocabulary, and avoid the excluded prompts."""
+    """N random prompts are distinct, in the vocabulary, and avoid the excluded prompts."""
     space = vocab ** length
     excluded = min(excluded, space - 1)
     count = min(count, space - excluded)
@@ -162,7 +163,7 @@ def test_random_prompts_refuse_more_than_the_space_holds():
 
 
 def test_task_from_spec_heldout_prompts_are_disjoint_from_training_prompts():
-    """Issue 2 point 3: held-out prompts share the length and never coincide with a training prompt."""
+    """Held-out prompts share the length and never coincide with a training prompt."""
     task = task_from_spec("random", vocab_size=3, count=6, length=2, heldout=3, prompt_seed=4)
     assert task.prompts.shape == (6, 2) and task.eval_prompts.shape == (3, 2)
     train_rows = {tuple(r) for r in task.prompts.tolist()}
@@ -186,7 +187,7 @@ def test_task_from_spec_heldout_prompts_are_disjoint_from_training_prompts():
     ("lecture", 0, "vocab size must be a positive integer"),
 ])
 def test_bad_prompts_are_rejected_with_a_clear_message(spec, vocab, message):
-    """Issue 2 point 8: tokens outside the vocabulary, mismatched lengths, unparseable text."""
+    """Tokens outside the vocabulary, mismatched lengths, unparseable text."""
     with pytest.raises(ValueError, match=message):
         task_from_spec(spec, vocab_size=vocab)
 
@@ -206,3 +207,88 @@ def test_bad_task_arguments_are_rejected():
         sorting.distance_reward(torch.tensor([[1, 0, 2]]), torch.tensor([[[0, 1]]]))
     with pytest.raises(ValueError, match="choose one of: distance, inclusion-ordering, blended"):
         make_task().reward_fn("nope")
+
+
+# Variable-length responses (tasks/sorting.py docstring). A response ends at its first EOS
+# (id = vocab size); its first n content tokens are scored as at fixed length with missing positions
+# wrong, and every extra content token costs 1.
+
+VOCAB = 4
+EOS = VOCAB
+"""The variable-length tests: a vocabulary of 4 content tokens, and EOS the next id."""
+
+
+def varlen_score(name: str, prompt: list[int], responses: list[list[int]]) -> list[float]:
+    """The variable-length reward of several responses (ending at their first EOS) to one prompt."""
+    return variable_length_reward(name, EOS)(torch.tensor([prompt]), torch.tensor([responses]))[0].tolist()
+
+
+def test_every_registered_reward_has_a_variable_length_version_and_reference():
+    assert set(VARIABLE_LENGTH) == set(REWARDS) == set(VARIABLE_LENGTH_REFERENCES)
+
+
+# Hand-computed for prompt [2,0,1] (sorted [0,1,2]), responses padded with EOS to 5 positions:
+#   [0,1,2,E,E]  content [0,1,2]: distance 3; inclusion 3 + ordering 2 = 5; blended 3 + 1
+#   [0,1,E,E,E]  content [0,1] (position 2 missing): distance 2; inclusion 2 + ordering 1 = 3; blended 2.5
+#   [0,1,2,3,E]  one extra token: distance 3 - 1; inclusion 3 + 2 - 1 = 4; blended 2 + 1
+#   [0,1,2,2,2]  truncated at the cap (no EOS): two extra tokens: 3 - 2; 5 - 2; 1 + 1
+#   [E,E,E,E,E]  the empty response: 0; 0; 0
+VARLEN_RESPONSES = [[0, 1, 2, EOS, EOS], [0, 1, EOS, EOS, EOS], [0, 1, 2, 3, EOS], [0, 1, 2, 2, 2], [EOS] * 5]
+VARLEN_HAND = {
+    "distance": [3.0, 2.0, 2.0, 1.0, 0.0],
+    "inclusion-ordering": [5.0, 3.0, 4.0, 3.0, 0.0],
+    "blended": [4.0, 2.5, 3.0, 2.0, 0.0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARLEN_HAND))
+def test_hand_computed_variable_length_rewards(name):
+    assert varlen_score(name, [2, 0, 1], VARLEN_RESPONSES) == VARLEN_HAND[name]
+    assert [VARIABLE_LENGTH_REFERENCES[name]([2, 0, 1], y, EOS) for y in VARLEN_RESPONSES] == VARLEN_HAND[name]
+
+
+@st.composite
+def prompt_and_varlen_responses(draw):
+    n = draw(st.integers(1, 4))
+    length = draw(st.integers(1, 6))
+    prompt = draw(st.lists(st.integers(0, VOCAB - 1), min_size=n, max_size=n))
+    responses = draw(st.lists(st.lists(st.integers(0, EOS), min_size=length, max_size=length), min_size=1,
+                              max_size=5))
+    return prompt, responses
+
+
+@pytest.mark.parametrize("name", sorted(VARIABLE_LENGTH))
+@given(case=prompt_and_varlen_responses())
+def test_vectorized_variable_length_rewards_agree_with_the_plain_python_reference(name, case):
+    """Whatever follows the first EOS is ignored, so responses are drawn with arbitrary tokens there."""
+    prompt, responses = case
+    expected = [VARIABLE_LENGTH_REFERENCES[name](prompt, y, EOS) for y in responses]
+    assert varlen_score(name, prompt, responses) == expected
+
+
+@pytest.mark.parametrize("name", sorted(VARIABLE_LENGTH))
+@given(prompt=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=4), data=st.data())
+def test_n_content_tokens_score_as_at_fixed_length(name, prompt, data):
+    content = data.draw(st.lists(st.integers(0, VOCAB - 1), min_size=len(prompt), max_size=len(prompt)))
+    assert varlen_score(name, prompt, [content + [EOS, EOS]]) == [REFERENCES[name](prompt, content)]
+    assert varlen_score(name, prompt, [content]) == [REFERENCES[name](prompt, content)]  # truncated at cap n
+
+
+@pytest.mark.parametrize("name", sorted(VARIABLE_LENGTH))
+@pytest.mark.parametrize("prompt", [[2, 0, 1], [1, 1, 0], [3, 0]])
+def test_the_optimum_is_sorted_prompt_then_eos_and_length_earns_nothing(name, prompt):
+    """Every response up to the cap n + 2 is scored: none beats sorted(x) + EOS, whose value is the
+    fixed-length optimum; for distance it is the only optimum; appending tokens never raises a reward."""
+    cap = len(prompt) + 2
+    fixed_optimum = float(make_task([prompt], VOCAB).optimum(name)[0])
+    best = sorted(prompt) + [EOS] * (cap - len(prompt))
+    everything = [list(y) for y in itertools.product(range(VOCAB + 1), repeat=cap)
+                  if EOS not in y or all(t == EOS for t in y[y.index(EOS):])]  # EOS padding after EOS
+    values = varlen_score(name, prompt, everything)
+    assert max(values) == fixed_optimum == varlen_score(name, prompt, [best])[0]
+    if name == "distance":
+        assert [y for y, v in zip(everything, values) if v == fixed_optimum] == [best]
+    for content in itertools.product(range(VOCAB), repeat=len(prompt)):
+        shorter = list(content) + [EOS] * (cap - len(prompt))
+        longer = list(content) + [content[-1]] + [EOS] * (cap - len(prompt) - 1)
+        assert varlen_score(name, prompt, [longer])[0] <= varlen_score(name, prompt, [shorter])[0]
