@@ -144,6 +144,7 @@ def test_an_existing_sweep_folder_needs_force(tmp_path):
     assert list(out.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     """`lab reproduce`'s machinery at a tiny size: all figures, and RESULTS.md's numbers come from the records."""
     from lab.experiments.reproduce import EXPERIMENTS, run_reproduction, write_figures

@@ -31,6 +31,7 @@ from ipykernel.kernelspec import install as install_kernelspec
 from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 from lab.exercises import EXERCISE_TAG, SOLUTION_TAG, SOLVED_ENV, solution_code
 
@@ -221,29 +222,24 @@ def with_solutions_after(notebook, found) -> list[tuple[int, int]]:
     return pairs
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_a_students_run_all_then_every_solution_in_the_same_kernel(path, kernel_specs, monkeypatch):
-    """"Run all" on the notebook as committed, then each solution and its check in the same kernel.
+def run_as_a_student_then_solved(notebook, kernel_specs, monkeypatch, draws: bool = True) -> None:
+    """"Run all" on `notebook` as committed, then each solution and its check in the same kernel.
 
-    The student's run executes without error, draws at least one figure, every check says "not yet
-    solved" and no solution's code appears in the output. Then, with LAB_EXERCISES=solved set in the
-    kernel (an unsolved check is an error), each solution's code runs followed by its check, which
-    must print "solved". The whole, lesson and solutions, must fit in NOTEBOOK_TIMEOUT_S: it is
-    enforced as a timeout, each cell may use only what is left of it.
+    The student's run executes without error, draws at least one figure (where `draws`), every check
+    says "not yet solved" and no solution's code appears in the output. Then, with LAB_EXERCISES=solved
+    set in the kernel (an unsolved check is an error), each solution's code runs followed by its
+    check, which must print "solved". The whole, lesson and solutions, must fit in NOTEBOOK_TIMEOUT_S:
+    it is enforced as a timeout, each cell may use only what is left of it.
     """
-    notebook = nbformat.read(path, as_version=4)
     found = exercises(notebook)
     lesson_cells = len(notebook.cells)
     pairs = with_solutions_after(notebook, found)
     monkeypatch.delenv(SOLVED_ENV, raising=False)  # the kernel inherits the environment: a student's
-    start = time.monotonic()
     execute(notebook, kernel_specs, NOTEBOOK_TIMEOUT_S)
-    print(f"{path.stem}: {time.monotonic() - start:.1f} s")
 
     lesson = notebook.cells[:lesson_cells]
     figures = [o for c in lesson if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
-    assert figures, "the lesson draws no figure"
+    assert figures or not draws, "the lesson draws no figure"
     printed = "".join(output_text(c) for c in lesson)
     for _, solution, check in found:
         assert NOT_YET_SOLVED in output_text(notebook.cells[check]), f"check cell {check}"
@@ -251,6 +247,48 @@ def test_a_students_run_all_then_every_solution_in_the_same_kernel(path, kernel_
     for check, rerun in pairs:
         assert re.search(r": solved$", output_text(notebook.cells[rerun]), re.M), (
             f"check cell {check} did not pass with its solution")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_students_run_all_then_every_solution_in_the_same_kernel(path, kernel_specs, monkeypatch):
+    """Each lesson, executed once: a student's "Run all", then its solutions and checks in the same kernel
+    (run_as_a_student_then_solved)."""
+    start = time.monotonic()
+    run_as_a_student_then_solved(nbformat.read(path, as_version=4), kernel_specs, monkeypatch)
+    print(f"{path.stem}: {time.monotonic() - start:.1f} s")
+
+
+def exercise_notebook(exercise: str, solution: str):
+    """A one-exercise lesson: an exercise cell, its collapsed solution holding `solution`, and a check."""
+    def tagged(cell, tag):
+        cell.metadata["tags"] = [tag]
+        return cell
+
+    return nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("from lab.exercises import check\n\n"
+                                  "def test_double(double):\n    assert double(2) == 4"),
+        tagged(nbformat.v4.new_code_cell(exercise), EXERCISE_TAG),
+        tagged(nbformat.v4.new_markdown_cell(
+            f"<details><summary>Solution</summary>\n\n```python\n{solution}\n```\n\n</details>"), SOLUTION_TAG),
+        nbformat.v4.new_code_cell('check("double", test_double, double)'),
+    ])
+
+
+UNSOLVED = "def double(x):\n    return ..."
+RIGHT = "def double(x):\n    return 2 * x"
+
+
+def test_the_lesson_harness_passes_a_right_solution_and_catches_wrong_ones(kernel_specs, monkeypatch):
+    """The harness on a one-exercise lesson: a right solution passes; a wrong solution, and an exercise
+    committed already solved (the student's run does not say "not yet solved"), are both caught."""
+    run_as_a_student_then_solved(exercise_notebook(UNSOLVED, RIGHT), kernel_specs, monkeypatch, draws=False)
+    with pytest.raises(CellExecutionError, match="WrongAnswer"):
+        run_as_a_student_then_solved(exercise_notebook(UNSOLVED, "def double(x):\n    return x + 1"),
+                                     kernel_specs, monkeypatch, draws=False)
+    with pytest.raises(AssertionError, match="check cell 3"):
+        run_as_a_student_then_solved(exercise_notebook(RIGHT + "  # was ...", RIGHT), kernel_specs, monkeypatch,
+                                     draws=False)
 
 
 def test_the_kernel_draws_inline_whatever_plotting_variables_the_shell_exported(kernel_specs, monkeypatch,
@@ -270,8 +308,9 @@ def test_the_kernel_draws_inline_whatever_plotting_variables_the_shell_exported(
     assert any("image/png" in o.get("data", {}) for o in notebook.cells[0].outputs)
 
 
-HARNESS_LESSON = LESSONS[0]
-"""The lesson run end to end under an exported MPLBACKEND (one suffices: the backend is chosen per kernel)."""
+HARNESS_LESSON = "02_grpo_deltas_and_losses"
+"""The lesson run end to end under an exported MPLBACKEND: one suffices (the backend is chosen per kernel),
+so the quickest to execute."""
 
 
 @pytest.mark.slow
