@@ -1,5 +1,4 @@
-"""Claim 1 (docs/claims.md): the policy gradient is the reward-weighted score.
-"""
+"""Claim 1 (docs/claims.md): the policy gradient is the reward-weighted score."""
 
 import torch
 from einops import einsum

@@ -1,5 +1,4 @@
-"""Claim 2 (docs/claims.md): a baseline that ignores the output changes nothing in expectation.
-"""
+"""Claim 2 (docs/claims.md): a baseline that ignores the output changes nothing in expectation."""
 
 import torch
 from einops import einsum

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lab.exact.enumeration import flat_grad
-from lab.core.losses import compute_loss, ratios
+from lab.core.losses import compute_loss
 from tests.proofs.proof_tools import close, sampled_batch, toys
 
 
