@@ -1,4 +1,4 @@
-"""`lab run` (issue 2 points 7, 8, 9): the run folder, reproducibility, and one-line errors for bad input.
+"""`lab run`: the run folder, reproducibility, and one-line errors for bad input.
 
 Every test works in its own `tmp_path` (also the working directory), so "no run folder left behind"
 is checked as "the folder holds nothing new", hidden partial folders included.
@@ -55,7 +55,7 @@ def assert_one_line_error(result, expected: str):
 
 
 def test_run_writes_the_documented_folder(tmp_path):
-    """Issue 2 point 7: config.json, metrics.csv, samples.txt, summary.json, policy.pt, curves.png."""
+    """A run folder holds config.json, metrics.csv, samples.txt, summary.json, policy.pt, curves.png."""
     out = tmp_path / "run"
     result = invoke(*SHORT, "--delta", "centered", "--loss", "clipped", "--seed", "3", "--out", str(out))
     assert result.exit_code == 0, result.output
@@ -105,7 +105,7 @@ def test_run_folder_permissions_follow_the_umask(tmp_path):
 
 
 def test_default_run_folder_is_named_after_the_settings(tmp_path):
-    """Issue 2 point 7: runs/<settings>-seed<k> by default."""
+    """The default run folder is runs/<settings>-seed<k>."""
     result = invoke(*SHORT, "--quiet", "--delta", "centered", "--loss", "clipped")
     assert result.exit_code == 0, result.output
     assert result.output == ""  # --quiet: no summary line
@@ -113,7 +113,7 @@ def test_default_run_folder_is_named_after_the_settings(tmp_path):
 
 
 def test_two_runs_with_the_same_seed_give_byte_identical_metrics(tmp_path):
-    """Issue 2 point 9: the same config and seed give a byte-identical metrics.csv on the CPU."""
+    """The same config and seed give a byte-identical metrics.csv on the CPU."""
     args = [*SHORT, "--quiet", "--delta", "normalized", "--loss", "unclipped", "--kl", "0.1", "--kl-period", "1"]
     assert invoke(*args, "--out", str(tmp_path / "a")).exit_code == 0
     assert invoke(*args, "--out", str(tmp_path / "b")).exit_code == 0
@@ -124,7 +124,7 @@ def test_two_runs_with_the_same_seed_give_byte_identical_metrics(tmp_path):
 
 
 def test_own_prompts_run_and_the_rerun_command_reproduces_the_run(tmp_path):
-    """Issue 2 point 7: `--prompts '[[3,1,0,2],[2,2,0,1]]'` works, and config.json's rerun line repeats it exactly."""
+    """`--prompts '[[3,1,0,2],[2,2,0,1]]'` works, and config.json's rerun line repeats it exactly."""
     first = tmp_path / "first"
     result = invoke(*SHORT, "--quiet", "--prompts", "[[3,1,0,2],[2,2,0,1]]", "--delta", "loo", "--loss", "clipped",
                     "--clip-eps", "0.05", "--lr", "0.003", "--kl", "0.2", "--kl-period", "0", "--group-size", "4",
@@ -143,7 +143,7 @@ def test_own_prompts_run_and_the_rerun_command_reproduces_the_run(tmp_path):
 
 
 def test_random_prompts_with_heldout_prompts(tmp_path):
-    """Issue 2 point 7: `--prompts random` draws distinct prompts; `--heldout` fills the held-out columns."""
+    """`--prompts random` draws distinct prompts; `--heldout` fills the held-out columns."""
     out = tmp_path / "run"
     result = invoke(*SHORT, "--quiet", "--prompts", "random", "--num-prompts", "4", "--prompt-length", "4",
                     "--vocab-size", "6", "--heldout", "3", "--prompt-seed", "2", "--out", str(out))
@@ -203,21 +203,21 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize("args, expected", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path, args, expected):
-    """Issue 2 point 8: unknown choices, sizes <= 0, lr <= 0, clip eps outside (0, 1), negative kl, a group of
+    """Unknown choices, sizes <= 0, lr <= 0, clip eps outside (0, 1), negative kl, a group of
     one with a group mode, bad prompts: exit code 2, one line naming the problem, no run folder."""
     assert_one_line_error(invoke(*SHORT, *args, "--out", str(tmp_path / "run")), expected)
     assert contents(tmp_path) == set()
 
 
 def test_cuda_without_cuda_is_one_line_exit_2(tmp_path, monkeypatch):
-    """Issue 2 point 8: --device cuda where torch finds no CUDA (forced here, so it holds on a GPU machine too)."""
+    """--device cuda where torch finds no CUDA (forced here, so it holds on a GPU machine too)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert_one_line_error(invoke(*SHORT, "--device", "cuda", "--out", str(tmp_path / "run")), "no CUDA device")
     assert contents(tmp_path) == set()
 
 
 def test_existing_run_folder_needs_force(tmp_path):
-    """Issue 2 point 8, issue 11: an existing run folder is refused without --force, untouched; --force
+    """An existing run folder is refused without --force, untouched; --force
     replaces a folder the lab wrote, and never one holding a file the lab did not write."""
     out = tmp_path / "run"
     assert invoke(*SHORT, "--quiet", "--seed", "1", "--out", str(out)).exit_code == 0
@@ -235,7 +235,7 @@ def test_existing_run_folder_needs_force(tmp_path):
 
 
 def test_an_out_path_that_is_a_file_is_refused_even_with_force(tmp_path):
-    """Issue 2 point 8: --force replaces a run folder, never some other file, and leaves no partial folder."""
+    """--force replaces a run folder, never some other file, and leaves no partial folder."""
     (tmp_path / "notes.txt").write_text("not a run")
     for force in ([], ["--force"]):
         assert_one_line_error(invoke(*SHORT, *force, "--out", str(tmp_path / "notes.txt")), "is not a folder")
@@ -243,7 +243,7 @@ def test_an_out_path_that_is_a_file_is_refused_even_with_force(tmp_path):
 
 
 def test_an_exception_during_training_leaves_no_run_folder(tmp_path, monkeypatch):
-    """Issue 2 point 8: a run that fails while training writes nothing."""
+    """A run that fails while training writes nothing."""
     def broken(*args, **kwargs):
         raise RuntimeError("training failed")
     monkeypatch.setattr(lab.cli.run_command, "train", broken)
@@ -253,7 +253,7 @@ def test_an_exception_during_training_leaves_no_run_folder(tmp_path, monkeypatch
 
 
 def test_an_exception_while_writing_leaves_no_partial_folder_and_keeps_the_old_one(tmp_path, monkeypatch):
-    """Issue 2 point 8: results appear only complete; a failure mid-write leaves the previous folder as it was."""
+    """Results appear only complete; a failure mid-write leaves the previous folder as it was."""
     out = tmp_path / "run"
     assert invoke(*SHORT, "--quiet", "--out", str(out)).exit_code == 0
     earlier = (out / "metrics.csv").read_text()
@@ -268,7 +268,7 @@ def test_an_exception_while_writing_leaves_no_partial_folder_and_keeps_the_old_o
 
 
 def test_help_lists_every_option_with_help_text():
-    """Issue 2 point 7: every option of `lab run` has help text."""
+    """Every option of `lab run` has help text."""
     result = CliRunner().invoke(app, ["run", "--help"])
     assert result.exit_code == 0
     text = " ".join(result.output.split())
@@ -282,7 +282,7 @@ def test_help_lists_every_option_with_help_text():
 
 @pytest.mark.cuda
 def test_a_short_run_on_cuda(tmp_path):
-    """Issue 2 point 7: `--device cuda` trains on the GPU and writes the same folder."""
+    """`--device cuda` trains on the GPU and writes the same folder."""
     out = tmp_path / "run"
     result = invoke(*SHORT, "--quiet", "--device", "cuda", "--delta", "centered", "--loss", "clipped", "--kl", "0.1",
                     "--out", str(out))

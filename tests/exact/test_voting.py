@@ -1,6 +1,5 @@
 """pass@k and maj@k: exact formulas against brute-force enumeration of every sample sequence."""
 
-import math
 import warnings
 
 import pytest

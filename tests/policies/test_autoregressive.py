@@ -1,4 +1,4 @@
-"""The autoregressive policy with EOS and the policy interface (issue 9 point 1; lab/policies/).
+"""The autoregressive policy with EOS and the policy interface (lab/policies/).
 
     z_q = h B_q + sum_{j<q} E[y_j] C_qj,   logits_q = z_q E^T over V + 1 tokens (EOS = V)
 """

@@ -1,4 +1,4 @@
-"""Batched training: a run is the same alone or inside a sweep, and runs never couple (issue 4, item 1).
+"""Batched training: a run is the same alone or inside a sweep, and runs never couple.
 
 Samples (and so every sample-based metric) must be identical; quantities that go
 through float matrix products may differ in the last bits, because a batched

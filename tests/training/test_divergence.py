@@ -1,4 +1,4 @@
-"""A diverging run fails loudly and poisons nothing (issue 11 point 2; `lab.training.divergence`).
+"""A diverging run fails loudly and poisons nothing (`lab.training.divergence`).
 
 `lab run --lr 10 --steps 50 --kl 0.05` used to end with a NaN policy, blank metric cells, a normal
 summary line and exit 0; a sweep of it reported a mean over NaN runs; with `--kl 0` the `loss`

@@ -1,4 +1,4 @@
-"""Sizes are checked against the machine before anything is allocated (issue 11 point 4; `lab.training.limits`).
+"""Sizes are checked against the machine before anything is allocated (`lab.training.limits`).
 
 `--threads 100000` used to segfault silently, `--group-size 1000000000` and `--dim 100000` gave
 50-line allocation tracebacks, `--epochs 10**12` ran silently forever where stderr is no terminal.
@@ -116,7 +116,7 @@ def test_quiet_means_no_progress_and_a_log_gets_lines(monkeypatch):
 
 
 def test_default_names_tell_different_prompt_experiments_apart():
-    """Issue 11 point 7: the default run name ignored the prompts, vocabulary, held-out count and prompt seed."""
+    """The default run name tells apart the prompts, vocabulary, held-out count and prompt seed."""
     config = TrainConfig()
     variants = [{}, {"prompts": "random"}, {"prompts": "random", "num_prompts": 5},
                 {"prompts": "[[3,1,0,2]]"}, {"prompts": "[[3,1,0,1]]"}, {"vocab_size": 7},
@@ -167,7 +167,7 @@ def test_space_within_agrees_with_the_full_sum():
     (["bench", "--sweep-runs", "99999999999", "--runs", "1", "--repeats", "1"], "--sweep-runs", "--group-size"),
 ])
 def test_memory_errors_advise_the_commands_own_options(tmp_path, monkeypatch, args, advice, absent):
-    """reproduce and bench have no --group-size; the end-to-end sweep of bench is sized before any timing."""
+    """`lab reproduce` and `lab bench` have no --group-size; the end-to-end sweep of bench is sized before any timing."""
     import lab.experiments.bench
     monkeypatch.setattr(lab.experiments.bench, "lecture_baseline",
                         lambda **kwargs: (_ for _ in ()).throw(AssertionError("timing started")))

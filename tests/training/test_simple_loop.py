@@ -2,7 +2,7 @@
 
 For a seed both draw the same samples (exactly: the same uniforms meet the same CDFs) and end at
 the same parameters, to a stated tolerance: their gradients are bitwise equal (lab.policies.fused is
-bitwise the plain path, tests/test_fused.py), but `lab.training.optim.RunAdam` and `torch.optim.Adam`
+bitwise the plain path, tests/policies/test_fused.py), but `lab.training.optim.RunAdam` and `torch.optim.Adam`
 round Adam's update differently (RunAdam scales a unit-lr update by each run's lr afterwards), by
 about one float32 ulp per step. Over the lecture's 1000 steps the parameters differ by about 2e-6.
 """

@@ -1,4 +1,4 @@
-"""The training loop end to end (issue 2 points 6, 9, 10; README "The experiment").
+"""The training loop end to end (README "The experiment").
 
 Short runs keep this fast; only the learning test uses the lecture's full settings.
 """
@@ -53,7 +53,7 @@ def assert_ratio_one_on_first_steps(records, steps):
 @pytest.mark.parametrize("loss", list(LossMode))
 @pytest.mark.parametrize("delta", list(DeltaMode))
 def test_every_delta_and_loss_combination_trains(delta, loss):
-    """Issue 2 point 10: a short run of every delta x loss moves every parameter; all metrics are finite."""
+    """A short run of every delta x loss moves every parameter; all metrics are finite."""
     task = make_task()
     config = TrainConfig(delta=delta, loss=loss, **SHORT)
     records = train(task, config)
@@ -65,7 +65,7 @@ def test_every_delta_and_loss_combination_trains(delta, loss):
 
 @pytest.mark.parametrize("kl_period, refreshed", [(2, [0, 2, 4]), (0, [0])])
 def test_a_kl_run_trains_and_refreshes_its_reference(kl_period, refreshed):
-    """Issue 2 point 5: the KL run the lecture's script could not execute (model.clone()) runs end to end.
+    """The KL run the lecture's script could not execute (model.clone()) runs end to end.
 
     Right after the reference is (re)frozen it equals the policy, so the first step's k3 is exactly 0;
     on the first step of any other epoch the policy has moved away from it, so k3 > 0.
@@ -90,7 +90,7 @@ def test_a_kl_run_trains_and_refreshes_its_reference(kl_period, refreshed):
 
 
 def test_centered_deltas_raise_the_mean_reward_on_the_lecture_prompts():
-    """Issue 2 point 10 / README "The experiment": with the lecture's settings and centered deltas the reward rises.
+    """With the lecture's settings and centered deltas the reward rises.
 
     The lecture's single seed (5) and seven more, trained together: every run's mean reward over its
     last 10 epochs (300 samples) beats its first 10. Seed 5 goes from about 3.25 to 3.66 (optimum 5).
@@ -107,7 +107,7 @@ def test_centered_deltas_raise_the_mean_reward_on_the_lecture_prompts():
 
 
 def test_same_config_and_seed_give_identical_records():
-    """Issue 2 point 9: training is deterministic given the config and seed."""
+    """Training is deterministic given the config and seed."""
     task = make_task()
     config = TrainConfig(epochs=4, steps=2, seed=3, delta="normalized", loss="clipped", kl=0.1, kl_period=2,
                          sample_every=2)
@@ -128,7 +128,7 @@ def test_same_config_and_seed_give_identical_records():
 
 
 def test_a_run_is_the_same_alone_or_inside_a_batch():
-    """lab.training.train: runs trained together with different per-run settings each match their solo run."""
+    """`lab.training.train`: runs trained together with different per-run settings each match their solo run."""
     task = make_task()
     configs = [TrainConfig(epochs=3, steps=2, seed=5),
                TrainConfig(epochs=3, steps=2, seed=6, delta="loo", loss="clipped", clip_eps=0.2, lr=3e-3),
@@ -145,7 +145,7 @@ def test_a_run_is_the_same_alone_or_inside_a_batch():
 
 
 def test_records_have_the_documented_metrics():
-    """Issue 2 point 6: every documented step and epoch metric is recorded, with [run step] / [run epoch] shapes."""
+    """Every documented step and epoch metric is recorded, with [run step] / [run epoch] shapes."""
     task = make_task(eval_prompts=[[4, 4, 0], [0, 0, 1]])
     config = TrainConfig(epochs=3, steps=2, seed=0, delta="centered")
     records = train(task, [config, config.replace(seed=1)])
@@ -172,7 +172,7 @@ def test_records_have_the_documented_metrics():
 
 
 def test_a_group_of_one_trains_with_raw_deltas_and_finite_metrics():
-    """Issue 2 point 4: G = 1 is fine for raw and max; the group std of a single reward is 0, not NaN."""
+    """G = 1 is fine for raw and max; the group std of a single reward is 0, not NaN."""
     task = make_task()
     for delta in ("raw", "max"):
         config = TrainConfig(epochs=2, steps=2, group_size=1, delta=delta)
@@ -226,13 +226,13 @@ def test_bad_batches_and_rewards_are_rejected():
     (dict(loss="ppo"), "unknown loss 'ppo'; choose one of: naive, unclipped, clipped"),
 ])
 def test_config_rejects_bad_values_with_a_clear_message(changes, message):
-    """Issue 2 point 8: sizes <= 0, lr <= 0 (or not finite), eps outside (0, 1), negative or infinite beta."""
+    """Sizes <= 0, lr <= 0 (or not finite), eps outside (0, 1), negative or infinite beta."""
     with pytest.raises(ConfigError, match=message):
         TrainConfig(**changes)
 
 
 def test_config_defaults_are_the_lectures():
-    """Issue 2 point 6: 100 epochs, 10 steps, G 10, Adam lr 1e-3, seed 5, dim 10, inclusion-ordering, raw,
+    """100 epochs, 10 steps, G 10, Adam lr 1e-3, seed 5, dim 10, inclusion-ordering, raw,
     naive, clip 0.01, kl 0, kl period 10."""
     c = TrainConfig()
     assert (c.epochs, c.steps, c.group_size, c.lr, c.seed, c.dim, c.reward, c.delta, c.loss, c.clip_eps, c.kl,
