@@ -51,9 +51,9 @@ class Factorized:
                                   generators, [c.init_scale for c in configs])
         sampler_groups = RunGroups([c.sampler for c in configs], device)
         # each sampler draws for its own runs, each run from its own generator (lab.policies.sampling)
-        streams = {s: [generators[i] for i in idx.tolist()] for s, idx in sampler_groups.groups}
+        run_generators = {s: [generators[i] for i in idx.tolist()] for s, idx in sampler_groups.groups}
         self.draw = lambda logits: sampler_groups.apply(  # noqa: E731
-            lambda s, lg: SAMPLERS[s](lg, self.group_size, streams[s]), logits)
+            lambda s, lg: SAMPLERS[s](lg, self.group_size, run_generators[s]), logits)
         self.exact = is_exact(task.vocab_size, task.response_length)
         self.epoch_logits: list[Tensor] = []  # each epoch's sampling policy, for the exact exploration metrics
         with torch.no_grad():
