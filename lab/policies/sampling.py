@@ -55,7 +55,7 @@ def sample_responses(
         if len(generator) != logits.shape[0]:
             raise ValueError(f"got {len(generator)} generators for {logits.shape[0]} runs")
         # each run's uniforms from its own generator, written in place (what torch.rand draws, with no
-        # per-run tensor to stack: half the cost of stacking 500 of them)
+        # per-run tensor to stack: 0.15 s CPU instead of 0.24 s for 500 runs x 100 epochs, busy machine)
         uniforms = torch.empty(len(generator), *shape, **options)
         for run_uniforms, g in zip(uniforms, generator):
             run_uniforms.uniform_(generator=g)
