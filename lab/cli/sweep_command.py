@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import threading
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -143,9 +142,6 @@ def sweep(
 
     from lab.experiments.bench import sweep_threads
 
-    # the writers' imports (matplotlib, pyarrow: about 0.3 s of Python) load while the runs train
-    preload = threading.Thread(target=_import_writers, daemon=True)
-    preload.start()
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads or sweep_threads(len(configs)))  # tiny runs: 1; hundreds of runs: all cores
     try:
@@ -156,7 +152,6 @@ def sweep(
         torch.set_num_threads(previous_threads)
     summaries = sweeps.summarise(records, columns)
 
-    preload.join()
     from lab.experiments.figures import plot_sweep  # matplotlib only where a figure is made
 
     def write(tmp: Path) -> None:
@@ -174,9 +169,3 @@ def sweep(
         typer.echo(sweeps.summary_table(summaries, columns))
         typer.echo(f"{len(configs)} runs in {records.seconds:.2f} s -> {job.folder.out}")
     report_divergence("sweep", records, configs, job.folder.out)
-
-
-def _import_writers() -> None:
-    import pyarrow.parquet  # noqa: F401
-
-    import lab.experiments.figures  # noqa: F401

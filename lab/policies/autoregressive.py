@@ -75,9 +75,13 @@ class AutoregressiveStack(AutoregressivePolicy):
         per_run = [init_autoregressive(vocab_size, prompt_length, max_length, dim, g, init_scale=s)
                    for g, s in zip(generators, scales)]
         stacked = {name: torch.stack([p[name] for p in per_run]) for name in per_run[0]}
-        # kept in memory as [run d q e] and [run d j q e]: the fused log-probs' matrices of decode
-        # [d (q e)] and of previous [d (j q e)] (`lab.policies.ar_fused`) are then views, and their
-        # gradients need no permuted copies (lab.training.optim updates them in that memory order)
+        # Speed path: kept in memory as [run d q e] and [run d j q e], so the fused log-probs' matrices of
+        # decode [d (q e)] and of previous [d (j q e)] (`lab.policies.ar_fused`) are views and their
+        # gradients need no permuted copies (lab.training.optim updates them in that memory order); bitwise
+        # the contiguous (plain) stack's values, gradients and Adam steps (tests/test_ar_fused.py).
+        # Measured: the fused forward, backward and Adam of 500 runs take 1.41 s CPU per 50 steps stored so
+        # against 1.91 s contiguous (medians of 5 interleaved pairs), about 0.1 s of an epoch's 0.45 s:
+        # about 20% of the 500-run autoregressive `lab bench` row (busy 2-core machine, one thread)
         stacked["decode"] = stacked["decode"].transpose(1, 2).contiguous().transpose(1, 2)
         stacked["previous"] = stacked["previous"].permute(0, 3, 2, 1, 4).contiguous().permute(0, 3, 2, 1, 4)
         for name, value in stacked.items():

@@ -23,7 +23,7 @@ from lab.policies.ar_fused import ar_log_probs
 from lab.policies.factorized import PolicyStack, policy_logits
 from lab.policies.fused import policy_log_probs
 from lab.policies.interface import PolicyKind
-from lab.policies.sampling import SAMPLERS, Sampler, UniformStream, greedy_responses
+from lab.policies.sampling import SAMPLERS, greedy_responses
 from lab.training.config import TrainConfig
 from lab.training.divergence import DivergenceGuard
 from lab.training.lengths import eos_targets, resolve_max_length
@@ -31,10 +31,6 @@ from lab.training.metrics import FIXED_LENGTH_METRICS, LIVE_TOKEN_METRICS, Block
 from lab.training.runs import RunGroups
 from tasks import Task
 from tasks.sorting import variable_length_reward
-
-UNIFORM_CHUNK_EPOCHS = 10
-"""Epochs of sampling uniforms drawn per generator call (speed only: the draws are the same)."""
-
 
 class Factorized:
     """The lecture's policy (`lab.policies.factorized`): responses of exactly the task's length."""
@@ -55,13 +51,9 @@ class Factorized:
                                   generators, [c.init_scale for c in configs])
         sampler_groups = RunGroups([c.sampler for c in configs], device)
         # each sampler draws for its own runs, each run from its own generator (lab.policies.sampling)
-        streams = {s: [generators[i] for i in idx.tolist()] for s, idx in sampler_groups.groups}
-        if Sampler.inverse_cdf in streams:  # its uniforms drawn ahead, a chunk of epochs per call
-            streams[Sampler.inverse_cdf] = UniformStream(
-                streams[Sampler.inverse_cdf], (self.prompts.shape[0], self.group_size, task.response_length),
-                shared.epochs, UNIFORM_CHUNK_EPOCHS, device)
+        run_generators = {s: [generators[i] for i in idx.tolist()] for s, idx in sampler_groups.groups}
         self.draw = lambda logits: sampler_groups.apply(  # noqa: E731
-            lambda s, lg: SAMPLERS[s](lg, self.group_size, streams[s]), logits)
+            lambda s, lg: SAMPLERS[s](lg, self.group_size, run_generators[s]), logits)
         self.exact = is_exact(task.vocab_size, task.response_length)
         self.epoch_logits: list[Tensor] = []  # each epoch's sampling policy, for the exact exploration metrics
         with torch.no_grad():

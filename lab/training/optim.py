@@ -25,7 +25,9 @@ def memory_order(t: Tensor) -> list[int] | None:
 
     A parameter stored permuted (PolicyStack.decode) is viewed in that order, where it is contiguous:
     torch's fused Adam would otherwise copy it in and out on every step. Gradients share the
-    parameter's layout (autograd's layout contract), so the same view fits them.
+    parameter's layout (autograd's layout contract), so the same view fits them. The storage is a
+    speed path, measured in `lab.policies.factorized.PolicyStack` (5-7% of the 500-run row) and
+    `lab.policies.autoregressive.AutoregressiveStack` (about 20% of the autoregressive one).
     """
     order = sorted(range(t.dim()), key=lambda axis: -t.stride(axis))
     return None if order == list(range(t.dim())) else order

@@ -184,6 +184,27 @@ def test_the_stack_stores_decode_and_previous_as_the_fused_path_reads_them():
         assert torch.equal(getattr(stack, name), torch.stack([getattr(p, name) for p in plain]))
 
 
+def test_the_stack_layout_gives_the_same_log_probs_gradients_and_adam_steps():
+    """The speed path (decode and previous stored permuted, RunAdam stepping them in memory order) against
+    the plain one (the same parameters contiguous): bitwise the same log-probs, gradients and Adam steps."""
+    from lab.training.optim import RunAdam
+    policy, prompts, responses = setup(3)
+    mask = P.response_mask(policy, responses)
+    stored = [policy.embedding, policy.encode, policy.decode, policy.previous]
+    assert not policy.decode.is_contiguous() and not policy.previous.is_contiguous()
+    contiguous = [p.detach().clone(memory_format=torch.contiguous_format).requires_grad_() for p in stored]
+    weights = torch.randn(responses.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    optimizers = [RunAdam(params, torch.tensor([1e-2, 3e-2, 1e-1])) for params in (stored, contiguous)]
+    for _ in range(3):
+        for params, optimizer in zip((stored, contiguous), optimizers):
+            optimizer.zero_grad()
+            (weights * ar_log_probs(*params, prompts, responses, mask)[0]).sum().backward()
+            optimizer.step()
+        for a, b in zip(stored, contiguous):
+            assert a.grad.stride() == a.stride()  # the gradient has the parameter's layout: no copy
+            assert torch.equal(a.grad, b.grad) and torch.equal(a, b)
+
+
 @pytest.mark.parametrize("length", [1, 2])
 def test_fused_log_probs_at_the_shortest_lengths(length):
     """With one position no earlier token reaches a later one (the previous-token table is empty); with

@@ -102,16 +102,15 @@ def test_the_summed_loss_gives_each_run_exactly_its_own_gradient():
             torch.testing.assert_close(getattr(stack, name).grad[run], parameter.grad, rtol=1e-5, atol=1e-7)
 
 
-def test_uniforms_drawn_ahead_are_the_uniforms_drawn_epoch_by_epoch():
-    """`UniformStream` (the loop's speed path: one generator call per run and chunk of epochs) draws bitwise
-    what one call per epoch draws, and leaves each generator where epoch-by-epoch draws leave it."""
-    from lab.policies.sampling import UniformStream, sample_responses
+def test_each_run_samples_what_its_generator_draws_alone():
+    """`sample_responses` with one generator per run draws run r's responses as the run alone would,
+    and leaves each generator where drawing alone leaves it."""
+    from lab.policies.sampling import sample_responses
 
     logits = torch.randn(4, 3, 3, 5, generator=torch.Generator().manual_seed(0))  # float[run batch pos vocab]
-    plain = [torch.Generator().manual_seed(s) for s in range(4)]
-    stream = UniformStream([torch.Generator().manual_seed(s) for s in range(4)], (3, 10, 3), epochs=7, chunk=3)
-    for _ in range(7):
-        assert torch.equal(sample_responses(logits, 10, plain), sample_responses(logits, 10, stream))
-    assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(plain, stream.generators))
-    with pytest.raises(RuntimeError, match="used"):
-        stream.next()
+    together = [torch.Generator().manual_seed(s) for s in range(4)]
+    alone = [torch.Generator().manual_seed(s) for s in range(4)]
+    for _ in range(3):
+        expected = torch.stack([sample_responses(lg, 10, g) for lg, g in zip(logits, alone)])
+        assert torch.equal(sample_responses(logits, 10, together), expected)
+    assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(together, alone))
