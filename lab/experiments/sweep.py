@@ -35,8 +35,18 @@ from tasks import Task
 from tasks import OPTIMAL_TOLERANCE
 
 GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
-               "loss_agg")
+               "loss_agg", "pairs", "preference", "dpo_loss")
 """TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option)."""
+
+DPO_GRID_FIELDS = ("pairs", "preference", "dpo_loss")
+"""The grid fields of --loss dpo: a sweep's tables have their columns only when some run is DPO."""
+
+
+def table_fields(configs: Sequence[TrainConfig]) -> tuple[str, ...]:
+    """The settings a sweep's tables give a column: every grid field, less DPO's when no run is DPO."""
+    if any(c.is_dpo for c in configs):
+        return GRID_FIELDS
+    return tuple(name for name in GRID_FIELDS if name not in DPO_GRID_FIELDS)
 
 
 
