@@ -14,7 +14,8 @@ import typer
 from lab.core.aggregation import LossAgg
 from lab.training.config import Device, TrainConfig
 from lab.core.deltas import DeltaMode
-from lab.core.losses import LossMode
+from lab.core.dpo import DPOLoss, Pairs, Preference
+from lab.core.losses import TrainingLoss
 from lab.policies.interface import PolicyKind
 from lab.policies.sampling import Sampler
 from tasks import sorting
@@ -25,8 +26,18 @@ Reward = Enum("Reward", {name.replace("-", "_"): name for name in sorting.REWARD
 # Options shared by the commands that train. Defaults are the lecture's (TrainConfig).
 DeltaOpt = Annotated[DeltaMode, typer.Option(help="rewards -> deltas: raw, minus the group mean, "
                                                   "also / group std, group max only, leave-one-out")]
-LossOpt = Annotated[LossMode, typer.Option(help="surrogate loss: naive log-prob * delta, ratio * delta, "
-                                                "or PPO-style clipped ratio")]
+LossOpt = Annotated[TrainingLoss, typer.Option(help="surrogate loss: naive log-prob * delta, ratio * delta, "
+                                                    "PPO-style clipped ratio; or dpo: DPO on preference pairs, "
+                                                    "beta = --kl (> 0), reference frozen at the initial policy")]
+PairsOpt = Annotated[Pairs | None, typer.Option(help="--loss dpo: online (each group's best vs worst sample) "
+                                                     "or offline (one fixed set drawn from pi_ref) [default: online]")]
+PairsPerPromptOpt = Annotated[int | None, typer.Option(help="--pairs offline: pairs drawn per prompt "
+                                                            "[default: 16]")]
+PreferenceOpt = Annotated[Preference | None, typer.Option(help="--loss dpo: argmax (higher reward wins, ties "
+                                                               "dropped) or bradley-terry (wins with probability "
+                                                               "sigmoid(r_a - r_b)) [default: argmax]")]
+DPOLossOpt = Annotated[DPOLoss | None, typer.Option(help="--loss dpo: sigmoid (-log sigmoid(beta h)) or ipo "
+                                                         "((h - 1/(2 beta))^2) [default: sigmoid]")]
 SamplerOpt = Annotated[Sampler, typer.Option(help="how the run's generator draws responses: the lab's inverse CDF, "
                                                     "or torch.multinomial as the lecture's script (with --seed 5 "
                                                     "its own runs)")]
@@ -65,7 +76,7 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", help="no progress bar and no 
 _RUN = TrainConfig()
 DeltasOpt = Annotated[list[DeltaMode] | None, typer.Option("--delta", help="repeatable: deltas to sweep",
                                                            show_default=_RUN.delta.value)]
-LossesOpt = Annotated[list[LossMode] | None, typer.Option("--loss", help="repeatable: losses to sweep",
+LossesOpt = Annotated[list[TrainingLoss] | None, typer.Option("--loss", help="repeatable: losses to sweep",
                                                           show_default=_RUN.loss.value)]
 RewardsOpt = Annotated[list[Reward] | None, typer.Option("--reward", help="repeatable: rewards to sweep",
                                                          show_default=_RUN.reward)]
@@ -84,6 +95,12 @@ EntropyCoefsOpt = Annotated[list[float] | None, typer.Option("--entropy-coef", h
 LossAggsOpt = Annotated[list[LossAgg] | None, typer.Option("--loss-agg", help="repeatable: loss aggregations "
                                                           "to sweep",
                                                           show_default=_RUN.loss_agg.value)]
+PairsListOpt = Annotated[list[Pairs] | None, typer.Option("--pairs", help="repeatable, --loss dpo: pair "
+                                                         "sources to sweep [default: online]")]
+PreferencesOpt = Annotated[list[Preference] | None, typer.Option("--preference", help="repeatable, --loss dpo: "
+                                                                 "preference models to sweep [default: argmax]")]
+DPOLossesOpt = Annotated[list[DPOLoss] | None, typer.Option("--dpo-loss", help="repeatable, --loss dpo: DPO "
+                                                            "losses to sweep [default: sigmoid]")]
 GroupsOpt = Annotated[list[int] | None, typer.Option("--group-size", help="repeatable: group sizes G "
                                                      "(each G trains as its own batch)",
                                                      show_default=str(_RUN.group_size))]
@@ -169,7 +186,7 @@ CLI_NAMES = {
 }
 FIELD_NAMES = ("group_size", "clip_eps", "kl_period", "init_scale", "entropy_coef", "max_length", "loss_agg",
                "epochs", "steps", "lr", "dim", "seed", "delta", "loss",
-               "reward", "kl")
+               "reward", "kl", "pairs_per_prompt", "dpo_loss")
 """TrainConfig fields that are `lab run` options (underscores become dashes)."""
 
 

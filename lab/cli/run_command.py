@@ -15,6 +15,7 @@ from lab.cli.options import (
     ClipOpt,
     DeltaOpt,
     DeviceOpt,
+    DPOLossOpt,
     DimOpt,
     EntropyCoefOpt,
     EpochsOpt,
@@ -29,7 +30,10 @@ from lab.cli.options import (
     LrOpt,
     MaxLengthOpt,
     NumPromptsOpt,
+    PairsOpt,
+    PairsPerPromptOpt,
     PolicyOpt,
+    PreferenceOpt,
     PromptLengthOpt,
     PromptSeedOpt,
     PromptsOpt,
@@ -48,7 +52,7 @@ from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.files.run_text import metrics_csv, samples_text
 from lab.policies import policy_from_state
 from lab.policies.factorized import save_policy
-from lab.training.config import Device, TrainConfig
+from lab.training.config import DPO_DEFAULTS, Device, TrainConfig
 from lab.training.train import train
 from tasks import sorting
 
@@ -59,7 +63,8 @@ def default_run_name(config: TrainConfig, prompt_options: dict | None = None) ->
     `<delta>-<loss>-<reward>-config<hash of every setting>-seed<k>` (`fitted_name`)."""
     parts = [config.delta.value, config.loss.value, config.reward]
     for name, value in config.to_dict().items():
-        if name in ("delta", "loss", "reward", "seed") or value == DEFAULTS.to_dict()[name]:
+        if name in ("delta", "loss", "reward", "seed") or value == DEFAULTS.to_dict()[name] or (
+                name in DPO_DEFAULTS and value == name_value(DPO_DEFAULTS[name])):
             continue
         parts.append(f"{name.replace('_', '')}{name_value(value)}" if isinstance(value, float) else f"{name}{value}")
     label = prompts_label(prompt_options or {})
@@ -78,6 +83,10 @@ def run(
     policy: PolicyOpt = DEFAULTS.policy,
     max_length: MaxLengthOpt = DEFAULTS.max_length,
     loss_agg: LossAggOpt = DEFAULTS.loss_agg,
+    pairs: PairsOpt = None,
+    pairs_per_prompt: PairsPerPromptOpt = None,
+    preference: PreferenceOpt = None,
+    dpo_loss: DPOLossOpt = None,
     clip_eps: ClipOpt = DEFAULTS.clip_eps,
     epochs: EpochsOpt = DEFAULTS.epochs,
     steps: StepsOpt = DEFAULTS.steps,
@@ -113,7 +122,8 @@ def run(
         config = TrainConfig(epochs=epochs, steps=steps, group_size=group_size, lr=lr, seed=seed, sampler=sampler,
                              dim=dim, reward=reward.value, delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
                              kl_period=kl_period, init_scale=init_scale, entropy_coef=entropy_coef,
-                             policy=policy, max_length=max_length, loss_agg=loss_agg)
+                             policy=policy, max_length=max_length, loss_agg=loss_agg, pairs=pairs,
+                             pairs_per_prompt=pairs_per_prompt, preference=preference, dpo_loss=dpo_loss)
         return [config], 1, lambda: default_run_name(config, options)
 
     job = prepare("run", build, options, device, out, force, quiet)
@@ -166,5 +176,6 @@ def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.devic
 
 
 RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "clip_eps", "epochs", "steps", "group_size",
-               "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg")
+               "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg",
+               "pairs", "pairs_per_prompt", "preference", "dpo_loss")
 """TrainConfig fields that `lab run` exposes as options."""

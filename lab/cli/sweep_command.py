@@ -15,6 +15,7 @@ from lab.cli.application import DEFAULTS, app
 from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
     ClipsOpt,
+    DPOLossesOpt,
     DeltasOpt,
     DeviceOpt,
     DimOpt,
@@ -31,7 +32,10 @@ from lab.cli.options import (
     LrsOpt,
     MaxLengthOpt,
     NumPromptsOpt,
+    PairsListOpt,
+    PairsPerPromptOpt,
     PolicyOpt,
+    PreferencesOpt,
     PromptLengthOpt,
     PromptSeedOpt,
     PromptsOpt,
@@ -84,6 +88,10 @@ def sweep(
     init_scale: InitScalesOpt = None,
     entropy_coef: EntropyCoefsOpt = None,
     loss_agg: LossAggsOpt = None,
+    pairs: PairsListOpt = None,
+    preference: PreferencesOpt = None,
+    dpo_loss: DPOLossesOpt = None,
+    pairs_per_prompt: PairsPerPromptOpt = None,
     seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
     sampler: SamplerOpt = DEFAULTS.sampler,
     threads: Annotated[int | None, typer.Option(
@@ -119,7 +127,8 @@ def sweep(
     from lab.experiments import sweep as sweeps
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
-             "entropy_coef": entropy_coef, "loss_agg": loss_agg}
+             "entropy_coef": entropy_coef, "loss_agg": loss_agg, "pairs": pairs, "preference": preference,
+             "dpo_loss": dpo_loss}
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once
@@ -134,12 +143,16 @@ def sweep(
         check_threads(threads)
         sweeps.check_seeds(seeds)
         points = sweeps.build_grid(make_base(), grid, 1)  # one config per grid point: sized before seeds multiply it
+        if pairs_per_prompt is not None:  # an offline setting: the online points have no use for it
+            points = [p.replace(pairs_per_prompt=pairs_per_prompt) if p.pairs == "offline" else p for p in points]
         return points, seeds, lambda: default_sweep_name(grid, make_base(), options, seeds)
 
     settings = math.prod(len(values) for values in grid.values())
     job = prepare("sweep", build, options, device, out, force, quiet, what=f"this sweep ({settings} settings x {seeds} seeds)")
     base = make_base()
     configs = sweeps.build_grid(base, grid, seeds)
+    if pairs_per_prompt is not None:
+        configs = [c.replace(pairs_per_prompt=pairs_per_prompt) if c.pairs == "offline" else c for c in configs]
 
     from lab.experiments.bench import sweep_threads
 
@@ -165,7 +178,7 @@ def sweep(
             "grid": {k: [v.value if isinstance(v, Enum) else v for v in vs] for k, vs in grid.items()},
             "seeds": list(range(seeds)), "base": base.to_dict(), "runs": len(configs),
             "exploration_exact": records.exploration_exact})
-        write_tables(records, sweeps.GRID_FIELDS, tmp, table_format)
+        write_tables(records, sweeps.table_fields(configs), tmp, table_format)
         write_text_atomic(tmp / "summary.csv", sweeps.summary_csv(summaries, columns))
         plot_sweep(records, names, tmp / "curves.png")
 

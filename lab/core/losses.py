@@ -38,6 +38,16 @@ class LossMode(str, Enum):
     clipped = "clipped"
 
 
+class TrainingLoss(str, Enum):
+    """What a run minimises (`--loss`): one of the surrogates above (`LossMode`, on deltas), or `dpo`, the
+    loss on preference pairs of `lab.core.dpo` (the training loop dispatches on it)."""
+
+    naive = "naive"
+    unclipped = "unclipped"
+    clipped = "clipped"
+    dpo = "dpo"
+
+
 TOKEN_AXES = (-3, -2, -1)  # batch trial pos
 
 
@@ -79,6 +89,8 @@ NEEDS_OLD = frozenset({LossMode.unclipped, LossMode.clipped})
 
 
 def parse_mode(mode: LossMode | str) -> LossMode:
+    if mode == TrainingLoss.dpo:
+        raise ValueError("loss 'dpo' is a loss on preference pairs (lab.core.dpo.dpo_loss), not a surrogate of deltas")
     return parse_choice(LossMode, mode, "loss mode")
 
 

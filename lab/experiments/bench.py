@@ -62,6 +62,7 @@ class BenchRow:
     speedup_vs_one_at_a_time: float
     speedup_vs_lecture: float
     policy: str = "factorized"
+    loss: str = "naive"
 
 
 @dataclass
@@ -81,14 +82,26 @@ class BenchResult:
 POLICIES = ("factorized", "autoregressive")
 """Policies timed by default; the factorised one is the lecture's."""
 
+DPO_BENCH = dict(loss="dpo", kl=0.1)
+"""The DPO row: the lecture's setting with online DPO pairs at beta 0.1 (its exact optimum metrics included),
+factorised policy; its seconds per run are compared with the lecture's GRPO run at the same G."""
 
-def _label(device: str, policy: str) -> str:
-    return device if policy == "factorized" else f"{device}, {policy}"
+
+def _label(device: str, policy: str, loss: str = "naive") -> str:
+    label = device if policy == "factorized" else f"{device}, {policy}"
+    return label if loss != "dpo" else f"{label}, dpo"
+
+
+def dpo_ratios(result: BenchResult) -> dict[tuple[str, int], float]:
+    """(device, R) -> seconds per run of the DPO row / of the factorised GRPO row."""
+    rows = {(r.device, r.runs, r.policy, r.loss): r.seconds for r in result.rows}
+    return {(d, n): seconds / rows[d, n, "factorized", "naive"] for (d, n, p, loss), seconds in rows.items()
+            if loss == "dpo" and (d, n, "factorized", "naive") in rows}
 
 
 def policy_ratios(result: BenchResult) -> dict[tuple[str, int], float]:
     """(device, R) -> seconds per run of the autoregressive policy / of the factorised one."""
-    rows = {(r.device, r.runs, r.policy): r.seconds for r in result.rows}
+    rows = {(r.device, r.runs, r.policy): r.seconds for r in result.rows if r.loss != "dpo"}
     return {(d, n): seconds / rows[d, n, "factorized"] for (d, n, p), seconds in rows.items()
             if p == "autoregressive" and (d, n, "factorized") in rows}
 
@@ -126,7 +139,7 @@ def lecture_baseline(config: TrainConfig | None = None, threads: Sequence[int] =
 def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threads: int = 1,
           repeats: int = 3, config: TrainConfig | None = None,
           lecture_seconds: dict[int, float] | None = None,
-          policies: Sequence[str] = POLICIES) -> BenchResult:
+          policies: Sequence[str] = POLICIES, dpo: bool = True) -> BenchResult:
     """Time one run alone and sweeps of each size on each device at `threads`; see the module docstring.
 
     `lecture_seconds` (from `lecture_baseline`) is measured here when not given. Single runs are
@@ -142,16 +155,18 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
         result = BenchResult(threads, config, min(lecture_seconds.values()), {},
                              lecture_seconds_by_threads=dict(lecture_seconds))
         lecture = result.lecture_seconds_per_run
-        for name, policy in ((d, p) for d in devices for p in policies):
-            device, setting = torch.device(name), config.replace(policy=policy)
-            train(task, [warm.replace(seed=s, policy=policy) for s in range(max(sizes))], device=device)  # warm-up
+        variants = [(p, {}) for p in policies] + ([("factorized", DPO_BENCH)] if dpo else [])
+        for name, (policy, changes) in ((d, v) for d in devices for v in variants):
+            device, setting = torch.device(name), config.replace(policy=policy, **changes)
+            train(task, [warm.replace(seed=s, policy=policy, **changes) for s in range(max(sizes))],
+                  device=device)  # warm-up
             single = _best(lambda: train(task, setting, device=device), device, repeats)
-            result.single_run_seconds[_label(name, policy)] = single
+            result.single_run_seconds[_label(name, policy, setting.loss.value)] = single
             for runs in sizes:
                 configs = [setting.replace(seed=s) for s in range(runs)]
                 seconds = _best(lambda: train(task, configs, device=device), device, min(repeats, 2))
                 result.rows.append(BenchRow(name, runs, seconds, runs / seconds, runs * single / seconds,
-                                            runs * lecture / seconds, policy))
+                                            runs * lecture / seconds, policy, setting.loss.value))
         return result
     finally:
         torch.set_num_threads(previous_threads)
@@ -175,7 +190,7 @@ def bench_report(result: BenchResult) -> str:
         lines.append(f"lab, one run alone on {device}: {seconds:.3f} s "
                      f"({result.lecture_seconds_per_run / seconds:.2f}x the lecture loop)")
     header = ("device", "R", "seconds", "runs/s", "x one-at-a-time", "x lecture loop")
-    table = [header] + [(_label(r.device, r.policy), str(r.runs), f"{r.seconds:.3f}", f"{r.runs_per_second:.1f}",
+    table = [header] + [(_label(r.device, r.policy, r.loss), str(r.runs), f"{r.seconds:.3f}", f"{r.runs_per_second:.1f}",
                          f"{r.speedup_vs_one_at_a_time:.1f}", f"{r.speedup_vs_lecture:.1f}") for r in result.rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in table]
@@ -183,4 +198,8 @@ def bench_report(result: BenchResult) -> str:
     if ratios:
         lines.append("autoregressive / factorised seconds per run: " + ", ".join(
             f"{ratio:.1f}x at R = {runs} on {device}" for (device, runs), ratio in ratios.items()))
+    dpo = dpo_ratios(result)
+    if dpo:
+        lines.append("DPO (online, beta 0.1) / GRPO seconds per run at G = " f"{c.group_size}: " + ", ".join(
+            f"{ratio:.1f}x at R = {runs} on {device}" for (device, runs), ratio in dpo.items()))
     return "\n".join(lines)

@@ -36,7 +36,15 @@ from tasks import OPTIMAL_TOLERANCE
 
 GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
                "loss_agg")
-"""TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option)."""
+"""TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option); DPO's come after them."""
+
+DPO_GRID_FIELDS = ("pairs", "preference", "dpo_loss")
+"""The grid fields of --loss dpo: a sweep's tables have their columns only when some run is DPO."""
+
+
+def table_fields(configs: Sequence[TrainConfig]) -> tuple[str, ...]:
+    """The settings a sweep's tables give a column: the grid fields, and DPO's when some run is DPO."""
+    return GRID_FIELDS + DPO_GRID_FIELDS if any(c.is_dpo for c in configs) else GRID_FIELDS
 
 
 
@@ -48,9 +56,10 @@ def check_seeds(seeds: int) -> None:
 def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int) -> list[TrainConfig]:
     """Every combination of the grid's values (in the order given), each with seeds 0..seeds-1."""
     check_seeds(seeds)
-    unknown = set(grid) - set(GRID_FIELDS)
+    unknown = set(grid) - set(GRID_FIELDS + DPO_GRID_FIELDS)
     if unknown:
-        raise ConfigError(f"cannot sweep over {', '.join(sorted(unknown))}; choose from: {', '.join(GRID_FIELDS)}")
+        raise ConfigError(f"cannot sweep over {', '.join(sorted(unknown))}; choose from: "
+                          f"{', '.join(GRID_FIELDS + DPO_GRID_FIELDS)}")
     names = list(grid)
     for name in names:
         values = list(grid[name])

@@ -69,12 +69,55 @@ EPOCH_METRICS = {
 """Measured once per epoch; in a run's metrics.csv repeated on its step rows, in a sweep's
 `metrics_epoch` table stored once (`lab.files.tables`)."""
 
+DPO_STEP_METRICS = {
+    "chosen_rewards": "DPO: mean implicit reward beta (log pi_theta - log pi_ref) of the pairs' winners, over kept "
+                      "pairs (TRL `rewards/chosen`)",
+    "rejected_rewards": "DPO: the same for the losers (TRL `rewards/rejected`)",
+    "reward_accuracy": "DPO: fraction of kept pairs whose winner has the higher implicit reward (TRL "
+                       "`rewards/accuracies`)",
+    "reward_margin": "DPO: mean chosen minus rejected implicit reward, beta h (TRL `rewards/margins`)",
+    "chosen_logps": "DPO: mean sequence log-prob log pi_theta of the winners (TRL `logps/chosen`)",
+    "rejected_logps": "DPO: the same for the losers (TRL `logps/rejected`)",
+    "pair_fraction": "DPO: fraction of the step's possible pairs that count (online: groups whose rewards are not "
+                     "all equal; argmax: pairs that are not ties)",
+}
+"""Recorded on every step of a DPO run (`--loss dpo`) only, before that step's update; its `loss` is the DPO
+loss and its `pg_loss` the same. Other runs' files have none of these columns."""
+
+OPTIMUM_METRICS = {
+    "kl_to_optimum": "exact KL(pi_theta || pi*) per sequence, mean over prompts, pi* = pi_ref exp(r / beta) / Z with "
+                     "beta = --kl and pi_ref the initial policy (lab.exact.optimum); after the epoch's steps",
+    "objective_exact": "exact J_beta(pi_theta) = E[r] - beta KL(pi_theta || pi_ref), mean over prompts",
+    "objective_gap": "J_beta(pi*) - J_beta(pi_theta) = beta kl_to_optimum (claim 26): how far from the optimum the "
+                     "objective is",
+}
+"""Recorded each epoch for DPO runs and for runs with `optimum_metrics`, on enumerable response spaces only.
+A DPO run's `kl_exact` (a step metric) is the exact KL to its reference, the initial policy."""
+
 GREEDY_METRICS = ("greedy_reward", "greedy_fraction", "greedy_accuracy", "heldout_greedy_reward",
                   "heldout_greedy_accuracy")
 """The epoch metrics taken after the epoch's steps (the others describe its samples, taken before)."""
 
 INDEX_COLUMNS = ("epoch", "step", "inner_step")
 METRIC_COLUMNS = (*INDEX_COLUMNS, *EPOCH_METRICS, *STEP_METRICS)
+
+
+def epoch_metric_names(records: Records) -> list[str]:
+    """The epoch metrics a records holds: EPOCH_METRICS, then the optimum metrics where recorded."""
+    return [*EPOCH_METRICS, *(name for name in OPTIMUM_METRICS if name in records.epoch_metrics)]
+
+
+def step_metric_names(records: Records) -> list[str]:
+    """The step metrics a records holds: STEP_METRICS, then the DPO metrics of a DPO run."""
+    return [*STEP_METRICS, *(name for name in DPO_STEP_METRICS if name in records.step_metrics)]
+
+
+def metric_columns(records: Records) -> tuple[str, ...]:
+    """A metrics.csv's columns: METRIC_COLUMNS, then the optimum and DPO metrics the records hold (so a run of
+    the other losses keeps exactly its columns)."""
+    extra_epoch = epoch_metric_names(records)[len(EPOCH_METRICS):]
+    extra_step = step_metric_names(records)[len(STEP_METRICS):]
+    return (*METRIC_COLUMNS, *extra_epoch, *extra_step)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from lab.training.records import EPOCH_METRICS, GREEDY_METRICS, Records
+from lab.training.records import EPOCH_METRICS, GREEDY_METRICS, OPTIMUM_METRICS, Records
 from lab.training.config import TrainConfig
 
 
@@ -94,7 +94,8 @@ def records_of(configs: list[TrainConfig], prompts: Tensor, optimum: Tensor, ste
     epochs = next(iter(epoch_log.values())).shape[1]
     nan_epochs = torch.full((len(configs), epochs), float("nan"))
     step_values = {name: torch.cat(values).T.cpu().float().numpy() for name, values in step_log.items()}
-    epoch_values = {name: epoch_log.get(name, nan_epochs).cpu().float().numpy() for name in EPOCH_METRICS}
+    names = [*EPOCH_METRICS, *(name for name in OPTIMUM_METRICS if name in epoch_log)]
+    epoch_values = {name: epoch_log.get(name, nan_epochs).cpu().float().numpy() for name in names}
     return Records(
         configs=configs, prompts=prompts.cpu().numpy(), optimum=optimum.cpu().numpy(),
         step_metrics=guard.finish(step_values, epoch_values, GREEDY_METRICS), epoch_metrics=epoch_values,

@@ -17,7 +17,8 @@ R runs train as one computation: parameters and Adam state carry a leading
 `run` axis, per-run losses are summed (so each run gets exactly its own
 gradient), and each run samples with its own generator. A seed's run is the
 same alone or inside a sweep; a diverging run is stopped and frozen (`lab.training.divergence`).
-The loop returns `Records` and never prints.
+The loop returns `Records` and never prints. A DPO batch (`--loss dpo`) replaces the surrogate and the KL
+penalty by DPO's loss on preference pairs and freezes its reference at the initial policy (`lab.training.dpo`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from lab.core.deltas import compute_deltas
 from lab.core.kl import freeze, k3, reference_due
 from lab.core.losses import compute_loss
 from lab.training.config import TrainConfig, check_batchable
+from lab.training import dpo
 from lab.training.divergence import DivergenceGuard
 from lab.training.kinds import KINDS, Kind
 from lab.training.lengths import length_metrics, response_lengths
@@ -101,18 +103,31 @@ def train(
     targets = kind.targets(prompts)  # int[batch pos]
     optimum = kind.optimum(prompts, targets)  # float[run batch]
     step_log, history = {name: [] for name in STEP_METRICS}, History()
+    pairing = dpo.DPOSetup.of(configs, kind, settings, list(generators), device) if shared.is_dpo else None
+    initial = freeze(policy) if pairing or shared.optimum_metrics else None  # pi_ref of pi*: the initial policy
+    optimum_log = {}
     start = time.perf_counter()
 
     for epoch in range(shared.epochs):
         guard.start_epoch(parameters)
-        fresh_reference = reference_due(epoch, shared.kl_period)
+        fresh_reference = reference_due(epoch, 0 if pairing else shared.kl_period)  # DPO: frozen at the start
         if fresh_reference:
             reference = [p for _, p in freeze(policy).named_parameters()]
+        if pairing is not None and epoch == 0 and pairing.offline:
+            pairing.pairs = dpo.offline_pairs(kind, reference, shared.pairs_per_prompt, pairing.preference_groups,
+                                              pairing.generators, pairing.reward_of)
         first_step = kind.start_epoch(fresh_reference)  # exact metrics of the sampling policy, if any
         groups = sample_groups(kind, settings, shared)
         keep_samples(history, epoch, groups, targets, epoch % shared.sample_every == 0 or epoch == shared.epochs - 1)
+        if pairing is not None and not pairing.offline:
+            pairing.pairs = dpo.online_pairs(groups.responses, groups.rewards, pairing.preference_groups,
+                                             pairing.generators)
         losses = train_steps(kind, parameters, reference, fresh_reference, groups, first_step,
-                             settings, optimizer, guard, block)
+                             settings, optimizer, guard, block, pairing)
+        if (pairing is not None or shared.optimum_metrics) and kind.exact:
+            for name, values in dpo.optimum_metrics(policy, initial, prompts, [c.reward for c in configs],
+                                                    [c.kl for c in configs]).items():
+                optimum_log.setdefault(name, []).append(values)
         kind.end_epoch(guard, epoch, losses, parameters)  # a diverged run goes back to its epoch start
         stop = guard.all_diverged  # nothing left to train
         if block.full or epoch == shared.epochs - 1 or stop:
@@ -127,6 +142,9 @@ def train(
             break
 
     epoch_log = epoch_metrics(kind, settings, shared, history, (prompts, targets, optimum), eval_prompts)
+    epoch_log.update({name: torch.stack(values, dim=1) for name, values in optimum_log.items()})  # float[run epoch]
+    if pairing is not None:
+        step_log.update({name: [torch.stack(values)] for name, values in pairing.step_log.items()})
     return records_of(configs, task.prompts, optimum, step_log, epoch_log, guard, policy, samples=history.samples,
                       greedy_responses=history.greedy[-1].cpu().numpy(), seconds=time.perf_counter() - start,
                       eos=kind.eos, exploration_exact=kind.exact)
@@ -155,7 +173,7 @@ def keep_samples(history: History, epoch: int, groups: Groups, targets: Tensor, 
 
 def train_steps(kind: Kind, parameters: list[Tensor], reference: list[Tensor], fresh_reference: bool, groups: Groups,
                 first_step: dict[str, Tensor], settings: RunSettings, optimizer: RunAdam, guard: DivergenceGuard,
-                block: StepMetricBlock) -> list[Tensor]:
+                block: StepMetricBlock, pairing: dpo.DPOSetup | None = None) -> list[Tensor]:
     """The epoch's S optimizer steps on its groups; returns each step's loss float[run] (for the divergence
     check) and hands each step's tensors to the metric block."""
     losses = []
@@ -170,7 +188,14 @@ def train_steps(kind: Kind, parameters: list[Tensor], reference: list[Tensor], f
             with torch.no_grad():
                 ref_log_probs, ref_aux = ((old_log_probs, aux.detach()) if fresh_reference else
                                           kind.log_probs(reference, groups.responses, groups.mask))
-        pg_loss, loss = step_loss(kind, parameters, settings, groups, log_probs, old_log_probs, ref_log_probs)
+        if pairing is None:
+            pg_loss, loss = step_loss(kind, parameters, settings, groups, log_probs, old_log_probs, ref_log_probs)
+        else:
+            logps, ref_logps = dpo.pair_log_probs(pairing.pairs, kind, parameters, log_probs, ref_log_probs)
+            loss, metrics = dpo.pair_loss(logps, ref_logps, pairing.pairs.keep, pairing.loss_groups, settings.beta)
+            pg_loss = loss
+            for name, values in metrics.items():
+                pairing.step_log.setdefault(name, []).append(values)
         optimizer.zero_grad()
         # d(sum of the runs' losses)/d(loss_r) = 1: each run gets exactly its own gradient (no parameter
         # is shared). Not loss.backward(ones): an explicit gradient makes torch import its symbolic-shape
