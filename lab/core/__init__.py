@@ -1,2 +1,2 @@
 """The math of GRPO as pure functions: deltas from rewards, surrogate losses, their aggregation over
-tokens, and the KL estimators k1/k2/k3."""
+tokens, and the KL estimators k1/k2/k3; and PPO's critic side: GAE, the clipped value loss, whitening."""

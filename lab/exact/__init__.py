@@ -5,6 +5,8 @@
     lab.exact.estimators      moments of the policy-gradient estimator for each delta mode
     lab.exact.varlen          any policy, variable-length responses included
     lab.exact.prefix_tree     the autoregressive policy's prefix recursion (KL, exploration)
+    lab.exact.values          V^pi and Q^pi at every state, the exact expected GAE advantage of any critic
+    lab.exact.critic_error    a critic's exact error against V^pi, the exact expected gradient under GAE
 
 This package's own namespace re-exports the enumeration functions and pass@k / maj@k for users
 (`lab.exact.pass_at_k`); the lab's modules import from the module that defines a name.

@@ -72,15 +72,15 @@ def _backward(levels: list[Tensor], terminal: list[Tensor], values: list[Tensor]
     out: list[Tensor] = [None] * len(levels)  # type: ignore[list-item]
     following = None  # level q+1: sum_w' p(w' | u w) (Q or Ahat)(u w, w'), float[... batch V^(q+1)]
     for q in reversed(range(len(levels))):
-        table = terminal[q].expand(*levels[q].shape).clone()
-        if values is not None:
-            table = table - values[q].unsqueeze(-1)  # r - V(u)
+        table = terminal[q] if values is None else terminal[q] - values[q].unsqueeze(-1)  # r - V(u)
         if following is not None:
-            after = following.reshape(*following.shape[:-1], -1, vocab)  # float[... batch V^q V]
+            after = following.unflatten(-1, (-1, vocab))  # float[... batch V^q V]: the children u w
             if values is None:
-                table[..., :vocab] = after  # Q(u, w) = V^pi(u w)
+                content = after  # Q(u, w) = V^pi(u w)
             else:
-                table[..., :vocab] += values[q + 1].reshape(after.shape) + lam * after
+                content = table[..., :vocab] + values[q + 1].unflatten(-1, (-1, vocab)) + lam * after
+            shape = torch.broadcast_shapes(content.shape, table[..., :vocab].shape)  # a run axis from either
+            table = torch.cat([content.expand(shape), table[..., vocab:].expand(*shape[:-1], 1)], dim=-1)
         out[q] = table
         following = (levels[q].exp() * table).sum(-1)
     return out

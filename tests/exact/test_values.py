@@ -139,7 +139,8 @@ def test_expected_gae_gradient_is_the_enumerated_average_of_the_per_response_est
             for i, tokens in enumerate(responses_of(policy)):
                 advantage = plain_gae(tokens, float(rewards[b, i]),
                                       lambda prefix: float(critic[len(prefix)][b, index_of(prefix, 2)]), lam)
-                surrogate = surrogate + probs[b, i] * (torch.tensor(advantage, dtype=torch.float64) * log_probs[i, :len(tokens)]).sum()
+                advantage = torch.tensor(advantage, dtype=torch.float64)
+                surrogate = surrogate + probs[b, i] * (advantage * log_probs[i, :len(tokens)]).sum()
             torch.testing.assert_close(got[b], flat_grad(surrogate, policy), **TOLERANCE)
 
 
@@ -191,3 +192,23 @@ def test_factorized_policy_has_one_state_the_prompt():
                           for b in range(2)])
     torch.testing.assert_close(critic_error.expected_gae_gradient(policy, prompts, rewards, critic, 0.3), grad_j,
                                **TOLERANCE)
+
+
+def test_a_run_stack_and_its_critics_give_each_run_its_own_numbers():
+    """The loop's per-epoch metric: R policies and R critics at once, each run as if alone."""
+    from lab.policies import make_stack
+
+    prompts = torch.tensor([[0, 1, 2], [2, 2, 1]])
+    for kind in ("factorized", "autoregressive"):
+        stack = make_stack(kind, 3, 3, 3, 4, [seeded(r) for r in range(3)])
+        critic = Critic(kind, 3, 3, 3, 4, [seeded(10 + r) for r in range(3)])
+        with torch.no_grad():
+            for p in critic.parameters():
+                p.normal_(generator=seeded(20))
+            tables = critic_error.critic_state_values(critic, stack, prompts)
+        error = critic_error.value_error_exact(stack, prompts, "inclusion-ordering", tables)
+        for run in range(3):
+            own = [t[run] for t in tables] if isinstance(tables, list) else tables[run]
+            alone = critic_error.value_error_exact(stack.unstack(run), prompts, "inclusion-ordering", own)
+            torch.testing.assert_close(error.by_position[run], alone.by_position, **TOLERANCE)
+            assert abs(float(error.total[run] - alone.total)) < 1e-9

@@ -44,8 +44,9 @@ def formula(params, prompts, responses, kind):
         h = sum(params["embedding"][x] @ params["encode"][p] for p, x in enumerate(prompts[b].tolist()))
         for t in range(responses.shape[1]):
             for q in range(CAP):
+                earlier = enumerate(responses[b, t, :q].tolist())
                 z = h if kind == "factorized" else h @ params["decode"][q] + sum(
-                    (params["embedding"][y] @ params["previous"][q, j] for j, y in enumerate(responses[b, t, :q].tolist())),
+                    (params["embedding"][y] @ params["previous"][q, j] for j, y in earlier),
                     torch.zeros(DIM, dtype=torch.float64))
                 out[b, t, q] = z @ params["readout"] + params["bias"]
     return out
