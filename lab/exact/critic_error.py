@@ -57,14 +57,16 @@ def critic_state_values(critic: Critic, policy: nn.Module, prompts: Tensor) -> e
 
 
 def value_error_exact(policy: nn.Module, prompts: Tensor, reward, values: exact_values.Tables,
-                      dtype: torch.dtype = torch.float64) -> CriticError:
-    """The critic's exact squared error at the states the policy visits (module docstring)."""
-    truth = exact_values.state_values(policy, prompts, reward, dtype)
+                      dtype: torch.dtype = torch.float64, truth: exact_values.Tables | None = None,
+                      visits: exact_values.Tables | None = None) -> CriticError:
+    """The critic's exact squared error at the states the policy visits (module docstring). `truth` (V^pi)
+    and `visits` (`lab.exact.values.visit_probs`) may be passed when already at hand."""
+    truth = exact_values.state_values(policy, prompts, reward, dtype) if truth is None else truth
     values = values.detach() if isinstance(values, Tensor) else [v.detach() for v in values]
     if not exact_values.is_autoregressive(policy):
         total = ((values.to(dtype) - truth) ** 2).mean(-1)
         return CriticError(total, total.unsqueeze(-1).expand(*total.shape, policy.response_length))
-    visits = exact_values.visit_probs(policy, prompts, dtype)
+    visits = exact_values.visit_probs(policy, prompts, dtype) if visits is None else visits
     weighted = [((v.to(dtype) - t) ** 2 * w).sum((-2, -1)) for v, t, w in zip(values, truth, visits)]
     mass = [w.sum((-2, -1)) for w in visits]
     by_position = torch.stack([e / m for e, m in zip(weighted, mass)], dim=-1)
