@@ -124,4 +124,5 @@ def explained_variance(returns: Tensor, values: Tensor, mask: Tensor) -> Tensor:
         mean = (x * live).sum(dim=TOKEN_AXES, keepdim=True) / tokens[..., None, None, None]
         return (((x - mean) * live) ** 2).sum(dim=TOKEN_AXES) / tokens
 
-    return 1 - variance(returns - values) / variance(returns)
+    spread = variance(returns)
+    return torch.where(spread > 0, 1 - variance(returns - values) / spread, torch.full_like(spread, float("nan")))

@@ -49,18 +49,27 @@ def tree_levels(policy: nn.Module, prompts: Tensor, dtype: torch.dtype = torch.f
     return prefix_log_softmaxes(params, prompts)
 
 
+def reward_table(policy: nn.Module, prompts: Tensor, reward, dtype: torch.dtype = torch.float64) -> Tensor:
+    """R(x, y) of every enumerated response (`lab.exact.varlen` order): float[... batch n]. `reward` is a
+    reward name or function (`lab.exact.varlen.reward_table`), or already such a table, which may carry
+    leading axes (one reward per run)."""
+    if isinstance(reward, Tensor) and reward.dim() > 2:
+        return reward.to(dtype)
+    return varlen.reward_table(policy, prompts, reward).to(dtype)
+
+
 def terminal_levels(policy: nn.Module, prompts: Tensor, reward, dtype: torch.dtype = torch.float64) -> list[Tensor]:
     """r(u, w): the reward of the response that action w ends, 0 where it does not end one:
-    float[batch V^q vocab+1] per level q (EOS ends a response everywhere, any token at q = L-1)."""
-    table = varlen.reward_table(policy, prompts, reward).to(dtype)  # float[batch n], `varlen` order
+    float[... batch V^q vocab+1] per level q (EOS ends a response everywhere, any token at q = L-1)."""
+    table = reward_table(policy, prompts, reward, dtype)  # float[... batch n]
     vocab, length = policy.vocab_size, policy.response_length
     blocks = list(table.split([vocab ** c for c in range(length + 1)], dim=-1))  # content length c = 0..L
     levels = []
     for q in range(length):
-        level = table.new_zeros(len(prompts), vocab ** q, vocab + 1)
+        level = table.new_zeros(*table.shape[:-1], vocab ** q, vocab + 1)
         level[..., vocab] = blocks[q]  # u, then EOS
         if q == length - 1:
-            level[..., :vocab] = blocks[length].view(len(prompts), vocab ** q, vocab)  # u w, truncated
+            level[..., :vocab] = blocks[length].unflatten(-1, (vocab ** q, vocab))  # u w, truncated
         levels.append(level)
     return levels
 
@@ -89,7 +98,8 @@ def _backward(levels: list[Tensor], terminal: list[Tensor], values: list[Tensor]
 def state_values(policy: nn.Module, prompts: Tensor, reward, dtype: torch.dtype = torch.float64) -> Tables:
     """V^pi at every state: float[... batch] (factorised: the prompt) or float[... batch V^q] per level q."""
     if not is_autoregressive(policy):
-        return varlen.expected_reward(policy, prompts, reward, dtype).detach()
+        probs = varlen.all_probs(policy, prompts, dtype).detach()
+        return (probs * reward_table(policy, prompts, reward, dtype)).sum(-1)
     levels = tree_levels(policy, prompts, dtype)
     q_values = _backward(levels, terminal_levels(policy, prompts, reward, dtype), None, 0.0)
     return [(level.exp() * table).sum(-1) for level, table in zip(levels, q_values)]
@@ -98,7 +108,7 @@ def state_values(policy: nn.Module, prompts: Tensor, reward, dtype: torch.dtype 
 def action_values(policy: nn.Module, prompts: Tensor, reward, dtype: torch.dtype = torch.float64) -> Tables:
     """Q^pi at every (state, action): float[batch n] (factorised: R(x, y)) or float[... batch V^q vocab+1] per level."""
     if not is_autoregressive(policy):
-        return varlen.reward_table(policy, prompts, reward).to(dtype)
+        return reward_table(policy, prompts, reward, dtype)
     levels = tree_levels(policy, prompts, dtype)
     return _backward(levels, terminal_levels(policy, prompts, reward, dtype), None, 0.0)
 
@@ -110,7 +120,7 @@ def gae_advantages_exact(policy: nn.Module, prompts: Tensor, reward, values: Tab
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lambda must lie in [0, 1], got {lam}")
     if not is_autoregressive(policy):
-        return varlen.reward_table(policy, prompts, reward).to(dtype) - values.to(dtype).unsqueeze(-1)
+        return reward_table(policy, prompts, reward, dtype) - values.to(dtype).unsqueeze(-1)
     levels = tree_levels(policy, prompts, dtype)
     return _backward(levels, terminal_levels(policy, prompts, reward, dtype), [v.to(dtype) for v in values], lam)
 

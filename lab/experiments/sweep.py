@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from lab.exact.stuck import Endings, judge_endings
+from lab.core.deltas import NEEDS_CRITIC, DeltaMode
 from lab.training.config import SHARED_FIELDS, ConfigError, TrainConfig
 from lab.experiments.intervals import Interval, mean_interval, wilson_interval
 from lab.training.records import Records
@@ -36,7 +37,17 @@ from tasks import OPTIMAL_TOLERANCE
 
 GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
                "loss_agg")
-"""TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option)."""
+"""TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option), each a column of its tables."""
+
+CRITIC_GRID_FIELDS = ("gae_lambda",)
+"""The critic's fields a sweep may vary (`--delta gae` points only); columns of its tables only when some run
+has a critic, so the tables of a sweep without one keep their columns."""
+
+
+def table_fields(configs: Sequence[TrainConfig]) -> tuple[str, ...]:
+    """The settings a sweep's tables list, one column each."""
+    has_critic = any(DeltaMode(c.delta) in NEEDS_CRITIC for c in configs)
+    return GRID_FIELDS + (CRITIC_GRID_FIELDS if has_critic else ())
 
 
 
@@ -45,12 +56,18 @@ def check_seeds(seeds: int) -> None:
         raise ConfigError(f"--seeds must be a positive integer, got {seeds}")
 
 
-def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int) -> list[TrainConfig]:
-    """Every combination of the grid's values (in the order given), each with seeds 0..seeds-1."""
+def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
+               critic: dict | None = None) -> list[TrainConfig]:
+    """Every combination of the grid's values (in the order given), each with seeds 0..seeds-1.
+
+    The critic's settings (`gae_lambda` in the grid, the fields of `critic` for every point) apply to
+    the `--delta gae` points only; a point of another delta keeps their defaults, and is kept once.
+    """
     check_seeds(seeds)
-    unknown = set(grid) - set(GRID_FIELDS)
+    unknown = set(grid) - set(GRID_FIELDS + CRITIC_GRID_FIELDS)
     if unknown:
-        raise ConfigError(f"cannot sweep over {', '.join(sorted(unknown))}; choose from: {', '.join(GRID_FIELDS)}")
+        raise ConfigError(f"cannot sweep over {', '.join(sorted(unknown))}; choose from: "
+                          f"{', '.join(GRID_FIELDS + CRITIC_GRID_FIELDS)}")
     names = list(grid)
     for name in names:
         values = list(grid[name])
@@ -59,8 +76,18 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int) -> list
         if len(set(values)) < len(values):
             shown = ", ".join(str(v.value if isinstance(v, Enum) else v) for v in values)
             raise ConfigError(f"{name} is given the same value twice: {shown}")
-    points = itertools.product(*(list(grid[n]) for n in names))
-    return [base.replace(**dict(zip(names, point)), seed=seed) for point in points for seed in range(seeds)]
+    points, seen = [], set()
+    for point in itertools.product(*(list(grid[n]) for n in names)):
+        settings = dict(zip(names, point))
+        if DeltaMode(settings.get("delta", base.delta)) in NEEDS_CRITIC:
+            settings.update(critic or {})
+        else:
+            settings.pop("gae_lambda", None)
+        key = tuple((n, settings[n]) for n in names if n in settings)
+        if key not in seen:
+            seen.add(key)
+            points.append(settings)
+    return [base.replace(**settings, seed=seed) for settings in points for seed in range(seeds)]
 
 
 def setting(config: TrainConfig, names: Sequence[str]) -> tuple:
@@ -93,13 +120,25 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
         return cat(lambda rec: np.pad(get(rec), ((0, 0), (0, width - get(rec).shape[1])),
                                       constant_values=np.nan))
 
+    def union(table) -> list[str]:  # a batch without a critic run has no critic metrics: NaN there
+        return list(dict.fromkeys(k for _, rec in parts for k in table(rec)))
+
+    def metric(table, name):
+        def get(rec):
+            values = table(rec)
+            if name in values:
+                return values[name]
+            return np.full((rec.num_runs, next(iter(values.values())).shape[1]), np.nan, dtype=np.float32)
+        return cat_padded(get)
+
     first = parts[0][1]
+    critics = [rec.parameters.get("critic") for _, rec in parts if rec.parameters.get("critic") is not None]
     return Records(
         configs=[parts[p][1].configs[r] for _, p, r in sorted(flat)],
         prompts=first.prompts,
         optimum=cat(lambda rec: rec.optimum),
-        step_metrics={k: cat_padded(lambda rec: rec.step_metrics[k]) for k in first.step_metrics},
-        epoch_metrics={k: cat_padded(lambda rec: rec.epoch_metrics[k]) for k in first.epoch_metrics},
+        step_metrics={k: metric(lambda rec: rec.step_metrics, k) for k in union(lambda rec: rec.step_metrics)},
+        epoch_metrics={k: metric(lambda rec: rec.epoch_metrics, k) for k in union(lambda rec: rec.epoch_metrics)},
         samples=[],
         state={k: torch.from_numpy(cat(lambda rec: rec.state[k].numpy())) for k in first.state},
         greedy_responses=cat(lambda rec: rec.greedy_responses),
@@ -107,6 +146,7 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
         exploration_exact=all(rec.exploration_exact for _, rec in parts),
         eos=first.eos,
         divergence=[parts[p][1].divergence[r] for _, p, r in sorted(flat)],
+        parameters={"policy": first.parameters.get("policy"), "critic": critics[0] if critics else None},
     )
 
 

@@ -44,8 +44,9 @@ def metrics_csv(records: Records, extra_columns: dict[str, list] | None = None) 
     `format_value`'s.
     """
     extra_columns = extra_columns or {}
+    critic_steps, critic_epochs = records.critic_columns()  # empty without a critic: the columns every run has
     header = io.StringIO()
-    csv.writer(header, lineterminator="\n").writerow([*extra_columns, *METRIC_COLUMNS])
+    csv.writer(header, lineterminator="\n").writerow([*extra_columns, *METRIC_COLUMNS, *critic_epochs, *critic_steps])
     lines = [header.getvalue()]
     total = next(iter(records.step_metrics.values())).shape[1]
     for run in range(records.num_runs):
@@ -53,9 +54,12 @@ def metrics_csv(records: Records, extra_columns: dict[str, list] | None = None) 
                          for v in (values[run] for values in extra_columns.values()))
         epoch, inner = np.divmod(np.arange(total), records.configs[run].steps)
         per_epoch = [_column_text(records.epoch_metrics[m][run]) for m in EPOCH_METRICS]
+        critic_epoch = [_column_text(records.epoch_metrics[m][run]) for m in critic_epochs]
         columns = [_column_text(epoch), _column_text(np.arange(total)), _column_text(inner),
                    *([text[e] for e in epoch.tolist()] for text in per_epoch),
-                   *(_column_text(records.step_metrics[m][run]) for m in STEP_METRICS)]
+                   *(_column_text(records.step_metrics[m][run]) for m in STEP_METRICS),
+                   *([text[e] for e in epoch.tolist()] for text in critic_epoch),
+                   *(_column_text(records.step_metrics[m][run]) for m in critic_steps)]
         lines.extend(prefix + ",".join(row) + "\n" for row in zip(*columns))
     return "".join(lines)
 

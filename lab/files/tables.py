@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from lab.files.temporaries import atomic_path
-from lab.training.records import EPOCH_METRICS, STEP_METRICS, Records
+from lab.training.records import EPOCH_METRICS, STEP_METRICS, Records, is_critic_metric
 
 SETTING_PREFIX = "config_"
 """A swept setting's column is this prefix + its `TrainConfig` field name."""
@@ -57,7 +57,7 @@ def step_table(records: Records, names: Sequence[str]):
     index = np.arange(total, dtype=np.int32)
     per_row = dict(epoch=np.tile(index // steps, runs), step=np.tile(index, runs),
                    inner_step=np.tile(index % steps, runs))
-    per_row.update({m: records.step_metrics[m].reshape(-1) for m in STEP_METRICS})
+    per_row.update({m: records.step_metrics[m].reshape(-1) for m in (*STEP_METRICS, *records.critic_columns()[0])})
     return _arrow_table(run_columns(records, names), total, per_row)
 
 
@@ -65,7 +65,7 @@ def epoch_table(records: Records, names: Sequence[str]):
     """The epoch table (a `pyarrow.Table`): rows run-major, then epoch."""
     runs, epochs = next(iter(records.epoch_metrics.values())).shape
     per_row = {"epoch": np.tile(np.arange(epochs, dtype=np.int32), runs)}
-    per_row.update({m: records.epoch_metrics[m].reshape(-1) for m in EPOCH_METRICS})
+    per_row.update({m: records.epoch_metrics[m].reshape(-1) for m in (*EPOCH_METRICS, *records.critic_columns()[1])})
     return _arrow_table(run_columns(records, names), epochs, per_row)
 
 
@@ -90,7 +90,7 @@ def _arrow_table(per_run: dict[str, np.ndarray], rows_per_run: int, per_row: dic
 def _write_parquet(table, path: Path) -> None:
     import pyarrow.parquet as pq
 
-    metrics = [n for n in table.column_names if n in STEP_METRICS or n in EPOCH_METRICS]
+    metrics = [n for n in table.column_names if n in STEP_METRICS or n in EPOCH_METRICS or is_critic_metric(n)]
     # measured floats rarely repeat: split their bytes for zstd instead of trying a dictionary
     pq.write_table(table, path, compression=PARQUET_COMPRESSION,
                    use_dictionary=[n for n in table.column_names if n not in metrics],
