@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from lab.exact.stuck import Endings, judge_endings
-from lab.core.deltas import NEEDS_CRITIC, DeltaMode
+from lab.core.deltas import NEEDS_CRITIC
 from lab.training.config import SHARED_FIELDS, ConfigError, TrainConfig
 from lab.experiments.intervals import Interval, mean_interval, wilson_interval
 from lab.training.records import Records
@@ -46,7 +46,7 @@ has a critic, so the tables of a sweep without one keep their columns."""
 
 def table_fields(configs: Sequence[TrainConfig]) -> tuple[str, ...]:
     """The settings a sweep's tables list, one column each."""
-    has_critic = any(DeltaMode(c.delta) in NEEDS_CRITIC for c in configs)
+    has_critic = any(c.delta in NEEDS_CRITIC for c in configs)
     return GRID_FIELDS + (CRITIC_GRID_FIELDS if has_critic else ())
 
 
@@ -79,7 +79,8 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
     points, seen = [], set()
     for point in itertools.product(*(list(grid[n]) for n in names)):
         settings = dict(zip(names, point))
-        if DeltaMode(settings.get("delta", base.delta)) in NEEDS_CRITIC:
+        delta = settings.get("delta", base.delta)  # a wrong name is the config's error to report
+        if getattr(delta, "value", delta) in {m.value for m in NEEDS_CRITIC}:
             settings.update(critic or {})
         else:
             settings.pop("gae_lambda", None)
