@@ -95,14 +95,26 @@ def _backward(levels: list[Tensor], terminal: list[Tensor], values: list[Tensor]
     return out
 
 
-def state_values(policy: nn.Module, prompts: Tensor, reward, dtype: torch.dtype = torch.float64) -> Tables:
-    """V^pi at every state: float[... batch] (factorised: the prompt) or float[... batch V^q] per level q."""
+def state_values(policy: nn.Module, prompts: Tensor, reward, dtype: torch.dtype = torch.float64,
+                 levels: list[Tensor] | None = None) -> Tables:
+    """V^pi at every state: float[... batch] (factorised: the prompt) or float[... batch V^q] per level q.
+    `levels` (`tree_levels`) may be passed when at hand."""
     if not is_autoregressive(policy):
-        probs = varlen.all_probs(policy, prompts, dtype).detach()
-        return (probs * reward_table(policy, prompts, reward, dtype)).sum(-1)
-    levels = tree_levels(policy, prompts, dtype)
+        return (factorised_probs(policy, prompts, dtype) * reward_table(policy, prompts, reward, dtype)).sum(-1)
+    levels = tree_levels(policy, prompts, dtype) if levels is None else levels
     q_values = _backward(levels, terminal_levels(policy, prompts, reward, dtype), None, 0.0)
     return [(level.exp() * table).sum(-1) for level, table in zip(levels, q_values)]
+
+
+@torch.no_grad()
+def factorised_probs(policy: nn.Module, prompts: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    """pi(y | x) of every response of the factorised policy (one policy or a stack): float[... batch n], from
+    its per-position log-softmaxes (the product over positions), in `lab.exact.enumeration` order."""
+    log_softmax = torch.log_softmax(policy(prompts).to(dtype), dim=-1)  # float[... batch pos vocab]
+    length = log_softmax.shape[-2]
+    responses = varlen.enumerate_responses(policy).to(prompts.device)  # int[n pos]
+    positions = torch.arange(length, device=prompts.device)
+    return log_softmax[..., positions, responses].sum(-1).exp()  # float[... batch n]
 
 
 def action_values(policy: nn.Module, prompts: Tensor, reward, dtype: torch.dtype = torch.float64) -> Tables:
@@ -125,12 +137,13 @@ def gae_advantages_exact(policy: nn.Module, prompts: Tensor, reward, values: Tab
     return _backward(levels, terminal_levels(policy, prompts, reward, dtype), [v.to(dtype) for v in values], lam)
 
 
-def visit_probs(policy: nn.Module, prompts: Tensor, dtype: torch.dtype = torch.float64) -> Tables:
+def visit_probs(policy: nn.Module, prompts: Tensor, dtype: torch.dtype = torch.float64,
+                levels: list[Tensor] | None = None) -> Tables:
     """P(s_t = u | x): the probability that a response reaches each state, float[... batch] (factorised: 1)
     or float[... batch V^q] per level q (the prefix u drawn with no EOS before it)."""
     if not is_autoregressive(policy):
         return torch.ones(len(prompts), dtype=dtype)
-    levels = tree_levels(policy, prompts, dtype)
+    levels = tree_levels(policy, prompts, dtype) if levels is None else levels
     vocab = levels[0].shape[-1] - 1
     weight, out = torch.ones_like(levels[0][..., 0]), []
     for level in levels:

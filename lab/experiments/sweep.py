@@ -110,6 +110,7 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
     """
     if len(parts) == 1 and list(parts[0][0]) == list(range(order)):  # one batch, in order: nothing to copy
         return dataclasses.replace(parts[0][1], samples=[])
+    # several batches: the critics' final states (`critic_state`) are not merged
     where = np.empty(order, dtype=int)
     flat = [(i, part, r) for part, (indices, _) in enumerate(parts) for r, i in enumerate(indices)]
     for position, (i, _, _) in enumerate(flat):

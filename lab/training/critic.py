@@ -88,7 +88,10 @@ class CriticRuns:
         if bool(self.whiten.any()):
             white = self.whiten.view(-1, 1, 1, 1)
             advantages = torch.where(white, masked_whiten(advantages, live), advantages)
-        self.responses, self.live, self.old, self.targets = responses, live, old, targets
+        # the steps' value loss: with one state per response (factorised), one position carries all of it
+        keep = slice(0, 1) if mask is None else slice(None)
+        self.responses, self.live = responses[..., keep], live[..., keep]
+        self.old, self.targets = old[..., keep], targets[..., keep]
         self.epoch_log["values_mean"].append((old * live).sum((-3, -2, -1)) / live.sum((-3, -2, -1)))
         self.epoch_log["vf_explained_var"].append(explained_variance(targets, old, live))
         self._exact_error()
@@ -103,13 +106,13 @@ class CriticRuns:
             self.by_position.append(nan.unsqueeze(-1).expand(runs, length))
             return
         policy, prompts = self.kind.policy, self.kind.prompts
-        truth = exact_values.state_values(policy, prompts, self.tables)
         tables = critic_error.critic_state_values(self.critic, policy, prompts)
-        if isinstance(truth, list):
-            visits = [v[self.runs] for v in exact_values.visit_probs(policy, prompts)]
-            truth = [t[self.runs] for t in truth]
-        else:
-            visits, truth = None, truth[self.runs]
+        if self.kind.eos is None:
+            visits, truth = None, exact_values.state_values(policy, prompts, self.tables)[self.runs]
+        else:  # the prefix tree once, for V^pi and the visits
+            levels = exact_values.tree_levels(policy, prompts)
+            truth = [t[self.runs] for t in exact_values.state_values(policy, prompts, self.tables, levels=levels)]
+            visits = [v[self.runs] for v in exact_values.visit_probs(policy, prompts, levels=levels)]
         error = critic_error.value_error_exact(policy, prompts, None, tables, truth=truth, visits=visits)
         self.epoch_log["value_error_exact"].append(error.total.float())
         self.by_position.append(error.by_position.float())
@@ -123,6 +126,11 @@ class CriticRuns:
         self.optimizer.step()
         self.step_log["vf_loss"].append(loss.detach())
         self.step_log["vf_clipfrac"].append(clipfrac)
+
+    def final_state(self) -> dict:
+        """The `Records` fields of the critics: their final parameters (cpu) and their runs."""
+        return dict(critic_state={name: p.detach().cpu().clone() for name, p in self.critic.named_parameters()},
+                    critic_runs=self.runs.tolist())
 
     def metrics(self, num_runs: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """(step metrics float[run step], epoch metrics float[run epoch]), NaN for the runs without a critic;

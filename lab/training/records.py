@@ -142,6 +142,10 @@ class Records:
     """the EOS token id of variable-length responses (None: fixed length)"""
     divergence: list = field(default_factory=list)
     """per run: None, or the `lab.training.divergence.Divergence` where it stopped (its later records are NaN)"""
+    critic_state: dict = field(default_factory=dict)
+    """`--delta gae`: the critics' final parameters, name -> float[critic-run ...] (cpu), for the runs
+    `critic_runs` in that order (a sweep of several batches keeps none)"""
+    critic_runs: list = field(default_factory=list)
     parameters: dict = field(default_factory=dict)
     """free parameters of one run's policy and, with `--delta gae`, of its critic (None without):
     {"policy": int, "critic": int | None}"""

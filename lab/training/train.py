@@ -136,6 +136,7 @@ def train(
     return records_of(configs, task.prompts, optimum, step_log, epoch_log, guard, policy, samples=history.samples,
                       greedy_responses=history.greedy[-1].cpu().numpy(), seconds=time.perf_counter() - start,
                       eos=kind.eos, exploration_exact=kind.exact, parameters=parameters,
+                      **({} if critic is None else critic.final_state()),
                       critic_log=None if critic is None else critic.metrics(len(configs)))
 
 
