@@ -146,7 +146,8 @@ def sweep(
     def build():
         check_threads(threads)
         sweeps.check_seeds(seeds)
-        if DeltaMode.gae not in grid["delta"] and (gae_lambda or any(v != getattr(DEFAULTS, k) for k, v in critic.items())):
+        critic_given = gae_lambda or any(v != getattr(DEFAULTS, k) for k, v in critic.items())
+        if DeltaMode.gae not in grid["delta"] and critic_given:
             raise ConfigError("the critic's options (--gae-lambda, --critic-lr, ...) apply to --delta gae only; "
                               "add --delta gae")
         points = sweeps.build_grid(make_base(), grid, 1, critic)  # one config per grid point: sized before seeds multiply it

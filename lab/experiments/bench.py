@@ -152,7 +152,8 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
         result = BenchResult(threads, config, min(lecture_seconds.values()), {},
                              lecture_seconds_by_threads=dict(lecture_seconds))
         lecture = result.lecture_seconds_per_run
-        cases = [(d, p, None) for d in devices for p in policies] + [(d, "factorized", "gae") for d in devices if critic]
+        cases = ([(d, p, None) for d in devices for p in policies]
+                 + [(d, "factorized", "gae") for d in devices if critic])
         for name, policy, delta in cases:
             device, setting = torch.device(name), config.replace(policy=policy, **({"delta": delta} if delta else {}))
             warm_runs = [setting.replace(seed=s, epochs=warm.epochs) for s in range(max(sizes))]
@@ -187,7 +188,8 @@ def bench_report(result: BenchResult) -> str:
         lines.append(f"lab, one run alone on {device}: {seconds:.3f} s "
                      f"({result.lecture_seconds_per_run / seconds:.2f}x the lecture loop)")
     header = ("device", "R", "seconds", "runs/s", "x one-at-a-time", "x lecture loop")
-    table = [header] + [(row_label(r.device, r.policy, r.delta), str(r.runs), f"{r.seconds:.3f}", f"{r.runs_per_second:.1f}",
+    table = [header] + [(row_label(r.device, r.policy, r.delta), str(r.runs), f"{r.seconds:.3f}",
+                         f"{r.runs_per_second:.1f}",
                          f"{r.speedup_vs_one_at_a_time:.1f}", f"{r.speedup_vs_lecture:.1f}") for r in result.rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in table]

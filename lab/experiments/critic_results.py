@@ -111,7 +111,8 @@ def variances(runs: CriticRuns) -> dict[int, np.ndarray]:
 def _raw_variance_at_end(records: Records, run: int) -> float:
     config, prompts = records.configs[run], torch.as_tensor(records.prompts)
     policy = policy_from_state(records.state, run)
-    return float(critic_moments.group_moments(policy, prompts, config.reward, "raw", config.group_size).trace_cov.mean())
+    raw = critic_moments.group_moments(policy, prompts, config.reward, "raw", config.group_size)
+    return float(raw.trace_cov.mean())
 
 
 def _verdict(interval, above: bool) -> str:
