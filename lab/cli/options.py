@@ -25,7 +25,8 @@ Reward = Enum("Reward", {name.replace("-", "_"): name for name in sorting.REWARD
 
 # Options shared by the commands that train. Defaults are the lecture's (TrainConfig).
 DeltaOpt = Annotated[DeltaMode, typer.Option(help="rewards -> deltas: raw, minus the group mean, "
-                                                  "also / group std, group max only, leave-one-out")]
+                                                  "also / group std, group max only, leave-one-out; or gae: "
+                                                  "a learned critic's GAE advantages per token (PPO)")]
 LossOpt = Annotated[TrainingLoss, typer.Option(help="surrogate loss: naive log-prob * delta, ratio * delta, "
                                                     "PPO-style clipped ratio; or dpo: DPO on preference pairs, "
                                                     "beta = --kl (> 0), reference frozen at the initial policy")]
@@ -69,6 +70,14 @@ LossAggOpt = Annotated[LossAgg, typer.Option(help="how per-token losses are aver
 DeviceOpt = Annotated[Device, typer.Option(help="auto takes CUDA when present")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="replace an existing output folder")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="no progress bar and no summary line")]
+CriticLrOpt = Annotated[float | None, typer.Option(help="--delta gae: the critic's Adam learning rate "
+                                                        "(default: --lr)")]
+GaeLambdaOpt = Annotated[float, typer.Option(help="--delta gae: GAE's lambda in [0, 1] (gamma = 1; verl's lam)")]
+CliprangeValueOpt = Annotated[float, typer.Option(help="--delta gae: how far a value may move from the one its "
+                                                       "targets were made with (verl's cliprange_value)")]
+CriticWarmupOpt = Annotated[int, typer.Option(help="--delta gae: first epochs that train only the critic")]
+WhitenOpt = Annotated[bool, typer.Option("--whiten-advantages/--no-whiten-advantages",
+                                         help="--delta gae: whiten the advantages over the batch, as verl and TRL")]
 
 
 # `lab sweep`: the grid options repeat (--delta raw --delta centered); one value each by default,
@@ -101,6 +110,9 @@ PreferencesOpt = Annotated[list[Preference] | None, typer.Option("--preference",
                                                                  "preference models to sweep [default: argmax]")]
 DPOLossesOpt = Annotated[list[DPOLoss] | None, typer.Option("--dpo-loss", help="repeatable, --loss dpo: DPO "
                                                             "losses to sweep [default: sigmoid]")]
+GaeLambdasOpt = Annotated[list[float] | None, typer.Option("--gae-lambda", help="repeatable: GAE lambdas to "
+                                                            "sweep (the --delta gae points only)",
+                                                            show_default=str(_RUN.gae_lambda))]
 GroupsOpt = Annotated[list[int] | None, typer.Option("--group-size", help="repeatable: group sizes G "
                                                      "(each G trains as its own batch)",
                                                      show_default=str(_RUN.group_size))]
@@ -185,6 +197,7 @@ CLI_NAMES = {
     "kl (beta)": "--kl (beta)",
 }
 FIELD_NAMES = ("group_size", "clip_eps", "kl_period", "init_scale", "entropy_coef", "max_length", "loss_agg",
+               "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages",
                "epochs", "steps", "lr", "dim", "seed", "delta", "loss",
                "reward", "kl", "pairs_per_prompt", "dpo_loss")
 """TrainConfig fields that are `lab run` options (underscores become dashes)."""

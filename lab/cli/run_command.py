@@ -11,6 +11,11 @@ import typer
 from lab.cli.application import DEFAULTS, app
 from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
+    CliprangeValueOpt,
+    CriticLrOpt,
+    CriticWarmupOpt,
+    GaeLambdaOpt,
+    WhitenOpt,
     PROMPT_DEFAULTS,
     ClipOpt,
     DeltaOpt,
@@ -87,6 +92,11 @@ def run(
     pairs_per_prompt: PairsPerPromptOpt = None,
     preference: PreferenceOpt = None,
     dpo_loss: DPOLossOpt = None,
+    critic_lr: CriticLrOpt = DEFAULTS.critic_lr,
+    gae_lambda: GaeLambdaOpt = DEFAULTS.gae_lambda,
+    cliprange_value: CliprangeValueOpt = DEFAULTS.cliprange_value,
+    critic_warmup: CriticWarmupOpt = DEFAULTS.critic_warmup,
+    whiten_advantages: WhitenOpt = DEFAULTS.whiten_advantages,
     clip_eps: ClipOpt = DEFAULTS.clip_eps,
     epochs: EpochsOpt = DEFAULTS.epochs,
     steps: StepsOpt = DEFAULTS.steps,
@@ -123,7 +133,9 @@ def run(
                              dim=dim, reward=reward.value, delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
                              kl_period=kl_period, init_scale=init_scale, entropy_coef=entropy_coef,
                              policy=policy, max_length=max_length, loss_agg=loss_agg, pairs=pairs,
-                             pairs_per_prompt=pairs_per_prompt, preference=preference, dpo_loss=dpo_loss)
+                             pairs_per_prompt=pairs_per_prompt, preference=preference, dpo_loss=dpo_loss,
+                             critic_lr=critic_lr, gae_lambda=gae_lambda, cliprange_value=cliprange_value,
+                             critic_warmup=critic_warmup, whiten_advantages=whiten_advantages)
         return [config], 1, lambda: default_run_name(config, options)
 
     job = prepare("run", build, options, device, out, force, quiet)
@@ -149,7 +161,7 @@ def run(
 
     def write(tmp: Path) -> None:
         write_json_atomic(tmp / "config.json", {
-            **config_header("run", job), "config": config.to_dict(),
+            **config_header("run", job), "config": config.to_dict(), "parameters": records.parameters,
             "rerun": rerun_command(config, options, job.device)})
         write_text_atomic(tmp / "metrics.csv", metrics_csv(records))
         write_text_atomic(tmp / "samples.txt", samples_text(records))
@@ -171,11 +183,13 @@ def run(
 def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.device) -> str:
     """A `lab run` command line that reproduces this run exactly."""
     settings = {k: v for k, v in config.to_dict().items() if k in RUN_OPTIONS and v is not None}
-    args = [f"--{k.replace('_', '-')} {v}" for k, v in {**settings, **prompt_options}.items() if k != "prompts"]
+    args = [(f"--{'' if v else 'no-'}{k.replace('_', '-')}" if isinstance(v, bool) else f"--{k.replace('_', '-')} {v}")
+            for k, v in {**settings, **prompt_options}.items() if k != "prompts"]
     return f"lab run --prompts '{prompt_options['prompts']}' " + " ".join(args) + f" --device {device.type}"
 
 
 RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "clip_eps", "epochs", "steps", "group_size",
                "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg",
-               "pairs", "pairs_per_prompt", "preference", "dpo_loss")
+               "pairs", "pairs_per_prompt", "preference", "dpo_loss",
+               "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages")
 """TrainConfig fields that `lab run` exposes as options."""

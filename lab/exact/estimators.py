@@ -35,7 +35,7 @@ import torch
 from einops import einsum
 from torch import Tensor, nn
 
-from lab.core.deltas import DeltaMode, compute_deltas, parse_mode
+from lab.core.deltas import NEEDS_CRITIC, DeltaMode, compute_deltas, parse_mode
 from lab.exact.enumeration import ExactLimits, LIMITS, Reward, all_probs, all_responses, reward_table, score_matrix
 
 
@@ -165,6 +165,9 @@ def delta_moments(probs: Tensor, rewards: Tensor, mode: DeltaMode | str, group_s
     mode, method = parse_mode(mode), resolve_method(mode, method)
     if group_size < 1:
         raise ValueError(f"group size must be >= 1, got {group_size}")
+    if mode in NEEDS_CRITIC:
+        raise ValueError(f"delta mode {mode.value!r} takes its advantages from a learned critic, not from the "
+                         "rewards; its exact moments are lab.exact.critic_moments.gae_moments")
     compute_deltas(torch.zeros(group_size), mode)  # the lab's own check: G = 1 has no baseline
     if method is Method.closed:
         if mode not in LINEAR_COEFFICIENTS:

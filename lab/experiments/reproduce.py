@@ -34,6 +34,7 @@ LECTURE = TrainConfig()
 
 LECTURE_SEED = 5
 LENGTH_FIGURE = "length_bias.png"
+CRITIC_FIGURE = "critic.png"
 SEEDS = 20
 KL_WEIGHTS = (0.0, 0.01, 0.1, 1.0)
 """beta values of the KL experiments (0 = no penalty, the reference is still tracked)."""
@@ -92,6 +93,8 @@ class Reproduction:
     """the length-bias experiment's runs (autoregressive policy: other shapes, so its own records)"""
     length_groups: list[list[int]] = field(default_factory=list)
     """per `lab.experiments.length_bias.SETTINGS` entry, its run indices in `length`"""
+    critic: object = None
+    """the critic experiment's runs (`lab.experiments.critic_results.CriticRuns`: one batch per setting)"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -106,9 +109,11 @@ def config_of(overrides: dict, seed: int, base: TrainConfig = LECTURE) -> TrainC
 
 def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: torch.device | str = "cpu",
                      progress: Callable[[int, int], None] | None = None,
-                     experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True) -> Reproduction:
+                     experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
+                     critic: bool = True) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
-    length-bias experiment (`lab.experiments.length_bias`) as its own batch. `progress` counts both: 2 x epochs."""
+    length-bias experiment (`lab.experiments.length_bias`) as its own batch, then the critic experiment
+    (`lab.experiments.critic_results`), a batch per setting. `progress` counts them all: `progress_epochs()`."""
     configs: list[TrainConfig] = []
     index: dict[TrainConfig, int] = {}
     runs, lecture_runs = {}, {}
@@ -132,7 +137,19 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         length_runs, reproduction.length_groups = length_configs(seeds, base)
         later = None if progress is None else lambda done, total: progress(base.epochs + done, 2 * base.epochs)
         reproduction.length = run_sweep(make_task(), length_runs, device=device, progress=later)
+    if critic:
+        from lab.experiments.critic_results import run_critic_experiment
+
+        later = None if progress is None else lambda done, _: progress(2 * base.epochs + done, progress_epochs(base))
+        reproduction.critic = run_critic_experiment(seeds, base, device, later)
     return reproduction
+
+
+def progress_epochs(base: TrainConfig = LECTURE) -> int:
+    """Epochs `run_reproduction` reports progress over: the main batch, the length bias, each critic setting."""
+    from lab.experiments.critic_results import SETTINGS
+
+    return (2 + len(SETTINGS)) * base.epochs
 
 
 def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]:
@@ -140,7 +157,7 @@ def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]
     from lab.experiments.exploration_results import FIGURES
 
     return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
-            LENGTH_FIGURE, "RESULTS.md"]
+            LENGTH_FIGURE, CRITIC_FIGURE, "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,
@@ -182,6 +199,12 @@ def write_figures(reproduction: Reproduction, out: Path,
         paths.append(figures.plot_length_bias(
             reproduction.length, SETTINGS, reproduction.length_groups, Path(out) / LENGTH_FIGURE,
             f"Length of sampled responses, autoregressive policy; {reproduction.seeds} seeds, mean over seeds"))
+    if reproduction.critic is not None:
+        from lab.experiments.critic_figures import plot_critic
+
+        paths.append(plot_critic(reproduction.critic, Path(out) / CRITIC_FIGURE,
+                                 f"PPO's learned critic (gae) against GRPO's group baseline; {reproduction.seeds} "
+                                 "seeds, mean and 95% t-band; inset: late exact error by position"))
     results = Path(out) / "RESULTS.md"
     write_text_atomic(results, results_markdown(reproduction, experiments, analysis))
     return [*paths, results]

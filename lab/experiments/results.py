@@ -266,4 +266,9 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
         out += ["", "## Variable length: does 1/|o| lengthen wrong responses? (Dr. GRPO)", "",
                 "![length_bias](length_bias.png)", ""]
         out += length_bias_markdown(reproduction.length, reproduction.length_groups)
+    if reproduction.critic is not None:
+        from lab.experiments.critic_results import critic_markdown
+
+        out += ["", "## The critic GRPO removes: PPO's GAE against the group baseline", "", "![critic](critic.png)",
+                "", *critic_markdown(reproduction.critic)]
     return "\n".join(out) + "\n"

@@ -118,6 +118,18 @@ class TrainConfig:
     optimum_metrics: bool = False
     """record the exact distance to the KL-regularised optimum pi* each epoch (kl_to_optimum, objective_exact,
     objective_gap: lab.exact.optimum, beta = `kl`, pi_ref = the initial policy); always on for DPO"""
+    critic_lr: float | None = None
+    """`--delta gae` only: the critic's Adam learning rate (verl `critic.optim.lr`); None = the policy's lr"""
+    gae_lambda: float = 1.0
+    """`--delta gae` only: GAE's lambda in [0, 1], gamma = 1 (verl `algorithm.lam`, default 1.0; TRL `lam`)"""
+    cliprange_value: float = 0.5
+    """`--delta gae` only: how far a value prediction may move from the one its targets were made with before
+    the value loss stops rewarding the move (verl `critic.cliprange_value`, 0.5; TRL `cliprange_value`, 0.2)"""
+    critic_warmup: int = 0
+    """`--delta gae` only: the first this many epochs train the critic alone (verl `trainer.critic_warmup`)"""
+    whiten_advantages: bool = False
+    """`--delta gae` only: whiten the advantages over each run's batch of tokens, (A - mean) / std, as verl's
+    `masked_whiten` and TRL's PPO do; off by default, so the expected update is the unbiased one of claim 23"""
 
     def __post_init__(self) -> None:
         for name, enum in (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind),
@@ -157,6 +169,7 @@ class TrainConfig:
             if self.policy is PolicyKind.factorized:
                 raise ConfigError("max_length applies to the autoregressive policy only (the factorised one "
                                   "answers with exactly the prompt's length); add --policy autoregressive")
+        self._check_critic()
         if self.delta in NEEDS_GROUP and self.group_size < 2:
             raise ConfigError(f"delta {self.delta.value!r} needs group_size >= 2 (a group of one has no "
                               f"baseline), got {self.group_size}; use raw or max for G = 1")
@@ -189,10 +202,34 @@ class TrainConfig:
         if self.entropy_coef > 0:
             raise ConfigError("--entropy-coef applies to the policy-gradient losses; use --entropy-coef 0 with "
                               "--loss dpo")
+        if self.delta is DeltaMode.gae:
+            raise ConfigError("--loss dpo uses no advantages, so --delta gae (a learned critic) has nothing to do; "
+                              "drop --delta gae or use a policy-gradient --loss")
 
     @property
     def is_dpo(self) -> bool:
         return self.loss is TrainingLoss.dpo
+
+    def _check_critic(self) -> None:
+        """The critic's options: valid numbers, and only with `--delta gae` (they would do nothing else)."""
+        if self.critic_lr is not None and not 0 < self.critic_lr < math.inf:
+            raise ConfigError(f"critic_lr must be > 0 and finite, got {self.critic_lr!r}")
+        if not 0 <= self.gae_lambda <= 1:
+            raise ConfigError(f"gae_lambda must lie in [0, 1], got {self.gae_lambda!r}")
+        if not 0 < self.cliprange_value < math.inf:
+            raise ConfigError(f"cliprange_value must be > 0 and finite, got {self.cliprange_value!r}")
+        if isinstance(self.critic_warmup, bool) or not isinstance(self.critic_warmup, int) or \
+                not 0 <= self.critic_warmup < self.epochs:
+            raise ConfigError(f"critic_warmup must be an integer from 0 to epochs - 1 = {self.epochs - 1}, "
+                              f"got {self.critic_warmup!r}")
+        if self.delta is not DeltaMode.gae:
+            changed = [f.name for f in dataclasses.fields(self) if f.name in CRITIC_FIELDS
+                       and getattr(self, f.name) != f.default]
+            if changed and self.is_dpo:
+                raise ConfigError(f"{changed[0]} applies to the learned critic of --delta gae, which --loss dpo "
+                                  "does not use")
+            if changed:
+                raise ConfigError(f"{changed[0]} applies to the learned critic only; add --delta gae")
 
     def to_dict(self) -> dict:
         return {f.name: (v.value if isinstance(v, Enum) else list(v) if isinstance(v, tuple) else v)
@@ -214,9 +251,12 @@ DPO_DEFAULTS = {"pairs": Pairs.online, "pairs_per_prompt": 16, "preference": Pre
                 "dpo_loss": DPOLoss.sigmoid}
 """The DPO settings a --loss dpo run takes when not given (None for the other losses)."""
 
+CRITIC_FIELDS = ("critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages")
+"""The critic's settings (`--delta gae` only)."""
+
 SHARED_FIELDS = ("epochs", "steps", "group_size", "dim", "kl_period", "std_eps", "std_unbiased",
                  "adam_betas", "adam_eps", "sample_every", "policy", "max_length", "pairs", "pairs_per_prompt",
-                 "optimum_metrics")
+                 "optimum_metrics", "critic_warmup")
 """Fields that must be equal across the runs of one batched computation."""
 
 PER_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in SHARED_FIELDS)

@@ -10,7 +10,7 @@ the same responses; every J_beta and KL is a finite sum in float64.
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from proof_tools import TOL, close
+from tests.proofs.proof_tools import TOL, close
 
 from lab.exact import optimum as O
 from lab.exact import varlen

@@ -12,7 +12,7 @@ autoregressive one), autograd against the closed form; pi* from `lab.exact.optim
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from proof_tools import TOL, close
+from tests.proofs.proof_tools import TOL, close
 
 import lab.policies as P
 from lab.core.dpo import dpo_loss

@@ -19,7 +19,7 @@ sigmoid loss is convex in theta, so a stationary point is a global minimiser.
 import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from proof_tools import TOL, close
+from tests.proofs.proof_tools import TOL, close
 
 from lab.exact import optimum as O
 from lab.exact import varlen

@@ -4,6 +4,7 @@ At an epoch's first step of the first epoch the policy is its own reference, so 
 h = 0: the sigmoid loss is exactly log 2 and the IPO loss (1/(2 beta))^2, and every implicit reward is 0.
 """
 
+import csv
 import math
 
 import numpy as np
@@ -76,6 +77,8 @@ def test_online_dpo_with_a_small_beta_ends_closer_to_pi_star():
     (["--loss", "dpo", "--kl", "0.1", "--dpo-loss", "hinge"], "ipo"),
     (["--pairs", "offline"], "--loss dpo only"),
     (["--loss", "dpo", "--kl", "0.1", "--pairs-per-prompt", "4"], "--pairs offline only"),
+    (["--loss", "dpo", "--kl", "0.1", "--delta", "gae"], "--delta gae"),
+    (["--loss", "dpo", "--kl", "0.1", "--gae-lambda", "0.5"], "--loss dpo does not use"),
 ])
 def test_bad_dpo_options_exit_2_with_one_line(tmp_path, args, words):
     result = CliRunner().invoke(app, ["run", *args, "--quiet", "--device", "cpu", "--out", str(tmp_path / "o")])
@@ -91,6 +94,13 @@ def test_lab_run_writes_the_dpo_columns_and_lab_sweep_runs_both_pair_sources(tmp
     assert result.exit_code == 0, result.output
     header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert set(DPO_STEP_METRICS) | set(OPTIMUM_METRICS) <= set(header)
+    # every value sits under its own name: the gap is beta times the KL to pi*, the DPO loss is its pg_loss
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        assert float(row["objective_gap"]) == pytest.approx(0.1 * float(row["kl_to_optimum"]), rel=1e-5)
+        assert row["loss"] == row["pg_loss"] and 0 <= float(row["pair_fraction"]) <= 1
+    assert float(rows[0]["loss"]) == pytest.approx(math.log(2.0), rel=1e-6)  # h = 0 at the first step
     result = runner.invoke(app, ["sweep", "--loss", "dpo", "--kl", "0.1", "--pairs", "online", "--pairs", "offline",
                                  "--pairs-per-prompt", "4", "--seeds", "2", "--epochs", "3", "--steps", "2",
                                  "--format", "csv", "--quiet", "--device", "cpu", "--out", str(tmp_path / "sweep")])
