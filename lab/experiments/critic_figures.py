@@ -37,7 +37,7 @@ def plot_critic(runs: CriticRuns, path: Path, title: str) -> Path:
         axes[row, 1].set_yscale("log")
         for ax in axes[row]:
             ax.set_xlabel("optimizer step", fontsize=8)
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, loc="lower left" if ax is axes[1, 1] else "best")
     inset = axes[1, 1].inset_axes([0.55, 0.55, 0.42, 0.4])
     for i, overrides, records in [(i, o, r) for i, (o, r) in enumerate(zip(SETTINGS, runs.records))
                                   if o.get("policy") == "autoregressive" and o["delta"] == "gae"]:

@@ -178,4 +178,14 @@ def _verdicts(runs: CriticRuns, var: dict[int, np.ndarray]) -> list[str]:
                 f"**{'holds' if inside else 'does not hold' if outside else 'inconclusive'}** |")
     return rows + ["", f"Beside it, at the end, tr Cov per prompt x G (the variance per sample): GRPO centered "
                    f"{per_sample[0]:.2f}, gae {per_sample[1]:.2f}; seconds per epoch in the table above (one CPU, "
-                   "shared; the critic's exact error is computed every epoch and counted in)."]
+                   "shared; the critic's exact error is computed every epoch and counted in).", "",
+                   "Each setting's seeds train as one batch, the lecture's schedule otherwise (100 epochs x 10 steps, "
+                   "Adam lr 1e-3 for the policy and the critic, naive loss, inclusion-ordering). gae: the critic of "
+                   "`lab/policies/critic.py`, GAE with gamma = 1, advantages not whitened, value clip 0.5; on the "
+                   "factorised policy lambda does not matter (one state per response). tr Cov[g] is exact "
+                   "(`lab/exact/critic_moments.py`) for each run's own estimator, summed over tokens, per prompt "
+                   "and averaged over prompts and seeds: the group estimator for GRPO, the GAE estimator with the "
+                   "run's critic for gae (at the start every critic is 0, so it is the estimator without a "
+                   "baseline); not computed for the autoregressive policy (3,906 responses per prompt). Verdict "
+                   "rules: the docstring of `lab/experiments/critic_results.py`; the exact statements behind them: "
+                   "claims 22-25 in `docs/claims.md`."]
