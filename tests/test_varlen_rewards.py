@@ -37,6 +37,7 @@ HAND = {
     "distance": [3.0, 2.0, 2.0, 1.0, 0.0],
     "inclusion-ordering": [5.0, 3.0, 4.0, 3.0, 0.0],
     "blended": [4.0, 2.5, 3.0, 2.0, 0.0],
+    "exact-match": [1.0, 0.0, 0.0, 0.0, 0.0],  # only sorted(x) + EOS: short, long and truncated score 0
 }
 
 
