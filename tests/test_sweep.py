@@ -163,10 +163,13 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     def verdicts(part: str) -> list[str]:
         return [line.rsplit("**", 2)[-2] for line in part.splitlines() if line.endswith("** |")]
     assert len(verdicts(lecture_part)) == 6 and set(verdicts(lecture_part)) <= {"holds", "does not hold", "inconclusive", "partly"}
-    assert len(verdicts(exploration_part)) == 14
+    assert len(verdicts(exploration_part)) == 16
     assert set(verdicts(exploration_part)) <= {"holds", "does not hold", "inconclusive"}
-    assert len(verdicts(length_part)) == 2 and set(verdicts(length_part)) <= {"holds", "does not hold", "inconclusive"}
-    assert "1/\\|o\\| normalisation lengthens wrong responses (centered deltas)" in text
+    from lab.experiments.length_bias import SETTINGS
+
+    assert len(verdicts(length_part)) == len(SETTINGS)
+    assert {v.split(",")[0] for v in verdicts(length_part)} <= {"lengthens", "shortens", "no difference seen"}
+    assert "paired t" in length_part and "0/1 reward (Dr. GRPO's setting)" in length_part
     raw = reproduction.runs["lecture_deltas", 0]
     assert mean_interval(reproduction.records.final("mean_reward")[raw]).text(3) in text
     assert len(set(reproduction.runs["baselines", 1]) & set(reproduction.runs["lecture_deltas", 1])) == 6  # trained once

@@ -261,9 +261,7 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
 
         out += ["", *exploration_markdown(exploration)]
     if reproduction.length is not None:
-        from lab.experiments.length_bias import length_bias_markdown
+        from lab.experiments.length_section import length_section
 
-        out += ["", "## Variable length: does 1/|o| lengthen wrong responses? (Dr. GRPO)", "",
-                "![length_bias](length_bias.png)", ""]
-        out += length_bias_markdown(reproduction.length, reproduction.length_groups)
+        out += ["", *length_section(reproduction)]
     return "\n".join(out) + "\n"
