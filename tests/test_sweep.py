@@ -159,11 +159,15 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     text = (tmp_path / "RESULTS.md").read_text()
     lecture_part, exploration_part = text.split("## Exploration", 1)
     exploration_part, length_part = exploration_part.split("## Variable length", 1)
+    exploration_part = exploration_part.split("## Reproducing a number", 1)[0]
 
     def verdicts(part: str) -> list[str]:
         return [line.rsplit("**", 2)[-2] for line in part.splitlines() if line.endswith("** |")]
     assert len(verdicts(lecture_part)) == 6 and set(verdicts(lecture_part)) <= {"holds", "does not hold", "inconclusive", "partly"}
-    assert len(verdicts(exploration_part)) == 16
+    from lab.experiments.controls import LR_CONTROL
+
+    assert len(verdicts(exploration_part)) == 16 + len(LR_CONTROL)
+    assert "## Reproducing a number: the batch a run shares" in text
     assert set(verdicts(exploration_part)) <= {"holds", "does not hold", "inconclusive"}
     from lab.experiments.length_bias import SETTINGS
 

@@ -185,10 +185,10 @@ def loss_share_rows(analysis: dict) -> list[str]:
 
 
 def lr_rows(analysis: dict) -> list[str]:
-    """The learning-rate control: success at other learning rates (and epochs) per init scale."""
+    """The learning-rate control (lab.experiments.controls): success at other learning rates and epochs."""
     rows = []
     for (scale, lr, epochs), interval in analysis.get("lr_control", {}).items():
-        rows.append(_row(f"Learning rate is not the explanation: init scale {scale:g}, lr {lr:g}, {epochs} epochs "
-                         "(centered, clipped).", "success above 1/2 (Wilson) sorts; below does not", _pct(interval),
-                         "sorts" if interval.low > 0.5 else "does not sort" if interval.high < 0.5 else "inconclusive"))
+        rows.append(_row(f"Learning-rate control: centered GRPO (clipped loss) sorts at init scale {scale:g} with "
+                         f"lr {lr:g} for {epochs} epochs.", "success above 1/2 (Wilson)", _pct(interval),
+                         "holds" if interval.low > 0.5 else "does not hold" if interval.high < 0.5 else "inconclusive"))
     return rows

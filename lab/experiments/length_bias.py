@@ -138,7 +138,7 @@ def length_bias_markdown(records: dict[str, Records], pairs, slopes: dict[str, n
         if not keep.any():
             continue
         a, b = a[keep].mean(0), b[keep].mean(0)
-        text = lambda f: ", ".join(f"{f[e]:.2f}" for e in (0, EARLY_EPOCHS, -1))  # noqa: E731
+        text = lambda f: ", ".join(f"{f[e]:.2f}" for e in (0, min(EARLY_EPOCHS, len(f) - 1), -1))  # noqa: E731
         lines.append(f"| {setting.label} | {int(keep.sum())} | {text(a)} | {text(b)} | {a[-1] - b[-1]:+.2f} |")
     return lines
 

@@ -95,6 +95,10 @@ class Reproduction:
     """per `lab.experiments.length_bias.SETTINGS` entry, its (1/|o| runs, C runs) in its task's records"""
     length_exact: tuple[dict, dict] | None = None
     """(slopes, flows) of `lab.experiments.length_bias.exact_numbers`"""
+    lr_control: dict | None = None
+    """`lab.experiments.controls.lr_success`"""
+    batch_effect: dict | None = None
+    """`lab.experiments.controls.batch_effect`"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -109,7 +113,8 @@ def config_of(overrides: dict, seed: int, base: TrainConfig = LECTURE) -> TrainC
 
 def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: torch.device | str = "cpu",
                      progress: Callable[[int, int], None] | None = None,
-                     experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True) -> Reproduction:
+                     experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
+                     controls: bool = True) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
     length-bias experiment (`lab.experiments.length_bias`) as its own batch. `progress` counts both: 2 x epochs."""
     configs: list[TrainConfig] = []
@@ -129,6 +134,11 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                 sampler=Sampler.multinomial)))
     records = run_sweep(make_task(), configs, device=device, progress=progress)
     reproduction = Reproduction(records, seeds, runs, lecture_runs)
+    if controls and any(e.exploration for e in experiments):  # the learning-rate control, the batch effect
+        from lab.experiments import controls as c
+
+        reproduction.lr_control = c.lr_success(make_task(), seeds, base, device)
+        reproduction.batch_effect = c.batch_effect(make_task(), reproduction, base, device)
     if length_bias:  # its own batches (other shapes), then its exact numbers (lab.experiments.length_oracle)
         from lab.experiments import length_bias as lb
 
@@ -238,11 +248,11 @@ def exploration_analysis(reproduction: Reproduction, experiment: Experiment, ks:
                                                     records.epoch_metrics["mean_reward"][runs[xr._key(s)]])
                      for s in fit_settings},
         loss_share={"naive_success": solved[naive], "clipped_success": solved[clipped],
-                    "naive_entropy": entropy[naive, checks.EARLY_EPOCH],
-                    "clipped_entropy": entropy[clipped, checks.EARLY_EPOCH]},
+                    "naive_entropy": entropy[naive, min(checks.EARLY_EPOCH, entropy.shape[1] - 1)],
+                    "clipped_entropy": entropy[clipped, min(checks.EARLY_EPOCH, entropy.shape[1] - 1)]},
         records=records, seeds=reproduction.seeds, runs=runs, grid=grid,
         bonus=[s for s in settings if "entropy_coef" in s],
-        initial_hit=hit,
+        initial_hit=hit, lr_control=reproduction.lr_control or {},
         ks=ks or xr.KS,
         at_k={xr._key(s): xr.at_k_curves(records, runs[xr._key(s)], prompts, reward, ks or xr.KS)
               for s in (xr.STUCK, xr.EXPLORING)},

@@ -260,6 +260,10 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
         from lab.experiments.exploration_results import exploration_markdown
 
         out += ["", *exploration_markdown(exploration)]
+    if reproduction.batch_effect is not None:
+        from lab.experiments.controls import batch_effect_lines
+
+        out += ["", *batch_effect_lines(reproduction.batch_effect)]
     if reproduction.length is not None:
         from lab.experiments.length_section import length_section
 
