@@ -60,7 +60,8 @@ from lab.exercises import check
 from lab.experiments.figures import mean_band
 from lab.experiments.intervals import mean_interval
 from lab.core.kl import ESTIMATORS, KLEstimator
-from lab.policies.factorized import Policy, policy_from_state
+from lab.policies.factorized import Policy
+from lab.policies import policy_from_state
 from lab.policies.sampling import response_log_probs, sample_responses
 from lab.experiments.sweep import build_grid, run_sweep
 from tasks.sorting import make_task

@@ -51,7 +51,8 @@ from lab.exercises import check
 from lab.experiments.figures import draw_curves, mean_band
 from lab.experiments.intervals import difference_interval, mean_interval, t_quantile
 from lab.core.kl import freeze, kl_estimate, reference_due
-from lab.policies.factorized import Policy, policy_from_state
+from lab.policies.factorized import Policy
+from lab.policies import policy_from_state
 from lab.policies.sampling import response_log_probs, sample_responses
 from lab.training.simple_loop import simple_train
 from lab.experiments.sweep import build_grid, optimal_everywhere, run_sweep, summarise, summary_table

@@ -59,7 +59,8 @@ from lab.experiments.drift import drift_from_start
 from lab.exercises import check
 from lab.experiments.figures import mean_band
 from lab.experiments.intervals import difference_interval, mean_interval
-from lab.core.kl import freeze, kl_estimate
+from lab.core.aggregation import kl_term
+from lab.core.kl import freeze
 from lab.policies.sampling import response_log_probs, sample_responses
 from tasks.sorting import make_task
 
@@ -120,8 +121,8 @@ def broken_e(rewards, mode, std_eps=1e-5, unbiased=True):
     return compute_deltas(rewards, mode, std_eps, unbiased).roll(1, dims=-1)
 
 
-def broken_f(log_probs, ref_log_probs, estimator="k3"):
-    return -kl_estimate(log_probs, ref_log_probs, estimator)
+def broken_f(values, mode="token-mean", mask=None, horizon=None):
+    return -kl_term(values, mode, mask, horizon)
 
 
 def broken_g(policy):
@@ -134,7 +135,7 @@ BUGS = {
     3: (lab.core.losses, "ratios", broken_c),
     4: (loop, "compute_deltas", broken_d),
     5: (loop, "compute_deltas", broken_e),
-    6: (loop, "kl_estimate", broken_f),
+    6: (loop, "kl_term", broken_f),
     7: (loop, "freeze", broken_g),
 }
 

@@ -317,19 +317,21 @@ def task_from_spec(
     elif spec == "random":
         prompts = random_prompts(count, length, vocab_size, generator)
     else:
-        prompts = _parse_prompt_list(spec)
+        prompts = _parse_prompt_list(spec, vocab_size)
     validate_prompts(prompts, vocab_size)  # before the held-out draw relies on them (make_task checks again)
     eval_prompts = (random_prompts(heldout, prompts.shape[1], vocab_size, generator, exclude=prompts)
                     if heldout else None)
     return make_task(prompts, vocab_size, eval_prompts)
 
 
-def _parse_prompt_list(spec: str) -> Tensor:
+def _parse_prompt_list(spec: str, vocab_size: int = LECTURE_VOCAB_SIZE) -> Tensor:
     allowed = "use 'lecture', 'random', or a JSON list of equal-length token lists like [[3,1,0,2],[2,2,0,1]]"
+    shown = spec if len(spec) <= 60 else spec[:57] + "..."
     try:
         rows = json.loads(spec)
-    except json.JSONDecodeError:
-        raise ValueError(f"cannot read prompts {spec!r}: {allowed}") from None
+    except (json.JSONDecodeError, RecursionError):  # deep nesting: the parser's stack, not a traceback
+        raise ValueError(f"cannot read prompts {shown!r}: {allowed}") from None
+    spec = shown
     if (not isinstance(rows, list) or not rows
             or not all(isinstance(r, list) and r and all(isinstance(t, int) and not isinstance(t, bool)
                                                        for t in r) for r in rows)):
@@ -337,4 +339,8 @@ def _parse_prompt_list(spec: str) -> Tensor:
     if len({len(r) for r in rows}) > 1:
         raise ValueError(f"prompts {spec!r} have different lengths {sorted({len(r) for r in rows})}; "
                          "all prompts of a task share one length")
+    low, high = min(min(r) for r in rows), max(max(r) for r in rows)
+    if low < 0 or high >= vocab_size:  # before torch.tensor, which overflows past int64 with its own words
+        raise ValueError(f"prompt tokens must lie in 0..{vocab_size - 1} (vocab size {vocab_size}), "
+                         f"got tokens from {low} to {high}")
     return torch.tensor(rows, dtype=torch.long)

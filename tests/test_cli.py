@@ -19,7 +19,7 @@ import lab.cli.run_command
 import lab.figures.plots
 from lab.cli.commands import app
 from lab.training.config import TrainConfig
-from lab.policies.factorized import load_policy
+from lab.policies import load_policy
 from lab.training.records import METRIC_COLUMNS
 
 SHORT = ["--epochs", "2", "--steps", "2"]

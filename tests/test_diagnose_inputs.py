@@ -127,3 +127,27 @@ def test_bad_sizes_are_one_line_errors_not_crashes(args, fragment):
     """`diagnose --dim 0` used to raise ZeroDivisionError; a huge --dim or G an allocation traceback or a hang."""
     one_line_error(CliRunner().invoke(app, ["diagnose", *args]), fragment)
     assert not os.path.exists("runs")
+
+
+def test_from_run_diagnoses_under_the_runs_own_reward(tmp_path):
+    """A `--reward distance` run used to be diagnosed under inclusion-ordering without a word."""
+    folder = tmp_path / "distance"
+    assert CliRunner().invoke(app, ["run", "--reward", "distance", "--epochs", "1", "--steps", "1",
+                                    "--out", str(folder), "--quiet"]).exit_code == 0
+    result = diagnose("--from-run", str(folder), "--out", str(tmp_path / "d.png"))
+    assert result.exit_code == 0, result.output
+    assert "; distance reward;" in result.output
+    asked = diagnose("--from-run", str(folder), "--reward", "inclusion-ordering", "--out", str(tmp_path / "i.png"))
+    assert "; inclusion-ordering reward;" in asked.output  # what the user names explicitly still wins
+
+
+def test_a_policy_from_another_run_dropped_into_a_run_folder_is_refused(tmp_path):
+    """policy.pt of a --dim 4 run copied into a dim-10 run's folder: the folder's .lab-output no longer vouches
+    for it, so diagnose names the file instead of diagnosing a policy the folder does not describe."""
+    for name, dim in (("small", "4"), ("big", "10")):
+        assert CliRunner().invoke(app, ["run", "--dim", dim, "--epochs", "1", "--steps", "1",
+                                        "--out", str(tmp_path / name), "--quiet"]).exit_code == 0
+    assert diagnose("--from-run", str(tmp_path / "big"), "--out", str(tmp_path / "ok.png")).exit_code == 0
+    (tmp_path / "big" / "policy.pt").write_bytes((tmp_path / "small" / "policy.pt").read_bytes())
+    one_line_error(diagnose("--from-run", str(tmp_path / "big")), "policy.pt", "sha256")
+    assert not os.path.exists("runs")

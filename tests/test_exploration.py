@@ -195,10 +195,10 @@ def test_bad_exploration_settings_are_refused(field, value, words):
 
 
 @pytest.mark.parametrize("command, args, words", [
-    ("run", ["--init-scale", "0"], "init_scale must be > 0"),
-    ("run", ["--entropy-coef", "-1"], "entropy_coef must be >= 0"),
-    ("sweep", ["--init-scale", "1", "--init-scale", "-2"], "init_scale must be > 0"),
-    ("sweep", ["--entropy-coef", "nan"], "entropy_coef"),
+    ("run", ["--init-scale", "0"], "--init-scale must be > 0"),
+    ("run", ["--entropy-coef", "-1"], "--entropy-coef must be >= 0"),
+    ("sweep", ["--init-scale", "1", "--init-scale", "-2"], "--init-scale must be > 0"),
+    ("sweep", ["--entropy-coef", "nan"], "--entropy-coef"),
 ])
 def test_bad_exploration_options_exit_2_with_one_line(tmp_path, command, args, words):
     out = tmp_path / "out"

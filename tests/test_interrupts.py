@@ -88,3 +88,24 @@ def test_ctrl_c_while_writing_leaves_no_partial_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(lab.cli.run_command, "write_text_atomic", write_then_interrupted)
     result = CliRunner().invoke(app, ["run", "--epochs", "1", "--steps", "1", "--out", "r", "--quiet"])
     assert result.exit_code == 130 and os.listdir(tmp_path) == []
+
+
+def test_sigterm_in_the_middle_of_a_force_replace_leaves_one_whole_run_and_no_temporaries(tmp_path):
+    """SIGTERM as the old folder is renamed aside: the signal waits until the swap is done, so `r` holds a
+    whole run (the new one), and neither the `.partial` nor the `.old` folder is left behind."""
+    assert CliRunner().invoke(app, ["run", "--epochs", "1", "--steps", "1", "--seed", "1", "--out",
+                                    str(tmp_path / "r"), "--quiet"]).exit_code == 0
+    result = lab_process(tmp_path, """
+        import os, signal
+        import lab.files.temporaries as temporaries
+        replace = os.replace
+        def terminated_while_swapping(src, dst):
+            if str(dst).endswith(".old"):
+                os.kill(os.getpid(), signal.SIGTERM)
+            replace(src, dst)
+        temporaries.os = type("os", (), {**{k: getattr(os, k) for k in dir(os) if not k.startswith("__")},
+                                         "replace": staticmethod(terminated_while_swapping)})
+        """, "run", "--epochs", "1", "--steps", "1", "--out", "r", "--force", "--quiet")
+    assert result.returncode == 143, result.stderr
+    assert os.listdir(tmp_path) == ["r"]
+    assert '"seed": 5' in (tmp_path / "r" / "config.json").read_text()

@@ -130,8 +130,8 @@ def test_default_names_tell_different_prompt_experiments_apart():
 def test_sweep_default_names_include_the_prompts(tmp_path):
     for extra in ([], ["--vocab-size", "7"]):
         assert CliRunner().invoke(app, ["sweep", *SHORT, "--seeds", "1", *extra]).exit_code == 0
-    assert sorted(os.listdir(tmp_path / "runs")) == ["sweep-raw-naive-inclusion-ordering-1seeds",
-                                                     "sweep-raw-naive-inclusion-ordering-vocab7-1seeds"]
+    assert sorted(os.listdir(tmp_path / "runs")) == ["sweep-raw-naive-inclusion-ordering-epochs1-steps1-1seeds",
+                                                     "sweep-raw-naive-inclusion-ordering-epochs1-steps1-vocab7-1seeds"]
 
 
 def test_the_estimate_counts_the_autoregressive_policy_and_its_prefix_tree():
@@ -142,3 +142,73 @@ def test_the_estimate_counts_the_autoregressive_policy_and_its_prefix_tree():
     assert autoregressive > factorised + tree
     past_limit = estimate([ar.replace(max_length=9)], 5, 3, 3, seeds=100)["device"]  # 5^9 responses: no tree
     assert past_limit < 100 * 3 * sum(5 ** q for q in range(9)) * 6 * 4
+
+
+def test_a_huge_max_length_is_estimated_at_once_and_refused():
+    """`--max-length 99999999999` used to hang in a sum of big powers; the estimate is now a few terms."""
+    import time
+    start = time.perf_counter()
+    need = estimate([TrainConfig(policy="autoregressive", max_length=99_999_999_999)], 5, 3, 3)
+    assert time.perf_counter() - start < 0.5 and need["device"] > 10**20
+    one_line(CliRunner().invoke(app, ["run", "--policy", "autoregressive", "--max-length", "99999999999",
+                                      "--quiet"]), "needs about", "--max-length")
+
+
+def test_space_within_agrees_with_the_full_sum():
+    from lab.exact.varlen import space_size
+    from lab.training.limits import space_within
+    for vocab in (1, 2, 5):
+        for length in range(0, 12):
+            assert space_within(vocab, length, 4096) == (space_size(vocab, length) <= 4096)
+
+
+@pytest.mark.parametrize("args, advice, absent", [
+    (["reproduce", "--seeds", str(10**9), "--out", "figs", "--quiet"], "lower --seeds", "--group-size"),
+    (["bench", "--sweep-runs", "99999999999", "--runs", "1", "--repeats", "1"], "--sweep-runs", "--group-size"),
+])
+def test_memory_errors_advise_the_commands_own_options(tmp_path, monkeypatch, args, advice, absent):
+    """reproduce and bench have no --group-size; the end-to-end sweep of bench is sized before any timing."""
+    import lab.experiments.bench
+    monkeypatch.setattr(lab.experiments.bench, "lecture_baseline",
+                        lambda **kwargs: (_ for _ in ()).throw(AssertionError("timing started")))
+    message = one_line(CliRunner().invoke(app, args), "needs about", advice)
+    assert absent not in message
+
+
+def _sweep_name(grid=None, base=None, prompts=None, seeds=2):
+    from lab.cli.application import DEFAULTS
+    from lab.cli.options import PROMPT_DEFAULTS
+    from lab.cli.sweep_command import default_sweep_name
+    full = {n: [getattr(DEFAULTS, n)] for n in ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size",
+                                                 "init_scale", "entropy_coef", "loss_agg")}
+    return default_sweep_name({**full, **(grid or {})}, base or TrainConfig(), {**PROMPT_DEFAULTS, **(prompts or {})},
+                              seeds)
+
+
+def test_default_sweep_names_differ_wherever_the_settings_do():
+    """`--epochs 3`, `--kl 0.1`, an autoregressive sweep, two different --lr grids and two learning rates equal
+    to 8 digits each get their own folder; the same prompts spelt differently share one."""
+    names = [_sweep_name(), _sweep_name(base=TrainConfig(epochs=3)), _sweep_name(grid={"kl": [0.1]}),
+             _sweep_name(base=TrainConfig(policy="autoregressive")), _sweep_name(grid={"lr": [0.01, 0.02]}),
+             _sweep_name(grid={"lr": [0.03, 0.04]}), _sweep_name(grid={"lr": [0.012345671]}),
+             _sweep_name(grid={"lr": [0.012345669]})]
+    assert len(set(names)) == len(names), names
+    assert "lr0.01+0.02" in names[4] and "lr0.012345671" in names[6]
+    assert _sweep_name(prompts={"prompts": "[[1,0,2]]"}) == _sweep_name(prompts={"prompts": "[[1, 0, 2]]"})
+    assert default_run_name(TrainConfig(), {"prompts": "[[1,0,2]]"}) == \
+        default_run_name(TrainConfig(), {"prompts": " [[1, 0,\n2]]"})
+    assert default_run_name(TrainConfig(lr=0.012345671)) != default_run_name(TrainConfig(lr=0.012345669))
+
+
+def test_an_over_long_default_name_becomes_a_hash_and_the_user_is_told_why(tmp_path):
+    """Forty learning rates make a name past the file system's limit: the folder is named by a hash of the
+    settings (different settings, different hash) and a note says so, not "choose a shorter name"."""
+    many = [0.011 + i / 1000 for i in range(40)]
+    name = _sweep_name(grid={"lr": many})
+    assert name.startswith("sweep-config") and name.endswith("-2seeds") and len(name) < 60
+    assert name != _sweep_name(grid={"lr": many[:-1]})
+    args = [arg for lr in many[:30] for arg in ("--lr", repr(lr))]
+    result = CliRunner().invoke(app, ["sweep", "--epochs", "1", "--steps", "1", "--seeds", "1", *args])
+    assert result.exit_code == 0, result.output
+    assert "named by a hash" in result.output and "shorter name" not in result.output
+    assert os.listdir(tmp_path / "runs")[0].startswith("sweep-config")

@@ -6,7 +6,7 @@ import torch
 from lab.policies.factorized import Policy
 from lab.training.config import TrainConfig
 from lab.exact.enumeration import sequence_kl
-from lab.policies.factorized import policy_from_state
+from lab.policies import policy_from_state
 from lab.training.train import train
 from tasks.sorting import make_task
 

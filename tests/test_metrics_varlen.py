@@ -1,17 +1,17 @@
-"""Step metrics of variable-length training in bulk (lab/training/metrics_varlen.py) against their plain
+"""Step metrics of variable-length training in bulk (lab/training/metrics.py, LIVE_TOKEN_METRICS) against their plain
 definitions over live tokens, one step and one run at a time."""
 
 import torch
 
 from lab.core.kl import k3
-from lab.training.metrics_varlen import VarlenMetricBlock
+from lab.training.metrics import LIVE_TOKEN_METRICS, StepMetricBlock
 
 
 def test_block_metrics_are_the_plain_per_step_means_over_live_tokens():
     g = torch.Generator().manual_seed(0)
     runs, batch, trial, pos, vocab, steps, epochs = 2, 3, 4, 5, 6, 2, 2
     eps = torch.tensor([0.1, 0.2])
-    block, plain = VarlenMetricBlock(steps, epochs), []
+    block, plain = StepMetricBlock(steps, epochs, LIVE_TOKEN_METRICS), []
     for epoch in range(epochs):
         mask = torch.rand(runs, batch, trial, pos, generator=g) < 0.7
         mask[..., 0] = True
@@ -24,7 +24,7 @@ def test_block_metrics_are_the_plain_per_step_means_over_live_tokens():
             loss = torch.randn(runs, generator=g)
             # each position's entropy as the fused log-probs give it; padding holds junk the block must ignore
             token_entropy = torch.where(mask, -(log_softmax.exp() * log_softmax).sum(-1), torch.tensor(1e6))
-            block.add_step(step, log_probs, token_entropy, dict(loss=loss))
+            block.add_step(step, log_probs, token_entropy, loss=loss)
             for r in range(runs):
                 live = mask[r]
                 rho = (log_probs[r] - old[r]).exp()[live]
@@ -35,7 +35,7 @@ def test_block_metrics_are_the_plain_per_step_means_over_live_tokens():
                 plain.append(dict(kl=k3(log_probs[r], ref[r])[live].sum() / (batch * trial), ratio_mean=rho.mean(),
                                   ratio_max=rho.max(), clip_low_fraction=low, clip_high_fraction=high,
                                   clip_fraction=low + high, entropy=entropy, loss=loss[r]))
-        block.end_epoch(old, ref, mask, deltas)
+        block.end_epoch(old, ref, None, mask, deltas)
     values = block.flush(eps)  # float[(epoch step) run]
     for i, expected in enumerate(plain):
         epoch_step, r = divmod(i, runs)

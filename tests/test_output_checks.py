@@ -55,11 +55,21 @@ def test_out_under_a_file_fails_before_training(tmp_path, no_training, command):
 
 
 def test_a_name_too_long_fails_before_training(tmp_path, no_training):
-    room = name_max(tmp_path) - TEMP_NAME_EXTRA  # the temporary folder's name is longer than the run's
-    one_line(CliRunner().invoke(app, ["run", *SHORT, "--out", "r" * (room + 1)]), 2, "shorter name")
+    room = name_max(tmp_path)  # the temporary folder keeps only part of the name, so the whole NAME_MAX is usable
+    message = one_line(CliRunner().invoke(app, ["run", *SHORT, "--out", "r" * (room + 1)]), 2, "shorter name")
+    assert f"more than the {room} this file system allows" in message
     one_line(CliRunner().invoke(app, ["run", *SHORT, "--out", "x" * 300 + "/run"]), 2, "shorter name")
     assert everything(tmp_path) == []
     check_writable(tmp_path / ("r" * room))  # the longest name that fits is accepted
+    assert TEMP_NAME_EXTRA + 200 <= room
+
+
+def test_a_name_of_254_bytes_is_written(tmp_path):
+    """The file system allows 255 bytes; a folder named with 254 is built, renamed and replaced like any other."""
+    name = "r" * 254
+    assert CliRunner().invoke(app, ["run", *SHORT, "--out", name]).exit_code == 0
+    assert CliRunner().invoke(app, ["run", *SHORT, "--out", name, "--force"]).exit_code == 0
+    assert os.listdir(tmp_path) == [name] and "metrics.csv" in os.listdir(tmp_path / name)
 
 
 def test_an_unwritable_parent_fails_before_training(tmp_path, no_training, monkeypatch):

@@ -80,18 +80,23 @@ def test_force_replaces_a_lab_folder_and_the_marker_vouches_for_every_file(tmp_p
     assert sorted(os.listdir(tmp_path)) == ["run"]  # no temporary folder left beside it
 
 
-def test_stale_partial_folders_of_the_lab_are_removed_by_the_next_write(tmp_path):
-    """A writer killed mid-write (SIGKILL, power loss) leaves `.NAME.XXXX.partial`; only the lab's own, with
-    its writer gone, is removed: a live writer's and a user's look-alike stay."""
+def test_temporaries_of_other_processes_are_reported_and_never_deleted(tmp_path, capsys):
+    """A writer killed mid-write (SIGKILL, power loss) leaves `.NAME.<pid>.XXXX.partial` or `.old`: the next
+    write into that parent names it on stderr and deletes nothing, whatever marker or pid it carries."""
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)
-    for name, pid in ((".old.1.partial", dead_pid), (".live.2.partial", os.getpid())):
+    for name, pid in ((f".new.{dead_pid}.abcd1234.partial", dead_pid), (f".new.{dead_pid}.abcd9999.old", None),
+                      (".old.1.partial", dead_pid), (f".new.{os.getpid() + 10**6}.x.partial", None)):
         (tmp_path / name).mkdir()
         (tmp_path / name / MARKER).write_text(json.dumps({"written_by": "grpo-sorting-lab", "pid": pid}))
-    (tmp_path / ".users.partial").mkdir()
+        (tmp_path / name / "notes.txt").write_text("mine")
+    before = sorted(os.listdir(tmp_path))
     with RunFolder(tmp_path / "new") as tmp:
         (tmp / "a.txt").write_text("a")
-    assert sorted(os.listdir(tmp_path)) == [".live.2.partial", ".users.partial", "new"]
+    assert sorted(os.listdir(tmp_path)) == sorted([*before, "new"])
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 3 and all("leaves it alone" in line for line in warnings)
+    assert any(f".new.{dead_pid}.abcd9999.old" in line and "being replaced" in line for line in warnings)
 
 
 def test_output_files_replace_only_the_labs_own_files(tmp_path):

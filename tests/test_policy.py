@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lab.training.optim import RunAdam
-from lab.policies.factorized import Policy, PolicyStack, load_policy, policy_from_state, save_policy
+from lab.policies import load_policy, policy_from_state
+from lab.policies.factorized import Policy, PolicyStack, save_policy
 from lab.policies.sampling import (entropy, greedy_responses, response_log_probs, sample_responses,
                          sequence_log_probs)
 

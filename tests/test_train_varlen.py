@@ -1,4 +1,4 @@
-"""Training on variable-length responses (issue 9 points 1, 3 and the length metrics; lab/training/varlen.py).
+"""Training on variable-length responses (issue 9 points 1, 3 and the length metrics; lab/training/train.py, kinds.py).
 
 The factorised default is pinned bit for bit; the autoregressive policy trains under every loss
 aggregation, batches like the factorised one, and writes its lengths.

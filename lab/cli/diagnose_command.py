@@ -15,7 +15,6 @@ from lab.cli.options import (
     PromptLengthOpt,
     PromptSeedOpt,
     Reward,
-    RewardOpt,
     VocabOpt,
     cli_message,
     make_task,
@@ -26,7 +25,9 @@ from tasks import sorting
 
 @app.command()
 def diagnose(
-    reward: RewardOpt = Reward(DEFAULTS.reward),
+    reward: Annotated[Reward | None, typer.Option(
+        help="reward function of the sorting task (default: the run's own with --from-run, else "
+             f"{DEFAULTS.reward})")] = None,
     delta: Annotated[list[DeltaMode] | None, typer.Option(
         "--delta", help="repeatable: delta modes to diagnose (default all)")] = None,
     group_size: Annotated[list[int] | None, typer.Option(
@@ -50,8 +51,8 @@ def diagnose(
     from lab.figures.figure_files import check_figure_path
     from lab.training.limits import check_diagnose_memory
     from lab.policies.factorized import Policy
+    from lab.files.run_folder import check_policy_fits, load_run, run_reward
     from lab.files.writable import check_writable
-    from lab.files.run_folder import check_policy_fits, load_run
 
     try:
         if dim <= 0:
@@ -63,6 +64,9 @@ def diagnose(
             check_figure_path(out)
         if from_run is not None:
             policy, saved = load_run(from_run, need_task=prompts is None)
+            if reward is None:  # the reward the run was trained under, not the default
+                reward = Reward(run_reward(from_run) or DEFAULTS.reward)
+        reward = reward or Reward(DEFAULTS.reward)
         if saved is not None:  # the prompts the run was trained on
             try:
                 if saved["name"] != sorting.TASK_NAME:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 from enum import Enum
 from typing import Annotated
@@ -98,22 +100,65 @@ PROMPT_DEFAULTS = dict(prompts="lecture", vocab_size=sorting.LECTURE_VOCAB_SIZE,
 """The prompt options' defaults (the lecture's prompts), shared by run, sweep and diagnose."""
 
 
+def name_value(value) -> str:
+    """A setting as a folder name shows it: floats with every digit (`repr` round-trips; `2` for 2.0), enums by value."""
+    value = value.value if isinstance(value, Enum) else value
+    if isinstance(value, float):
+        text = repr(value)
+        return text[:-2] if text.endswith(".0") else text
+    return str(value)
+
+
+def canonical_prompts(spec: str) -> str:
+    """A JSON prompt list as compact JSON (`[[1, 0, 2]]` and `[[1,0,2]]` alike); 'lecture', 'random' as they are."""
+    try:
+        return json.dumps(json.loads(spec), separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return spec
+
+
 def prompts_label(options: dict) -> str:
     """The part of a default folder name that tells the prompt options apart ('' for the defaults).
 
-    'random3x4' (count x length), 'prompts<hash>' for a JSON list, then 'vocab7', 'heldout10',
-    'promptseed2' where they differ from the defaults, so different experiments never share a name.
+    'random3x4' (count x length), 'prompts<hash>' for a JSON list (hashed by the prompts it names,
+    not its spelling), then 'vocab7', 'heldout10', 'promptseed2' where they differ from the defaults,
+    so different experiments never share a name.
     """
     options = {**PROMPT_DEFAULTS, **options}
     spec, parts = options["prompts"], []
     if spec == "random":
         parts.append(f"random{options['num_prompts']}x{options['prompt_length']}")
     elif spec != "lecture":
-        parts.append("prompts" + hashlib.sha256(spec.encode()).hexdigest()[:8])
+        parts.append("prompts" + hashlib.sha256(canonical_prompts(spec).encode()).hexdigest()[:8])
     for name, short in (("vocab_size", "vocab"), ("heldout", "heldout"), ("prompt_seed", "promptseed")):
         if options[name] != PROMPT_DEFAULTS[name]:
             parts.append(f"{short}{options[name]}")
     return "-".join(parts)
+
+
+NAME_BYTES = 200
+"""The longest default folder name; a longer one becomes `PREFIX-config<hash>-SUFFIX` (`fitted_name`)."""
+HASHED_NAME = re.compile(r"-config[0-9a-f]{12}-")
+
+
+def fitted_name(name: str, prefix: str, settings: dict, suffix: str) -> str:
+    """`name`, or where it is longer than `NAME_BYTES`, `PREFIX-config<12 hex>-SUFFIX`: a hash of every
+    setting (prompts by value), so that it still differs wherever the settings do."""
+    if len(os.fsencode(name)) <= NAME_BYTES:
+        return name
+    options = settings.get("prompt_options")
+    if isinstance(options, dict):
+        settings = {**settings, "prompt_options": {**options, "prompts": canonical_prompts(options["prompts"])}}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=name_value).encode()).hexdigest()[:12]
+    return f"{prefix}-config{digest}-{suffix}"
+
+
+def hashed_name_note(name: str) -> str | None:
+    """The line that tells a user why the default folder has a hash for a name (None where it has not)."""
+    if not HASHED_NAME.search(name):
+        return None
+    return (f"Note: the settings make a folder name longer than {NAME_BYTES} bytes, so the folder is named by "
+            f"a hash of them: {name} (config.json lists every setting; --out chooses another name)")
 
 
 CLI_NAMES = {
@@ -122,7 +167,8 @@ CLI_NAMES = {
     "the number of held-out prompts": "--heldout", "the prompt seed": "--prompt-seed",
     "kl (beta)": "--kl (beta)",
 }
-FIELD_NAMES = ("group_size", "clip_eps", "kl_period", "epochs", "steps", "lr", "dim", "seed", "delta", "loss",
+FIELD_NAMES = ("group_size", "clip_eps", "kl_period", "init_scale", "entropy_coef", "max_length", "loss_agg",
+               "epochs", "steps", "lr", "dim", "seed", "delta", "loss",
                "reward", "kl")
 """TrainConfig fields that are `lab run` options (underscores become dashes)."""
 

@@ -38,7 +38,7 @@ def reproduce(
         settings = list({repr(sorted(rep.config_of(o, 0).to_dict().items())): rep.config_of(o, 0)
                          for e in rep.EXPERIMENTS for o in e.settings}.values())
         check_memory(settings, 5, 3, 3, 0, torch_device, f"the reproduction ({len(settings)} settings x {seeds} "
-                     "seeds)", seeds=seeds)
+                     "seeds)", seeds=seeds, advice="lower --seeds")
         files = OutputFiles(out, "reproduce")
         files.check(rep.output_names())
         check_writable(out / "RESULTS.md", temporary=False)
@@ -77,8 +77,9 @@ def bench(
             raise ConfigError(f"--sweep-runs must be >= 0 (0 skips the end-to-end row), got {sweep_runs}")
         for count in threads or []:
             check_threads(count)
-        check_memory([TrainConfig()], 5, 3, 3, 0, torch.device("cpu"), f"a sweep of {max(sizes or SIZES)} runs",
-                     seeds=max(sizes or SIZES))
+        largest = max([*(sizes or SIZES), sweep_runs])  # the end-to-end sweep too, before any timing
+        check_memory([TrainConfig()], 5, 3, 3, 0, torch.device("cpu"), f"a sweep of {largest} runs",
+                     seeds=largest, advice="lower the largest --runs or --sweep-runs")
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
     devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]

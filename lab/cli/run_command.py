@@ -8,9 +8,10 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, writing
-from lab.cli.progress import run_with_progress
+from lab.cli.application import DEFAULTS, app
+from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
+    PROMPT_DEFAULTS,
     ClipOpt,
     DeltaOpt,
     DeviceOpt,
@@ -38,33 +39,33 @@ from lab.cli.options import (
     SamplerOpt,
     StepsOpt,
     VocabOpt,
-    cli_message,
-    make_task,
+    fitted_name,
+    name_value,
     prompts_label,
 )
-from lab.training.config import Device, TrainConfig, resolve_device
-from lab.policies.interface import PolicyKind
+from lab.cli.progress import run_with_progress
+from lab.files.output_folders import write_json_atomic, write_text_atomic
+from lab.files.run_text import metrics_csv, samples_text
 from lab.policies import policy_from_state
 from lab.policies.factorized import save_policy
-from lab.training.divergence import DIVERGED_EXIT_CODE
-from lab.training.limits import check_memory
-from lab.files.output_folders import RunFolder, write_json_atomic, write_text_atomic
-from lab.files.run_text import metrics_csv, samples_text
+from lab.training.config import Device, TrainConfig
 from lab.training.train import train
-from lab.files.writable import check_writable
 from tasks import sorting
 
 
 def default_run_name(config: TrainConfig, prompt_options: dict | None = None) -> str:
-    """`<delta>-<loss>-<reward>`, then every other setting that differs from the lecture's (the
-    prompt options included: `prompts_label`), then the seed."""
+    """`<delta>-<loss>-<reward>`, then every other setting that differs from the lecture's (floats with
+    every digit; the prompt options included: `prompts_label`), then the seed; past `NAME_BYTES`,
+    `<delta>-<loss>-<reward>-config<hash of every setting>-seed<k>` (`fitted_name`)."""
     parts = [config.delta.value, config.loss.value, config.reward]
     for name, value in config.to_dict().items():
         if name in ("delta", "loss", "reward", "seed") or value == DEFAULTS.to_dict()[name]:
             continue
-        parts.append(f"{name.replace('_', '')}{value:g}" if isinstance(value, float) else f"{name}{value}")
+        parts.append(f"{name.replace('_', '')}{name_value(value)}" if isinstance(value, float) else f"{name}{value}")
     label = prompts_label(prompt_options or {})
-    return "-".join(parts + ([label] if label else [])) + f"-seed{config.seed}"
+    name = "-".join(parts + ([label] if label else [])) + f"-seed{config.seed}"
+    return fitted_name(name, "-".join(parts[:3]), {"config": config.to_dict(), "prompt_options": {
+        **PROMPT_DEFAULTS, **(prompt_options or {})}}, f"seed{config.seed}")
 
 
 @app.command()
@@ -106,27 +107,19 @@ def run(
       the records up to that step are written, summary.json says "status": "diverged",
       no policy.pt); 1 writing failed (full disk: nothing written); 130 interrupted.
     """
-    try:
+    options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
+
+    def build():
         config = TrainConfig(epochs=epochs, steps=steps, group_size=group_size, lr=lr, seed=seed, sampler=sampler,
                              dim=dim, reward=reward.value, delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
                              kl_period=kl_period, init_scale=init_scale, entropy_coef=entropy_coef,
                              policy=policy, max_length=max_length, loss_agg=loss_agg)
-        prompt_options = dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts,
-                              prompt_length=prompt_length, heldout=heldout, prompt_seed=prompt_seed)
-        torch_device = resolve_device(device)
-        if prompts == "random":  # before drawing them
-            check_memory([config], vocab_size, num_prompts, prompt_length, heldout, torch_device)
-        task = make_task(**prompt_options)
-        check_fits(config, task)
-        check_memory([config], vocab_size, *task.prompts.shape, heldout, torch_device)
-        folder = RunFolder(out or Path("runs") / default_run_name(config, prompt_options), force, command="run")
-        check_writable(folder.out)  # first: a name too long for the file system fails any other look at it
-        folder.check()
-    except USER_ERRORS as e:
-        fail(cli_message(str(e)))
+        return [config], 1, lambda: default_run_name(config, options)
 
+    job = prepare("run", build, options, device, out, force, quiet)
+    config = job.points[0]
     records = run_with_progress(quiet, "training", config.epochs, lambda progress: train(
-        task, config, device=torch_device, progress=progress))
+        job.task, config, device=job.device, progress=progress))
     diverged = records.divergence[0] if records.divergence else None  # (checked by lab.training.train)
 
     from lab.figures.plots import plot_run  # matplotlib only where a figure is made
@@ -143,17 +136,11 @@ def run(
         "seconds": records.seconds,
         "exploration_exact": records.exploration_exact,
     }
-    with writing(folder.out), folder as tmp:
+
+    def write(tmp: Path) -> None:
         write_json_atomic(tmp / "config.json", {
-            "command": "run",
-            "config": config.to_dict(),
-            "task": {"name": task.name, "prompts": task.prompts.tolist(), "vocab_size": task.vocab_size,
-                     "eval_prompts": None if task.eval_prompts is None else task.eval_prompts.tolist()},
-            "device": str(torch_device),
-            "torch": torch.__version__,
-            "prompt_options": prompt_options,
-            "rerun": rerun_command(config, prompt_options, torch_device),
-        })
+            **config_header("run", job), "config": config.to_dict(),
+            "rerun": rerun_command(config, options, job.device)})
         write_text_atomic(tmp / "metrics.csv", metrics_csv(records))
         write_text_atomic(tmp / "samples.txt", samples_text(records))
         write_json_atomic(tmp / "summary.json", summary)
@@ -161,23 +148,14 @@ def run(
             save_policy(policy_from_state(records.state), tmp / "policy.pt")
         plot_run(records, tmp / "curves.png", title=None if not diverged else
                  f"{config.delta.value} deltas, {config.loss.value} loss: diverged at step {diverged.step}")
-    if diverged:
-        typer.echo(f"Error: {diverged.message(config.lr, config.steps)}; the records up to that step are in "
-                   f"{folder.out} (summary.json \"status\": \"diverged\")", err=True)
-        raise typer.Exit(DIVERGED_EXIT_CODE)
+
+    write_folder(job, write)
+    report_divergence("run", records, [config], job.folder.out)
     if not quiet:
         accuracy = summary["final_greedy_accuracy"]
         typer.echo(f"final mean reward {summary['final_mean_reward']:.3f} / {summary['optimum']:g}, "
-                   f"greedy accuracy {accuracy:.0%} ({round(accuracy * len(task.prompts))}/{len(task.prompts)} "
-                   f"prompts sorted), {records.seconds:.2f} s -> {folder.out}")
-
-
-def check_fits(config: TrainConfig, task) -> None:
-    """An autoregressive cap too short for sorted(prompt) + EOS is a user error (one line, exit 2)."""
-    if config.policy is not PolicyKind.factorized:
-        from lab.training.lengths import resolve_max_length
-
-        resolve_max_length(config, task.prompts.shape[1])
+                   f"greedy accuracy {accuracy:.0%} ({round(accuracy * len(job.task.prompts))}/{len(job.task.prompts)} "
+                   f"prompts sorted), {records.seconds:.2f} s -> {job.folder.out}")
 
 
 def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.device) -> str:

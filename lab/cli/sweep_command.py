@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from enum import Enum
 from pathlib import Path
@@ -10,8 +11,8 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, writing
-from lab.cli.progress import run_with_progress
+from lab.cli.application import DEFAULTS, app
+from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
     ClipsOpt,
     DeltasOpt,
@@ -39,18 +40,36 @@ from lab.cli.options import (
     SamplerOpt,
     StepsOpt,
     VocabOpt,
-    cli_message,
-    make_task,
+    fitted_name,
+    name_value,
     prompts_label,
 )
-from lab.cli.run_command import check_fits
-from lab.training.config import Device, TrainConfig, resolve_device
-from lab.training.divergence import DIVERGED_EXIT_CODE
-from lab.training.limits import check_memory, check_threads
-from lab.files.output_folders import RunFolder, write_json_atomic, write_text_atomic
+from lab.cli.progress import run_with_progress
+from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.files.tables import TableFormat, write_tables
-from lab.files.writable import check_writable
+from lab.training.config import Device, TrainConfig
+from lab.training.limits import check_threads
 from tasks import sorting
+
+
+def default_sweep_name(grid: dict, base: TrainConfig, prompt_options: dict, seeds: int) -> str:
+    """`sweep-<deltas>-<losses>-<rewards>`, then every other grid setting and every base setting that
+    differs from the lecture's, several values joined by `+` (`lr0.01+0.02`, floats with every digit),
+    the prompt options (`prompts_label`), then `<N>seeds`; past `NAME_BYTES`, a hash of them all."""
+    join = lambda values: "+".join(name_value(v) for v in values)  # noqa: E731
+    parts = [join(grid[name]) for name in ("delta", "loss", "reward")]
+    for name, values in grid.items():
+        if name not in ("delta", "loss", "reward") and [name_value(v) for v in values] != [
+                name_value(getattr(DEFAULTS, name))]:
+            parts.append(f"{name.replace('_', '')}{join(values)}")
+    for name, value in base.to_dict().items():
+        if name not in grid and name != "seed" and value != DEFAULTS.to_dict()[name]:
+            parts.append(f"{name.replace('_', '')}{name_value(value)}")
+    label = prompts_label(prompt_options)
+    name = "-".join(["sweep", *parts, *([label] if label else []), f"{seeds}seeds"])
+    settings = {"grid": {k: [name_value(v) for v in vs] for k, vs in grid.items()}, "base": base.to_dict(),
+                "prompt_options": prompt_options, "seeds": seeds}
+    return fitted_name(name, "sweep", settings, f"{seeds}seeds")
 
 
 @app.command()
@@ -101,33 +120,26 @@ def sweep(
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
              "entropy_coef": entropy_coef, "loss_agg": loss_agg}
-    try:
-        grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
-        base = TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler,
+    grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
+    names = [name for name, values in grid.items() if len(values) > 1]
+    # summary.csv names every swept setting and every one given on the command line, even once
+    columns = [name for name, values in grid.items() if len(values) > 1 or given[name]]
+    options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
+
+    def make_base() -> TrainConfig:  # the settings every run of the sweep shares
+        return TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler,
                            policy=policy, max_length=max_length)
-        points = sweeps.build_grid(base, grid, 1)  # one config per grid point: sized before seeds multiply it
-        names = [name for name, values in grid.items() if len(values) > 1]
-        # summary.csv names every swept setting and every one given on the command line, even once
-        columns = [name for name, values in grid.items() if len(values) > 1 or given[name]]
-        prompt_options = dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts,
-                              prompt_length=prompt_length, heldout=heldout, prompt_seed=prompt_seed)
+
+    def build():
         check_threads(threads)
-        torch_device = resolve_device(device)
-        what = f"this sweep ({len(points)} settings x {seeds} seeds)"
-        if prompts == "random":  # before drawing them
-            check_memory(points, vocab_size, num_prompts, prompt_length, heldout, torch_device, what, seeds)
-        task = make_task(**prompt_options)
-        check_fits(base, task)
-        check_memory(points, vocab_size, *task.prompts.shape, heldout, torch_device, what, seeds)
-        configs = sweeps.build_grid(base, grid, seeds)
-        first = configs[0]
-        label = "-".join(f"{n.replace('_', '')}" for n in names) or f"{first.delta.value}-{first.loss.value}-{first.reward}"
-        label = "-".join(filter(None, [label, prompts_label(prompt_options)]))
-        folder = RunFolder(out or Path("runs") / f"sweep-{label}-{seeds}seeds", force, command="sweep")
-        check_writable(folder.out)  # first: a name too long for the file system fails any other look at it
-        folder.check()
-    except USER_ERRORS as e:
-        fail(cli_message(str(e)))
+        sweeps.check_seeds(seeds)
+        points = sweeps.build_grid(make_base(), grid, 1)  # one config per grid point: sized before seeds multiply it
+        return points, seeds, lambda: default_sweep_name(grid, make_base(), options, seeds)
+
+    settings = math.prod(len(values) for values in grid.values())
+    job = prepare("sweep", build, options, device, out, force, quiet, what=f"this sweep ({settings} settings x {seeds} seeds)")
+    base = make_base()
+    configs = sweeps.build_grid(base, grid, seeds)
 
     from lab.experiments.bench import sweep_threads
 
@@ -139,7 +151,7 @@ def sweep(
     try:
         total = sum(configs[b[0]].epochs for b in sweeps.batches(configs))
         records = run_with_progress(quiet, f"{len(configs)} runs", total, lambda progress: sweeps.run_sweep(
-            task, configs, device=torch_device, progress=progress))
+            job.task, configs, device=job.device, progress=progress))
     finally:
         torch.set_num_threads(previous_threads)
     summaries = sweeps.summarise(records, columns)
@@ -147,31 +159,21 @@ def sweep(
     preload.join()
     from lab.experiments.figures import plot_sweep  # matplotlib only where a figure is made
 
-    with writing(folder.out), folder as tmp:
+    def write(tmp: Path) -> None:
         write_json_atomic(tmp / "config.json", {
-            "command": "sweep", "grid": {k: [v.value if isinstance(v, Enum) else v for v in vs]
-                                         for k, vs in grid.items()},
+            **config_header("sweep", job),
+            "grid": {k: [v.value if isinstance(v, Enum) else v for v in vs] for k, vs in grid.items()},
             "seeds": list(range(seeds)), "base": base.to_dict(), "runs": len(configs),
-            "task": {"name": task.name, "prompts": task.prompts.tolist(), "vocab_size": task.vocab_size},
-            "device": str(torch_device), "torch": torch.__version__, "prompt_options": prompt_options,
-            "exploration_exact": records.exploration_exact,
-        })
+            "exploration_exact": records.exploration_exact})
         write_tables(records, sweeps.GRID_FIELDS, tmp, table_format)
         write_text_atomic(tmp / "summary.csv", sweeps.summary_csv(summaries, columns))
         plot_sweep(records, names, tmp / "curves.png")
+
+    write_folder(job, write)
     if not quiet:
         typer.echo(sweeps.summary_table(summaries, columns))
-        typer.echo(f"{len(configs)} runs in {records.seconds:.2f} s -> {folder.out}")
-    diverged = [(run, d) for run, d in enumerate(records.divergence) if d is not None]
-    if diverged:  # also when quiet: a result the user must not miss
-        run, first = diverged[0]
-        every = len(diverged) == len(configs)
-        count = f"Error: all {len(configs)} runs diverged" if every else \
-            f"Warning: {len(diverged)} of {len(configs)} runs diverged (left out of the means)"
-        typer.echo(f"{count}; counts per setting in summary.csv; the first (seed {configs[run].seed}): "
-                   f"{first.message(configs[run].lr, steps)}", err=True)
-        if len(diverged) == len(configs):
-            raise typer.Exit(DIVERGED_EXIT_CODE)
+        typer.echo(f"{len(configs)} runs in {records.seconds:.2f} s -> {job.folder.out}")
+    report_divergence("sweep", records, configs, job.folder.out)
 
 
 def _import_writers() -> None:

@@ -98,7 +98,7 @@ def aggregate(values: Tensor, mode: LossAgg | str = LossAgg.token_mean, mask: Te
 
 def kl_term(values: Tensor, mode: LossAgg | str = LossAgg.token_mean, mask: Tensor | None = None,
             horizon: int | None = None) -> Tensor:
-    """C * aggregate(per-token KL estimates): the KL penalty before beta, float[...].
+    """C * aggregate(per-token KL estimates): the loss's KL term, float[...] (beta times it is the penalty).
 
     Under token-mean without a mask this is sum over (batch trial pos) / (batch trial), computed
     exactly as `lab.core.kl.kl_estimate` does, so the default KL penalty is bitwise unchanged.

@@ -6,7 +6,11 @@ With the sampled token y ~ pi_theta and rho = pi_ref(y) / pi_theta(y):
     k2 = (log rho)^2 / 2            biased, always >= 0
     k3 = rho - log rho - 1          unbiased (E[rho] = 1 on-policy), always >= 0  (Schulman)
 
-    penalty = beta * mean over (batch, trial) of  sum over pos of  k3
+    kl_estimate = mean over (batch, trial) of  sum over pos of  k    (the sequence estimate: the `kl` metric)
+    kl_penalty  = beta * kl_estimate with k3                          (the loss's term at fixed length)
+
+The loss's KL term under any aggregation mode is `lab.core.aggregation.kl_term` (C * agg(k3)); under
+token-mean at fixed length it is exactly `kl_estimate` with k3.
 
 The per-position KLs add up over positions because positions are independent
 given the prompt. TRL and verl average k3 over tokens instead: at response length

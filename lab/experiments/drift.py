@@ -16,7 +16,8 @@ import torch
 
 from lab.training.config import TrainConfig
 from lab.exact.enumeration import sequence_kl
-from lab.policies.factorized import Policy, policy_from_state
+from lab.policies.factorized import Policy
+from lab.policies import policy_from_state
 from lab.training.records import Records
 from tasks import Task
 

@@ -26,7 +26,7 @@ from scipy import stats
 
 from lab.exact.enumeration import all_probs, reward_table
 from lab.exact.voting import pass_at_k_from_probs
-from lab.policies.factorized import policy_from_state
+from lab.policies import policy_from_state
 
 DISCRIMINATION = 0.8
 """AUC from which an initial quantity counts as telling sorting seeds from stuck ones."""

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from lab.experiments.exploration_results import EXPLORING, INIT_SCALES, STUCK, _key, _label, sampling_entropy, success
 from lab.experiments.figures import mean_band
-from lab.files.output_folders import atomic_path
+from lab.files.temporaries import atomic_path
 
 COLORS = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
 

@@ -30,7 +30,8 @@ import torch
 from lab.exact.enumeration import all_probs, reward_table
 from lab.experiments import exploration_checks as checks
 from lab.experiments.intervals import Interval, mean_interval, probability_interval, wilson_interval
-from lab.policies.factorized import Policy, policy_from_state
+from lab.policies.factorized import Policy
+from lab.policies import policy_from_state
 from lab.experiments.sweep import optimal_everywhere
 from lab.exact.voting import maj_at_k_from_probs, pass_at_k_from_probs
 

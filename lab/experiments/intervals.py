@@ -43,6 +43,9 @@ class Interval:
         return value < self.low or value > self.high
 
     def text(self, digits: int = 3) -> str:
+        """`3.00 [2.50, 3.50]`; `3.00 [n/a]` where there is no interval (a t-interval of one seed)."""
+        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+            return f"{self.estimate:.{digits}f} [n/a]"
         return f"{self.estimate:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
 
 
@@ -52,10 +55,14 @@ def t_quantile(p: float, df: float) -> float:
 
 
 def mean_interval(values, level: float = LEVEL) -> Interval:
-    """Student-t interval for the mean of `values` (one per seed); a point when n = 1 or all are equal."""
+    """Student-t interval for the mean of `values` (one per seed); undefined (NaN bounds) when n = 1:
+    one seed says nothing about the spread, so no interval is shown rather than a point. A point when
+    every value is equal."""
     values = np.asarray(values, dtype=float)
     n, mean = len(values), float(values.mean())
-    if n < 2 or float(values.std(ddof=1)) == 0:
+    if n < 2:
+        return Interval(mean, math.nan, math.nan, n)
+    if float(values.std(ddof=1)) == 0:
         return Interval(mean, mean, mean, n)
     half = t_quantile(1 - (1 - level) / 2, n - 1) * float(values.std(ddof=1)) / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n)

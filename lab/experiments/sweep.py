@@ -40,10 +40,14 @@ GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", 
 
 
 
-def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int) -> list[TrainConfig]:
-    """Every combination of the grid's values (in the order given), each with seeds 0..seeds-1."""
+def check_seeds(seeds: int) -> None:
     if seeds <= 0:
         raise ConfigError(f"--seeds must be a positive integer, got {seeds}")
+
+
+def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int) -> list[TrainConfig]:
+    """Every combination of the grid's values (in the order given), each with seeds 0..seeds-1."""
+    check_seeds(seeds)
     unknown = set(grid) - set(GRID_FIELDS)
     if unknown:
         raise ConfigError(f"cannot sweep over {', '.join(sorted(unknown))}; choose from: {', '.join(GRID_FIELDS)}")

@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from lab.figures.figure_files import figure_format, figure_metadata
-from lab.files.output_folders import atomic_path
+from lab.files.temporaries import atomic_path
 from lab.training.records import Records
 
 

@@ -1,15 +1,19 @@
-"""Output folders the lab owns: written whole or not at all, replaced only where the lab wrote them.
+"""Output folders the lab owns: written whole or not at all; deleted only where this process made them.
 
     OUT/.lab-output = {"written_by": "grpo-sorting-lab", "command": ..., "files": {name: sha256}}
     replace OUT  <=>  OUT carries that marker, holds no file outside it, every file still has the
                       hash the lab wrote, OUT is no link, and OUT is not the working folder or above it
+    --force:     OUT -> .OUT.<pid>.XXXX.old;  .OUT.<pid>.XXXX.partial -> OUT;  then delete the .old
+                 (any failure or interrupt before the new OUT is in place renames the .old back)
 
-A folder is built under a temporary name beside its destination (`.OUT.XXXX.partial`, marked with
-the writer's pid) and renamed into place only when complete; the folder it replaces is renamed
-aside first and deleted last, so an interrupt never leaves neither. A partial folder whose writer
-is gone (killed, power lost) is the lab's own and is removed by the next write into that parent.
-`lab reproduce` writes into an existing folder such as `figures/`: `OutputFiles` replaces only
-the files its marker lists, unchanged since the lab wrote them.
+A folder is built under a temporary name beside its destination whose name carries this process's
+pid (`.OUT.<pid>.XXXXXXXX.partial`, NAME cut to `TEMP_NAME_KEEP` bytes so any legal NAME fits);
+the process removes it on every exit path, Ctrl-C and SIGTERM included (signals are held back
+while temporaries are created, swapped and removed). The lab never scans for folders to delete:
+a temporary of the same NAME left by a process that is gone (SIGKILL, power loss) is reported on
+stderr with its path and left alone. `lab reproduce` writes into an existing folder such as
+`figures/` (`OutputFiles`): the files it replaces are moved into a backup folder of its own first
+and all moved back on any failure, so the folder holds either the whole new set or the old one.
 """
 
 from __future__ import annotations
@@ -17,47 +21,26 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+from lab.files.temporaries import (
+    atomic_path,
+    make_folder,
+    remove_own,
+    signals_held,
+    swap_into_place,
+    unused_name,
+    warn_stale,
+)
 
 MARKER = ".lab-output"
 """The file inside every folder the lab writes: which command wrote it, and each file's sha256."""
 WRITER = "grpo-sorting-lab"
-TEMP_SUFFIXES = (".partial", ".old")
-"""Our temporary folders beside a destination: one being built, one being replaced."""
 
 
 class OutputError(FileExistsError):
     """An output path the lab refuses to write (a user's folder, a file, the working folder)."""
-
-
-def _umask_mode(full: int) -> int:
-    """`full` (0o666 for files, 0o777 for folders) less the process umask, as open() and mkdir() apply it."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return full & ~umask
-
-
-@contextmanager
-def atomic_path(path: Path):
-    """A temporary path beside `path` to write to; renamed over `path` when the block succeeds,
-    removed when it fails, so `path` never holds a half-written file.
-
-        with atomic_path(out) as tmp:
-            fig.savefig(tmp, format="png")
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        os.chmod(tmp, _umask_mode(0o666))  # mkstemp makes 0600; the result is an ordinary file
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -78,14 +61,29 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def marker_problem(folder: Path) -> str | None:
+    """Why `folder` carries no usable marker ('no .lab-output inside', '... is not valid JSON', ...), or None."""
+    path = Path(folder) / MARKER
+    try:
+        marker = json.loads(path.read_text())
+    except FileNotFoundError:
+        return f"no {MARKER} inside"
+    except OSError as e:
+        return f"its {MARKER} cannot be read ({e.strerror})"
+    except (ValueError, RecursionError):
+        return f"its {MARKER} is not valid JSON"
+    if not isinstance(marker, dict) or marker.get("written_by") != WRITER:
+        return f"its {MARKER} does not name the lab as writer"
+    if not isinstance(marker.get("files", {}), dict):
+        return f"its {MARKER} has no valid \"files\" list"
+    return None
+
+
 def read_marker(folder: Path) -> dict | None:
     """The folder's marker, or None when it has none (or one the lab could not have written)."""
-    try:
-        marker = json.loads((Path(folder) / MARKER).read_text())
-    except (OSError, ValueError):
+    if marker_problem(folder) is not None:
         return None
-    ok = isinstance(marker, dict) and marker.get("written_by") == WRITER
-    return marker if ok and isinstance(marker.get("files", {}), dict) else None
+    return json.loads((Path(folder) / MARKER).read_text())
 
 
 def write_marker(folder: Path, command: str, files: list[str] | None = None, **extra) -> None:
@@ -124,41 +122,20 @@ def check_replaceable(out: Path, force: bool, flag: str = "--out") -> None:
         raise OutputError(f"output folder {out} already exists; pass --force to replace it "
                           f"or {flag} to choose another")
     check_not_working_folder(out, flag)
-    marker = read_marker(out)
-    if marker is None:
-        raise OutputError(f"{out} was not written by the lab (no {MARKER} inside), so --force does not "
+    problem = marker_problem(out)
+    if problem is not None:
+        raise OutputError(f"{out} was not written by the lab ({problem}), so --force does not "
                           f"replace it; move it away or choose another {flag}")
-    foreign = foreign_files(out, marker)
+    foreign = foreign_files(out, read_marker(out))
     if foreign:
         shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
         raise OutputError(f"{out} holds files the lab did not write or that changed since ({shown}), so "
                           f"--force does not replace it; move them away or choose another {flag}")
 
 
-def _pid_alive(pid) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
-def remove_stale_temporaries(parent: Path) -> None:
-    """Delete the lab's own temporary folders in `parent` whose writing process is gone."""
-    try:
-        entries = list(Path(parent).iterdir())
-    except OSError:
-        return
-    for entry in entries:
-        if not (entry.name.startswith(".") and entry.name.endswith(TEMP_SUFFIXES)) or entry.is_symlink():
-            continue
-        marker = read_marker(entry) if entry.is_dir() else None
-        if marker is not None and not _pid_alive(marker.get("pid")):
-            shutil.rmtree(entry, ignore_errors=True)
+def make_temp_folder(parent: Path, name: str, command: str = "run") -> Path:
+    """This process's own folder `.NAME.<pid>.XXXXXXXX.partial` in `parent`, marked with its pid (`make_folder`)."""
+    return make_folder(parent, name, lambda tmp: write_marker(tmp, command, pid=os.getpid()))
 
 
 class RunFolder:
@@ -166,12 +143,13 @@ class RunFolder:
 
         with RunFolder(out, force, command="run") as tmp:
             (tmp / "metrics.csv").write_text(...)
-    On an exception the temporary folder is removed and `out` is untouched. `--force` replaces
-    only a folder the lab wrote (`check_replaceable`).
+    On an exception (or Ctrl-C) the temporary folder is removed and `out` is untouched. `--force`
+    replaces only a folder the lab wrote (`check_replaceable`), by `swap_into_place`.
     """
 
     def __init__(self, out: Path, force: bool = False, command: str = "run") -> None:
         self.out, self.force, self.command = Path(out), force, command
+        self.tmp: Path | None = None
 
     def check(self) -> None:
         check_replaceable(self.out, self.force)
@@ -179,30 +157,21 @@ class RunFolder:
     def __enter__(self) -> Path:
         self.check()
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(self.out.parent)
-        self.tmp = Path(tempfile.mkdtemp(dir=self.out.parent, prefix=f".{self.out.name}.", suffix=".partial"))
-        self.tmp.chmod(_umask_mode(0o777))  # mkdtemp makes 0700; the run folder is an ordinary folder
-        write_marker(self.tmp, self.command, pid=os.getpid())
+        warn_stale(self.out.parent, self.out.name)
+        self.tmp = make_temp_folder(self.out.parent, self.out.name, self.command)
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            remove_own(self.tmp)
             return
         try:
             write_marker(self.tmp, self.command, [p.name for p in self.tmp.iterdir() if p.name != MARKER])
             self.check()  # nothing changed hands while we trained
-            old = None
-            if self.out.exists():
-                old = Path(tempfile.mkdtemp(dir=self.out.parent, prefix=f".{self.out.name}.", suffix=".old"))
-                os.replace(self.out, old / self.out.name)
-                write_marker(old, self.command, pid=os.getpid())
-            os.replace(self.tmp, self.out)
+            swap_into_place(self.tmp, self.out)
         except BaseException:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            remove_own(self.tmp)
             raise
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
 
 
 class OutputFiles:
@@ -210,8 +179,10 @@ class OutputFiles:
 
         files = OutputFiles(out, "reproduce"); files.check(names)
         with files.staging() as tmp: ...write names into tmp...
-    The staged files are moved in one by one (each atomically); files the previous run listed and
-    this one no longer writes are removed; anything else in the folder is left alone.
+    The set is replaced as a whole (`replace_set`): the files being replaced, and those the previous
+    run listed and this one no longer writes, move into a backup folder of this process, the new
+    ones move in, the marker is rewritten, and only then is the backup deleted; on any failure or
+    interrupt every file goes back. Anything else in the folder is left alone.
     """
 
     def __init__(self, out: Path, command: str) -> None:
@@ -228,27 +199,48 @@ class OutputFiles:
         foreign = set(foreign_files(out, marker))
         clash = sorted(set(names) & foreign)
         if clash:
+            problem = marker_problem(out) if (out / MARKER).exists() else None
+            why = f" ({problem})" if problem else ""
             raise OutputError(f"{out} already holds {', '.join(clash)}, which the lab did not write (or which "
-                              "changed since it did); move them away or choose another --out")
+                              f"changed since it did){why}; move them away or choose another --out")
 
     @contextmanager
     def staging(self):
         """A temporary folder inside `out` to write the files into; moved in when the block succeeds."""
         self.out.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(self.out)
-        tmp = Path(tempfile.mkdtemp(dir=self.out, prefix=f".{self.command}.", suffix=".partial"))
+        warn_stale(self.out, self.command)
+        tmp = make_temp_folder(self.out, self.command, self.command)
         try:
-            tmp.chmod(_umask_mode(0o777))
-            write_marker(tmp, self.command, pid=os.getpid())
             yield tmp
             names = sorted(p.name for p in tmp.iterdir() if p.name != MARKER)
             self.check(names)
-            previous = read_marker(self.out)
-            changed = set(foreign_files(self.out, previous))
-            for name in names:
-                os.replace(tmp / name, self.out / name)
-            for name in set((previous or {}).get("files", {})) - set(names) - changed:
-                (self.out / name).unlink(missing_ok=True)  # the lab's own file from an earlier run
-            write_marker(self.out, self.command, names)
+            self.replace_set(tmp, names)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_own(tmp)
+
+    def replace_set(self, staged: Path, names: list[str]) -> None:
+        """Move `names` from `staged` into `out` all together, or not at all (see the class docstring)."""
+        out, previous = self.out, read_marker(self.out)
+        changed = set(foreign_files(out, previous))
+        retired = [n for n in (previous or {}).get("files", {}) if n not in names and n not in changed
+                   and (out / n).is_file()]  # the lab's own files from an earlier run
+        aside = [n for n in names if os.path.lexists(out / n)] + retired
+        backup, moved_out, moved_in = unused_name(out, self.command, ".old"), [], []
+        with signals_held():
+            os.mkdir(backup)
+            try:
+                for name in aside:
+                    os.replace(out / name, backup / name)
+                    moved_out.append(name)
+                for name in names:
+                    os.replace(staged / name, out / name)
+                    moved_in.append(name)
+                write_marker(out, self.command, names)
+            except BaseException:
+                for name in moved_in:  # ours: back into the staging folder, removed with it
+                    os.replace(out / name, staged / name)
+                for name in moved_out:
+                    os.replace(backup / name, out / name)
+                remove_own(backup)
+                raise
+            remove_own(backup)

@@ -1,8 +1,11 @@
 """Reading a `lab run` folder back: its final policy and the task it was trained on, or a clear error.
 
-    RUN/policy.pt    -> the policy (`lab.policies.factorized.load_policy`)
+    RUN/policy.pt    -> the policy (`lab.policies.load_policy`)
     RUN/config.json  -> "task": {"name": str, "prompts": [[int, ...], ...], "vocab_size": int, ...}
     RUN/summary.json -> "status": "ok" | "diverged" (a diverged run has no final policy)
+    RUN/config.json  -> "config": {"reward": str, ...}   the reward it was trained under (`run_reward`)
+    RUN/.lab-output  -> where present, every one of these files must still have the sha256 it lists
+                        (a policy.pt dropped in from another run is refused, naming the file)
 
 Every problem (missing file, bad JSON, a missing key, a wrong type, a policy that does not fit the
 prompts) is a `ValueError` naming the file and what is wrong: a damaged folder never makes a
@@ -34,6 +37,7 @@ def load_run(folder, need_task: bool = True) -> tuple[nn.Module, dict | None]:
         raise ValueError(f"{folder / 'summary.json'}: the run diverged, so it has no final policy to diagnose")
     if not (folder / "policy.pt").is_file():
         raise ValueError(f"--from-run {folder}: no policy.pt in it (a folder written by lab run)")
+    check_unchanged(folder)
     try:
         policy = load_policy(folder / "policy.pt")
     except Exception as e:  # a damaged or foreign file: say which, not how torch failed
@@ -42,6 +46,35 @@ def load_run(folder, need_task: bool = True) -> tuple[nn.Module, dict | None]:
         raise ValueError(f"--from-run {folder}: an autoregressive run; lab diagnose analyses the factorised policy "
                          "(for variable-length responses use lab.exact.varlen.expected_update from Python)")
     return policy, _run_task(folder / "config.json") if need_task else None
+
+
+def check_unchanged(folder: Path) -> None:
+    """A folder that carries the lab's marker is read only as lab run wrote it: a file the marker does not
+    list, or whose sha256 differs, is a `ValueError` naming it. (A folder without a marker is the
+    user's own assembly and is read as it is.)"""
+    from lab.files.output_folders import MARKER, marker_problem, read_marker, sha256
+
+    if not (folder / MARKER).exists():
+        return
+    problem = marker_problem(folder)
+    if problem is not None:
+        raise ValueError(f"--from-run {folder}: {problem}")
+    listed = read_marker(folder)["files"]
+    for name in ("policy.pt", "config.json", "summary.json"):
+        path = folder / name
+        if not path.is_file():
+            continue
+        if name not in listed or sha256(path) != listed[name]:
+            raise ValueError(f"{path}: not the file lab run wrote into this folder (its sha256 differs from "
+                             f"{MARKER}'s); put the run's own file back, or diagnose it from a folder of its own")
+
+
+def run_reward(folder) -> str | None:
+    """The reward the run was trained under (config.json "config"."reward"), or None where it does not say."""
+    data = _read_json(Path(folder) / "config.json", required=False)
+    config = data.get("config") if isinstance(data, dict) else None
+    reward = config.get("reward") if isinstance(config, dict) else None
+    return reward if isinstance(reward, str) else None
 
 
 def _read_json(path: Path, required: bool = True):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab.files.output_folders import atomic_path
+from lab.files.temporaries import atomic_path
 from lab.training.records import EPOCH_METRICS, STEP_METRICS, Records
 
 SETTING_PREFIX = "config_"
@@ -119,8 +119,8 @@ def write_tables(records: Records, names: Sequence[str], folder: Path,
     paths = []
     for name, build in zip(table_names(fmt), (step_table, epoch_table)):
         path = Path(folder) / name
-        with atomic_path(path) as tmp:
-            WRITERS[fmt](build(records, names), tmp)
+        with atomic_path(path) as tmp, open(tmp, "wb") as stream:  # a stream: pyarrow takes only UTF-8 paths
+            WRITERS[fmt](build(records, names), stream)
         paths.append(path)
     return paths
 

@@ -1,8 +1,9 @@
 """Can the lab write OUT? Asked before any training, so that a bad --out costs seconds, not a run.
 
     OUT is writable  <=>  every existing folder on its way is a folder (not a file), every name fits
-                          the file system (NAME_MAX, with room for the temporary `.NAME.XXXXXXXX.partial`),
-                          and the nearest existing folder lets us create a folder in it (tried, then removed)
+                          the file system (NAME_MAX bytes; the temporary `.NAME.<pid>.XXXXXXXX.partial`
+                          keeps at most `TEMP_NAME_KEEP` bytes of NAME, so it always fits too), and the
+                          nearest existing folder lets us create a folder in it (tried, then removed)
 
 What cannot be known up front (the disk filling up while writing) is caught while writing: the
 output is built under a temporary name (`lab.files.output_folders`), so a failure leaves nothing partial.
@@ -14,10 +15,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from lab.files.temporaries import TEMP_NAME_KEEP
 from lab.files.output_folders import OutputError
 
-TEMP_NAME_EXTRA = len(".") + len(".XXXXXXXX") + len(".partial")
-"""Characters the temporary folder `.NAME.XXXXXXXX.partial` adds to NAME (tempfile's 8 random ones)."""
+TEMP_NAME_EXTRA = len(".") + len(".4194304") + len(".XXXXXXXX") + len(".partial")
+"""Characters the temporary `.NAME.<pid>.XXXXXXXX.partial` adds to the first `TEMP_NAME_KEEP` bytes of NAME
+(the largest Linux pid, tempfile's 8 random ones): at most 226 bytes, so any legal NAME has one."""
 PROBE_PREFIX = ".lab-write-probe."
 
 
@@ -40,8 +43,7 @@ def nearest_existing(path: Path) -> Path:
 def check_writable(out: Path, flag: str = "--out", temporary: bool = True) -> None:
     """Raise `OutputError` (one line) when `out` cannot be created; nothing is left behind.
 
-    `temporary`: `out` is built beside itself under a longer temporary name (a folder output);
-    a single file written by `lab.files.output_folders.atomic_path` needs the same room.
+    `temporary`: kept for callers; the temporary names need no room of their own (`TEMP_NAME_EXTRA`).
     """
     out = Path(out)
     absolute = Path(os.path.abspath(out))
@@ -50,11 +52,10 @@ def check_writable(out: Path, flag: str = "--out", temporary: bool = True) -> No
         raise OutputError(f"{flag} {out}: {existing} is a file, not a folder; choose a path inside a folder")
     limit = name_max(existing)
     missing = absolute.relative_to(existing).parts
-    for i, name in enumerate(missing):
-        room = limit - (TEMP_NAME_EXTRA if temporary and i == len(missing) - 1 else 0)
-        if len(os.fsencode(name)) > room:
+    for name in missing:
+        if len(os.fsencode(name)) > limit:
             raise OutputError(f"{flag} {out}: the name {name[:20]}... is {len(os.fsencode(name))} bytes long, "
-                              f"more than the {room} this file system allows here; choose a shorter name")
+                              f"more than the {limit} this file system allows; choose a shorter name")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise OutputError(f"{flag} {out}: cannot write into {existing} (permission denied); "
                           "choose a folder you can write to")

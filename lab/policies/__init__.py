@@ -120,14 +120,11 @@ def greedy(policy: nn.Module, prompts: Tensor) -> Tensor:
 
 def policy_from_state(state: dict[str, Tensor], run: int = 0) -> nn.Module:
     """Run `run` of a stacked state (name -> float[run ...], as in `Records.state`) as one policy of its kind."""
-    if "previous" not in state:
-        return factorized.policy_from_state(state, run)
-    vocab_size, dim = state["embedding"].shape[-2] - 1, state["embedding"].shape[-1]
-    policy = AutoregressivePolicy(vocab_size, state["encode"].shape[-3], state["decode"].shape[-3], dim)
-    with torch.no_grad():
-        for name, value in state.items():
-            getattr(policy, name).copy_(value[run])
-    return policy
+    kind = PolicyKind.autoregressive if "previous" in state else PolicyKind.factorized
+    vocab_rows, dim = state["embedding"].shape[-2:]
+    vocab_size = vocab_rows - 1 if kind is PolicyKind.autoregressive else vocab_rows  # E has an EOS row there
+    policy = make_policy(kind, vocab_size, state["encode"].shape[-3], state["decode"].shape[-3], dim)
+    return factorized.load_run(policy, state, run)
 
 
 def load_policy(path) -> nn.Module:

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from lab.policies.ar_decoding import greedy, sample
 from lab.policies.ar_model import init_autoregressive, teacher_forced_logits
+from lab.policies.factorized import load_run
 from lab.policies.interface import PolicyKind, PolicyOps
 
 
@@ -89,10 +90,7 @@ class AutoregressiveStack(AutoregressivePolicy):
     def unstack(self, run: int) -> AutoregressivePolicy:
         """Run `run` as a standalone policy (a copy)."""
         policy = AutoregressivePolicy(self.vocab_size, self.prompt_length, self.response_length, self.dim)
-        with torch.no_grad():
-            for name, p in self.named_parameters():
-                getattr(policy, name).copy_(p[run])
-        return policy.to(self.embedding.device)
+        return load_run(policy, dict(self.named_parameters()), run).to(self.embedding.device)
 
 
 def _unpack(params: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:

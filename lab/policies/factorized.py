@@ -158,13 +158,13 @@ class PolicyStack(nn.Module):
 
     def unstack(self, run: int) -> Policy:
         """Run `run` as a standalone `Policy` (a copy: training one does not move the other)."""
-        return policy_from_state(dict(self.named_parameters()), run).to(self.embedding.device)
+        policy = Policy(self.vocab_size, self.prompt_length, self.response_length, self.dim)
+        return load_run(policy, dict(self.named_parameters()), run).to(self.embedding.device)
 
 
-def policy_from_state(state: dict[str, Tensor], run: int = 0) -> Policy:
-    """Rebuild run `run` of a stacked state (name -> float[run ...], as in `Records.state`) as a Policy."""
-    vocab_size, dim = state["embedding"].shape[-2:]
-    policy = Policy(vocab_size, state["encode"].shape[-3], state["decode"].shape[-3], dim)
+def load_run(policy: nn.Module, state: dict[str, Tensor], run: int) -> nn.Module:
+    """Copy run `run` of a stacked state (name -> float[run ...]) into one policy of that shape; return it.
+    Rebuilding a policy of either kind from a state is `lab.policies.policy_from_state`."""
     with torch.no_grad():
         for name, value in state.items():
             getattr(policy, name).copy_(value[run])
@@ -172,14 +172,8 @@ def policy_from_state(state: dict[str, Tensor], run: int = 0) -> Policy:
 
 
 def save_policy(policy: Policy, path) -> None:
-    """Save a policy's parameters (a run folder's `policy.pt`)."""
+    """Save a policy's parameters (a run folder's `policy.pt`; `lab.policies.load_policy` reads it back)."""
     torch.save({name: p.detach().cpu() for name, p in policy.named_parameters()}, path)
-
-
-def load_policy(path) -> Policy:
-    """Load a `policy.pt` written by `save_policy` (for example a run's final policy)."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    return policy_from_state({name: value.unsqueeze(0) for name, value in state.items()})
 
 
 # The lecture's model behind the policy interface (lab.policies.interface): logits do not depend

@@ -26,6 +26,13 @@ EMPTY_WHEN_NONE = frozenset({"correct_length", "incorrect_length"})
 """Length metrics that are NaN (an empty CSV cell) in an epoch without such samples."""
 
 
+def response_lengths(responses: Tensor, mask: Tensor | None) -> Tensor:
+    """|o| of every response int[... batch trial pos]: its live tokens, every position without a mask -> int[... batch trial]."""
+    if mask is None:
+        return torch.full(responses.shape[:-1], responses.shape[-1], device=responses.device)
+    return mask.sum(dim=-1)
+
+
 def length_metrics(lengths: Tensor, correct: Tensor) -> dict[str, Tensor]:
     """lengths float[run epoch batch trial], correct bool[run epoch batch trial] -> float[run epoch] each."""
     lengths = lengths.float()
@@ -49,6 +56,6 @@ def resolve_max_length(config: TrainConfig, prompt_length: int) -> int:
     return cap
 
 
-def eos_targets(targets: Tensor, eos: int, length: int) -> Tensor:
-    """sorted(prompt) followed by EOS padding: int[batch n] -> int[batch length]."""
-    return torch.cat([targets, targets.new_full((targets.shape[0], length - targets.shape[1]), eos)], dim=-1)
+def eos_targets(targets: Tensor, eos: int, max_length: int) -> Tensor:
+    """sorted(prompt) followed by EOS padding: int[batch n] -> int[batch max_length]."""
+    return torch.cat([targets, targets.new_full((targets.shape[0], max_length - targets.shape[1]), eos)], dim=-1)

@@ -6,7 +6,8 @@
                    + prompts (a Python list while they are drawn)
     autoregressive: Q = max length, one more token (EOS), the (Q x Q) previous-token matrices, the
     metric block's log-softmaxes, and the prefix tree R * B * (1 + V + ... + V^(Q-1)) * (V+1) * 4 B * 8
-    (built only within `lab.exact.LIMITS`)
+    (built only within `lab.exact.LIMITS`: the response count is summed only up to that cap, so the
+    estimate takes microseconds for any --max-length)
 
 Every term is an over-estimate of the lab's own tensors (float32 values, int64 tokens, a bool
 comparison per vocabulary entry while sampling); torch's allocator and Python add some more. A
@@ -26,7 +27,6 @@ import torch
 
 from lab.training.config import ConfigError, TrainConfig
 from lab.exact.enumeration import LIMITS
-from lab.exact.varlen import space_size
 from lab.training.lengths import LENGTH_MARGIN
 from lab.training.metrics import METRIC_BLOCK_TOKENS
 from lab.policies.interface import PolicyKind
@@ -106,38 +106,54 @@ def estimate(configs: Sequence[TrainConfig], vocab_size: int, prompt_count: int,
                                                          + B * shared.group_size * 4)
     text = rows * costs.csv_row_bytes * 2
     prompts = (B + heldout) * P * costs.prompt_token_bytes
-    if shared.policy is PolicyKind.autoregressive:  # lab.training.varlen: see the module docstring
+    if shared.policy is PolicyKind.autoregressive:  # lab.training.kinds.Autoregressive: see its docstrings
         Q = shared.max_length or P + LENGTH_MARGIN
         params += runs * (Q * Q + Q - P) * dim * dim * 4 * costs.parameter_copies
         scale = Q / P  # longer responses: every token term grows
         sampling, block = int(sampling * scale), int(block * scale + block_tokens * scale * (vocab_size + 1) * 4)
-        if space_size(vocab_size, Q) <= LIMITS.max_responses:  # else no tree (lab.exact.ar_exploration)
+        if space_within(vocab_size, Q, LIMITS.max_responses):  # else no tree (lab.exact.ar_exploration)
             prefixes = sum(vocab_size ** q for q in range(Q))
             block += runs * B * prefixes * (vocab_size + 1) * 4 * costs.tree_copies
     return {"device": params + sampling + block, "host": records + text + prompts}
 
 
+def space_within(vocab_size: int, max_length: int, cap: int) -> bool:
+    """`lab.exact.varlen.space_size(V, Q) <= cap`, without the sum of Q big powers: V = 1 in closed form
+    (Q + 1 responses), else the terms are added only until the cap is passed (about log_V(cap) of them)."""
+    if vocab_size <= 1:
+        return max_length + 1 <= cap
+    total = 0
+    for c in range(max_length + 1):
+        total += vocab_size ** c
+        if total > cap:
+            return False
+    return True
+
+
 def check_memory(configs: Sequence[TrainConfig], vocab_size: int, prompt_count: int, prompt_length: int,
-                 heldout: int, device: torch.device, what: str = "this run", seeds: int = 1) -> None:
-    """Raise `ConfigError` when the estimate exceeds the memory available (message: estimate, limit, way out)."""
+                 heldout: int, device: torch.device, what: str = "this run", seeds: int = 1,
+                 advice: str | None = None) -> None:
+    """Raise `ConfigError` when the estimate exceeds the memory available (message: estimate, limit, way out).
+
+    `advice`: what the command's user can lower (default: `lab run` and `lab sweep`'s options)."""
     need = estimate(configs, vocab_size, prompt_count, prompt_length, heldout, seeds=seeds)
     host_free = available_memory()
     if device.type == "cuda":
         device_free = available_device_memory(device)
         if need["device"] > device_free:
             raise ConfigError(f"{what} needs about {gigabytes(need['device'])} of GPU memory, more than the "
-                              f"{gigabytes(device_free)} free; {_advice()}")
+                              f"{gigabytes(device_free)} free; {advice or _advice()}")
         total = need["host"]
     else:
         total = need["host"] + need["device"]
     if total > host_free:
         raise ConfigError(f"{what} needs about {gigabytes(total)} of memory, more than the "
-                          f"{gigabytes(host_free)} available; {_advice()}")
+                          f"{gigabytes(host_free)} available; {advice or _advice()}")
 
 
 def _advice() -> str:
     return ("lower --group-size, --dim, --vocab-size, the number of prompts, --epochs x --steps "
-            "(the records keep every step) or the number of runs")
+            "(the records keep every step), --max-length (autoregressive) or the number of runs")
 
 
 def cpu_cores() -> int:

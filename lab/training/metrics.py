@@ -5,12 +5,22 @@
     kl_exact  = mean over batch of sum over pos of sum_v p(v) (log p(v) - log p_ref(v))
     ratio     = exp(l - l_old);  clip fractions by side;  entropy = -sum_v p log p
 
+For the autoregressive policy, with the live-token mask m (EOS included, padding 0) and l, l_old,
+l_ref 0 on padding, every token metric is a mean over live tokens (ratio_mean = sum m rho / sum m,
+ratio_max over live tokens, clip fractions and the entropy of each live position's next-token
+distribution given the sampled prefix), `kl` is the same sum (k3(0, 0) = 0 on padding), and
+`kl_exact` is the value the loop recorded.
+
 The loop keeps each step's log-probs and computes these for a block of epochs
-at once: a few dozen large kernels instead of a dozen small ones per step.
-Only speed depends on the block size; the numbers are the same.
+at once: a few dozen large kernels instead of a dozen small ones per step, no host sync.
+Only speed depends on the block size; the numbers are the same. What each policy kind keeps and
+computes is one `BlockMetrics` (`FIXED_LENGTH_METRICS`, `LIVE_TOKEN_METRICS`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -19,6 +29,8 @@ from lab.exact.enumeration import exact_kl
 from lab.core.kl import kl_estimate
 from lab.core.losses import clip_fractions_from_ratios
 from lab.policies.sampling import entropy_from_log_softmax
+
+TOKEN_AXES = (-3, -2, -1)  # batch trial pos
 
 METRIC_BLOCK_TOKENS = 2**22
 """Epochs are grouped into blocks of about this many tokens (steps x runs x batch x trial x pos):
@@ -32,15 +44,13 @@ def block_epochs(epochs: int, tokens_per_epoch: int) -> int:
 
 
 def step_metrics(log_probs: Tensor, old_log_probs: Tensor, ref_log_probs: Tensor, log_softmax: Tensor,
-                 ref_log_softmax: Tensor, pg_loss: Tensor, loss: Tensor, deltas: Tensor,
-                 clip_eps: Tensor) -> dict[str, Tensor]:
-    """Every step metric of a block of epochs, each float[step epoch run].
+                 ref_log_softmax: Tensor, deltas: Tensor, clip_eps: Tensor) -> dict[str, Tensor]:
+    """Every computed step metric of a block of epochs at fixed length, each float[step epoch run].
 
     log_probs float[step epoch run batch trial pos] (each measured before its step's update),
-    log_softmax float[step epoch run batch pos vocab], pg_loss and loss float[step epoch run] (the
-    loss as the step computed it: under seq-mean-token-sum its KL term is C times `kl`, and an
-    entropy bonus is in it); the epochs' old_log_probs, ref_log_probs float[epoch run batch trial pos],
-    ref_log_softmax float[epoch run batch pos vocab] and deltas float[epoch run batch trial].
+    log_softmax float[step epoch run batch pos vocab]; the epochs' old_log_probs, ref_log_probs
+    float[epoch run batch trial pos], ref_log_softmax float[epoch run batch pos vocab] and deltas
+    float[epoch run batch trial].
     """
     kl = kl_estimate(log_probs, ref_log_probs)  # k3
     # a KL is >= 0; float rounding can leave -1e-8 where the policies agree
@@ -48,59 +58,104 @@ def step_metrics(log_probs: Tensor, old_log_probs: Tensor, ref_log_probs: Tensor
     rho = (log_probs - old_log_probs).exp_()  # lab.core.losses.ratios
     low, high = clip_fractions_from_ratios(rho, deltas, clip_eps)
     entropy = entropy_from_log_softmax(log_softmax).mean(dim=(-2, -1))
-    return dict(loss=loss, pg_loss=pg_loss, kl=kl, kl_exact=kl_exact,
-                ratio_mean=rho.mean(dim=(-3, -2, -1)), ratio_max=rho.amax(dim=(-3, -2, -1)),
+    return dict(kl=kl, kl_exact=kl_exact, ratio_mean=rho.mean(dim=(-3, -2, -1)), ratio_max=rho.amax(dim=(-3, -2, -1)),
+                clip_fraction=low + high, clip_low_fraction=low, clip_high_fraction=high, entropy=entropy)
+
+
+def live_step_metrics(log_probs: Tensor, entropy: Tensor, old: Tensor, ref: Tensor, mask: Tensor,
+                      deltas: Tensor, clip_eps: Tensor) -> dict[str, Tensor]:
+    """Token metrics over live tokens, float[step epoch run], from log_probs and each position's entropy
+    float[step epoch run batch trial pos] (`lab.policies.ar_fused.ar_log_probs`), and the epochs' old, ref
+    float[epoch run batch trial pos], mask bool[epoch run batch trial pos], deltas float[epoch run batch trial]."""
+    live = mask.to(log_probs.dtype)
+    tokens = live.sum(dim=TOKEN_AXES)
+    rho = (log_probs - old).exp() * live  # padding: exp(0 - 0) = 1, counted as 0
+    eps = clip_eps.reshape(-1, 1, 1, 1)
+    side = deltas.unsqueeze(-1)
+    low = ((rho < 1 - eps) & (side < 0) & mask).sum(dim=TOKEN_AXES) / tokens
+    high = ((rho > 1 + eps) & (side > 0) & mask).sum(dim=TOKEN_AXES) / tokens
+    entropy = entropy * live
+    return dict(kl=kl_estimate(log_probs, ref),  # k3(0, 0) = 0 on padding
+                ratio_mean=rho.sum(dim=TOKEN_AXES) / tokens, ratio_max=rho.amax(dim=TOKEN_AXES),
                 clip_fraction=low + high, clip_low_fraction=low, clip_high_fraction=high,
-                entropy=entropy)
+                entropy=entropy.sum(dim=TOKEN_AXES) / tokens)
+
+
+class BlockMetrics(NamedTuple):
+    """What a policy kind keeps of each step and epoch, and the metrics it computes from them."""
+
+    keep_step: Callable[[Tensor, Tensor], dict[str, Tensor]]
+    """(log_probs, the fused node's second output) -> tensors to keep"""
+    keep_epoch: Callable[..., dict[str, Tensor]]
+    """(old_log_probs, ref_log_probs, the reference's second output, mask or None, deltas) -> tensors to keep"""
+    compute: Callable[[dict[str, Tensor], dict[str, Tensor], Tensor], dict[str, Tensor]]
+    """(kept per step float[step epoch ...], kept per epoch float[epoch ...], clip_eps) -> float[step epoch run]"""
+
+
+FIXED_LENGTH_METRICS = BlockMetrics(
+    # log-probs are kept in the fused path's memory order (pos before trial) and viewed back as
+    # [... trial pos] when the metrics are computed: every token-sized operation is then contiguous
+    keep_step=lambda log_probs, log_softmax: dict(log_probs=log_probs.mT, log_softmax=log_softmax),
+    keep_epoch=lambda old, ref, ref_log_softmax, mask, deltas: dict(
+        old=old.mT, ref=ref.mT, ref_log_softmax=ref_log_softmax, deltas=deltas),
+    compute=lambda step, epoch, clip_eps: step_metrics(
+        step["log_probs"].mT, epoch["old"].mT, epoch["ref"].mT, step["log_softmax"], epoch["ref_log_softmax"],
+        epoch["deltas"], clip_eps),
+)
+"""The factorised policy: every position live; entropy and `kl_exact` from the whole log-softmaxes."""
+
+LIVE_TOKEN_METRICS = BlockMetrics(
+    keep_step=lambda log_probs, entropy: dict(log_probs=log_probs, entropy=entropy),
+    keep_epoch=lambda old, ref, ref_entropy, mask, deltas: dict(old=old, ref=ref, mask=mask, deltas=deltas),
+    compute=lambda step, epoch, clip_eps: live_step_metrics(
+        step["log_probs"], step["entropy"], epoch["old"], epoch["ref"], epoch["mask"], epoch["deltas"], clip_eps),
+)
+"""The autoregressive policy: means over live tokens, each position's entropy from the fused node; its
+`kl_exact` is recorded by the loop (`lab.training.kinds.Autoregressive.start_epoch`)."""
 
 
 class StepMetricBlock:
     """Collects a block of epochs' per-step tensors, then computes their metrics in one go.
 
-        block.add_step(step, log_probs, log_softmax, pg_loss, loss)   every optimizer step
-        block.end_epoch(old_log_probs, ref_log_probs, ref_log_softmax, deltas)
-        if block.full or last epoch:  values = block.flush(clip_eps)   # float[(epoch step) run]
+        block.add_step(step, log_probs, aux, loss=..., pg_loss=...)   every optimizer step (recorded: float[run])
+        block.end_epoch(old_log_probs, ref_log_probs, ref_aux, mask, deltas)
+        if block.full or last epoch:  values = block.flush(clip_eps)   # float[(epoch step) run] each
+
+    `aux` is the fused log-prob node's second output; `metrics` (one per policy kind) says what is kept.
     """
 
-    def __init__(self, steps: int, epochs: int) -> None:
-        self.steps, self.epochs = steps, epochs
+    def __init__(self, steps: int, epochs: int, metrics: BlockMetrics) -> None:
+        self.steps, self.epochs, self.metrics = steps, epochs, metrics
         self._clear()
 
     def _clear(self) -> None:
         # per step index, one entry per epoch, so that stacking puts the step axis outermost
-        self.log_probs, self.log_softmax, self.pg_loss, self.loss = ([[] for _ in range(self.steps)] for _ in range(4))
-        self.old, self.ref, self.ref_log_softmax, self.deltas = [], [], [], []
+        self.per_step: list[list[tuple[dict[str, Tensor], dict[str, Tensor]]]] = [[] for _ in range(self.steps)]
+        self.per_epoch: list[dict[str, Tensor]] = []
 
-    def add_step(self, step: int, log_probs: Tensor, log_softmax: Tensor, pg_loss: Tensor, loss: Tensor) -> None:
-        # log-probs are kept in the fused path's memory order (pos before trial) and viewed back as
-        # [... trial pos] when the metrics are computed: every token-sized operation is then contiguous
-        self.log_probs[step].append(log_probs.detach().mT)
-        self.log_softmax[step].append(log_softmax.detach())
-        self.pg_loss[step].append(pg_loss.detach())
-        self.loss[step].append(loss.detach())
+    def add_step(self, step: int, log_probs: Tensor, aux: Tensor, **recorded: Tensor) -> None:
+        self.per_step[step].append((recorded, self.metrics.keep_step(log_probs.detach(), aux.detach())))
 
-    def end_epoch(self, old_log_probs: Tensor, ref_log_probs: Tensor, ref_log_softmax: Tensor,
+    def end_epoch(self, old_log_probs: Tensor, ref_log_probs: Tensor, ref_aux: Tensor, mask: Tensor | None,
                   deltas: Tensor) -> None:
-        self.old.append(old_log_probs.mT)
-        self.ref.append(ref_log_probs.mT)
-        self.ref_log_softmax.append(ref_log_softmax)
-        self.deltas.append(deltas)
+        self.per_epoch.append(self.metrics.keep_epoch(old_log_probs, ref_log_probs, ref_aux, mask, deltas))
 
     @property
     def full(self) -> bool:
-        return len(self.deltas) == self.epochs
+        return len(self.per_epoch) == self.epochs
 
     @torch.no_grad()
     def flush(self, clip_eps: Tensor) -> dict[str, Tensor]:
         """The collected epochs' step metrics, float[(epoch step) run] each; then start a new block."""
-        epochs = len(self.deltas)
+        epochs = len(self.per_epoch)
 
-        def by_step(per_step: list[list[Tensor]]) -> Tensor:  # float[step epoch ...]
-            return torch.stack([t for ts in per_step for t in ts]).unflatten(0, (self.steps, epochs))
+        def by_step(part: int, name: str) -> Tensor:  # float[step epoch ...]
+            return torch.stack([d[part][name] for ds in self.per_step for d in ds]).unflatten(0, (self.steps, epochs))
 
-        values = step_metrics(by_step(self.log_probs).mT, torch.stack(self.old).mT, torch.stack(self.ref).mT,
-                              by_step(self.log_softmax), torch.stack(self.ref_log_softmax),
-                              by_step(self.pg_loss), by_step(self.loss), torch.stack(self.deltas), clip_eps)
+        recorded, kept = self.per_step[0][0]
+        per_epoch = {name: torch.stack([d[name] for d in self.per_epoch]) for name in self.per_epoch[0]}
+        values = {name: by_step(0, name) for name in recorded}
+        values.update(self.metrics.compute({name: by_step(1, name) for name in kept}, per_epoch, clip_eps))
         self._clear()
         return {name: value.transpose(0, 1).flatten(0, 1) for name, value in values.items()}
 

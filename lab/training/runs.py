@@ -3,9 +3,9 @@
     loss = sum_r loss_r,   loss_r = surrogate_{mode_r}(l_r, d_r) + beta_r * KL_{agg_r}(l_r, l_ref_r)
 
 Every run keeps its own settings inside a batch: numbers become float[run] tensors, and each mode
-(reward, delta, loss, aggregation) is applied to the runs that chose it (`RunGroups`). Both
-training loops (`lab.training.train`, `lab.training.varlen`) take them from `RunSettings`, and
-hand their tensors over as `Records` through `records_of`.
+(reward, delta, loss, aggregation) is applied to the runs that chose it (`RunGroups`). The
+training loop (`lab.training.train`) takes them from `RunSettings`, and hands its tensors over as
+`Records` through `records_of`.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ class RunGroups:
         self.inverse = torch.argsort(order)
 
     def apply(self, fn: Callable[..., Tensor], *tensors: Tensor) -> Tensor:
-        """fn(key, *tensors restricted to that key's runs) for each key, reassembled in run order."""
+        """fn(key, *tensors restricted to that key's runs) for each key, reassembled in run order (a None
+        tensor, such as the mask of fixed-length responses, is passed on as None)."""
         if len(self.groups) == 1:  # the common case: no gather needed
             return fn(self.groups[0][0], *tensors)
-        parts = [fn(key, *(t[idx] for t in tensors)) for key, idx in self.groups]
+        parts = [fn(key, *(None if t is None else t[idx] for t in tensors)) for key, idx in self.groups]
         return torch.cat(parts)[self.inverse]
 
 
@@ -59,6 +60,10 @@ class RunSettings(NamedTuple):
     loss_groups: RunGroups
     """grouped by (loss mode, aggregation)"""
     agg_groups: RunGroups
+    entropy_coef: Tensor
+    """float[run], c_H"""
+    bonus_runs: Tensor
+    """int[runs with c_H > 0]: only they pay for the entropy bonus's differentiable forward pass"""
 
     @classmethod
     def of(cls, configs: Sequence[TrainConfig], device: torch.device) -> RunSettings:
@@ -74,12 +79,15 @@ class RunSettings(NamedTuple):
             delta_groups=RunGroups([c.delta for c in configs], device),
             loss_groups=RunGroups([(c.loss, c.loss_agg) for c in configs], device),
             agg_groups=RunGroups([c.loss_agg for c in configs], device),
+            entropy_coef=per_run("entropy_coef"),
+            bonus_runs=torch.tensor([r for r, c in enumerate(configs) if c.entropy_coef > 0], device=device,
+                                    dtype=torch.long),
         )
 
 
 def records_of(configs: list[TrainConfig], prompts: Tensor, optimum: Tensor, step_log: dict[str, list[Tensor]],
                epoch_log: dict[str, Tensor], guard, policy, **rest) -> Records:
-    """Both loops' ending: step metrics (blocks float[step run]) as float[run step], epoch metrics
+    """The loop's ending: step metrics (blocks float[step run]) as float[run step], epoch metrics
     float[run epoch] (NaN where the loop has none), a diverged run's later records emptied
     (`lab.training.divergence.DivergenceGuard.finish`), the final parameters on the CPU, contiguous.
     `rest`: the other `Records` fields (samples, greedy_responses, seconds, eos, ...)."""

@@ -24,7 +24,7 @@ from torch import Tensor
 from lab.training.config import TrainConfig
 from lab.core.deltas import compute_deltas
 from lab.exact.exploration import entropy_bonus
-from lab.core.kl import freeze, kl_estimate, reference_due
+from lab.core.kl import freeze, kl_penalty, reference_due
 from lab.core.losses import compute_loss
 from lab.policies.factorized import Policy
 from lab.policies.sampling import response_log_probs
@@ -72,7 +72,7 @@ def simple_train(task: Task, config: TrainConfig = TrainConfig(),
             log_probs = response_log_probs(policy(prompts), responses)
             loss = compute_loss(log_probs, deltas, config.loss, old_log_probs, config.clip_eps)
             if config.kl > 0:
-                loss = loss + config.kl * kl_estimate(log_probs, ref_log_probs)
+                loss = loss + kl_penalty(log_probs, ref_log_probs, config.kl)  # beta * the summed k3
             if config.entropy_coef > 0:  # the entropy bonus: the exact mean entropy on the prompts
                 loss = loss - config.entropy_coef * entropy_bonus(policy(prompts))
             optimizer.zero_grad()

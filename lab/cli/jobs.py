@@ -1,0 +1,122 @@
+"""What `lab run` and `lab sweep` share: from options to a checked job, then train, write and report.
+
+    options -> configs + prompt options -> Job(task, device, folder)     every check before any training
+    train (progress) -> the folder written whole (RunFolder) -> divergence reported (exit 3) or a summary
+
+Everything that can be known before training is checked here, so a mistake costs seconds and
+ends as one line with exit code 2: the device, the memory the runs need (before random prompts
+are drawn, and again with the real prompts), an autoregressive cap too short for the task, and
+the output folder (a name the file system takes, a folder we may write, free or the lab's own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import typer
+
+from lab.cli.application import USER_ERRORS, fail, writing
+from lab.cli.options import cli_message, hashed_name_note, make_task
+from lab.files.output_folders import RunFolder
+from lab.files.writable import check_writable
+from lab.policies.interface import PolicyKind
+from lab.training.config import Device, TrainConfig, resolve_device
+from lab.training.divergence import DIVERGED_EXIT_CODE
+from lab.training.lengths import resolve_max_length
+from lab.training.limits import check_memory
+from lab.training.records import Records
+from tasks import Task
+
+
+@dataclass(frozen=True)
+class Job:
+    """A checked job: the task its prompts describe, the device, and the folder it will write."""
+
+    points: list[TrainConfig]
+    """one config per setting (a run has one; a sweep one per grid point, before seeds multiply it)"""
+    task: Task
+    device: torch.device
+    folder: RunFolder
+    prompt_options: dict
+
+
+def prompt_options(prompts: str, vocab_size: int, num_prompts: int, prompt_length: int, heldout: int,
+                   prompt_seed: int) -> dict:
+    """The prompt options as `make_task` takes them and config.json records them."""
+    return dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts, prompt_length=prompt_length,
+                heldout=heldout, prompt_seed=prompt_seed)
+
+
+def check_fits(config: TrainConfig, task: Task) -> None:
+    """An autoregressive cap too short for sorted(prompt) + EOS is a user error (one line, exit 2)."""
+    if config.policy is not PolicyKind.factorized:
+        resolve_max_length(config, task.prompts.shape[1])
+
+
+def prepare(command: str, build: Callable[[], tuple[list[TrainConfig], int, Callable[[], str]]], options: dict,
+            device: Device, out: Path | None, force: bool, quiet: bool, what: str = "this run") -> Job:
+    """Check everything before training; a mistake ends the command with one line and exit code 2.
+
+    `build()` makes the configs (one per grid point), the number of seeds each is trained with, and
+    the default folder name; it runs inside the same check, so its `ConfigError`s are one line too.
+    """
+    try:
+        points, seeds, default_name = build()
+        torch_device = resolve_device(device)
+        sizes = (options["vocab_size"], options["num_prompts"], options["prompt_length"])
+        if options["prompts"] == "random":  # before drawing them
+            check_memory(points, *sizes, options["heldout"], torch_device, what, seeds)
+        task = make_task(**options)
+        check_fits(points[0], task)
+        check_memory(points, options["vocab_size"], *task.prompts.shape, options["heldout"], torch_device, what, seeds)
+        folder = RunFolder(out or Path("runs") / default_name(), force, command=command)
+        note = None if out or quiet else hashed_name_note(folder.out.name)
+        check_writable(folder.out)  # first: a name too long for the file system fails any other look at it
+        folder.check()
+    except USER_ERRORS as e:
+        fail(cli_message(str(e)))
+    if note:
+        typer.echo(note, err=True)
+    return Job(points, task, torch_device, folder, options)
+
+
+def write_folder(job: Job, write: Callable[[Path], None]) -> None:
+    """Write the job's folder whole: `write(tmp)` fills a temporary folder, renamed into place when done."""
+    with writing(job.folder.out), job.folder as tmp:
+        write(tmp)
+
+
+def config_header(command: str, job: Job) -> dict:
+    """The part of config.json every command writes: the command, the task, the device, the versions."""
+    task = job.task
+    return {"command": command,
+            "task": {"name": task.name, "prompts": task.prompts.tolist(), "vocab_size": task.vocab_size,
+                     "eval_prompts": None if task.eval_prompts is None else task.eval_prompts.tolist()},
+            "device": str(job.device), "torch": torch.__version__, "prompt_options": job.prompt_options}
+
+
+def report_divergence(command: str, records: Records, configs: Sequence[TrainConfig], out: Path) -> None:
+    """Say which runs diverged (also when quiet: a result the user must not miss); exit 3 when all did.
+
+    A run's records up to the step where it diverged are written; a sweep leaves diverged runs out
+    of its means and counts them per setting in summary.csv.
+    """
+    diverged = [(run, d) for run, d in enumerate(records.divergence) if d is not None]
+    if not diverged:
+        return
+    run, first = diverged[0]
+    config = configs[run]
+    message = first.message(config.lr, config.steps, config.init_scale)
+    if command == "run":
+        typer.echo(f"Error: {message}; the records up to that step are in {out} "
+                   "(summary.json \"status\": \"diverged\")", err=True)
+    else:
+        every = len(diverged) == len(configs)
+        count = f"Error: all {len(configs)} runs diverged" if every else \
+            f"Warning: {len(diverged)} of {len(configs)} runs diverged (left out of the means)"
+        typer.echo(f"{count}; counts per setting in summary.csv; the first (seed {config.seed}): {message}", err=True)
+    if len(diverged) == len(configs):
+        raise typer.Exit(DIVERGED_EXIT_CODE)
