@@ -17,6 +17,7 @@ from lab.cli.options import (
     DeviceOpt,
     DimOpt,
     EntropyCoefOpt,
+    TemperatureOpt,
     EpochsOpt,
     ForceOpt,
     GroupOpt,
@@ -59,7 +60,7 @@ def default_run_name(config: TrainConfig, prompt_options: dict | None = None) ->
     `<delta>-<loss>-<reward>-config<hash of every setting>-seed<k>` (`fitted_name`)."""
     parts = [config.delta.value, config.loss.value, config.reward]
     for name, value in config.to_dict().items():
-        if name in ("delta", "loss", "reward", "seed") or value == DEFAULTS.to_dict()[name]:
+        if name in ("delta", "loss", "reward", "seed") or value == DEFAULTS.to_dict().get(name):
             continue
         parts.append(f"{name.replace('_', '')}{name_value(value)}" if isinstance(value, float) else f"{name}{value}")
     label = prompts_label(prompt_options or {})
@@ -86,6 +87,7 @@ def run(
     dim: DimOpt = DEFAULTS.dim,
     init_scale: InitScaleOpt = DEFAULTS.init_scale,
     entropy_coef: EntropyCoefOpt = DEFAULTS.entropy_coef,
+    temperature: TemperatureOpt = DEFAULTS.temperature,
     seed: Annotated[int, typer.Option(help="seed of the run's generator (init and sampling)")] = DEFAULTS.seed,
     sampler: SamplerOpt = DEFAULTS.sampler,
     prompts: PromptsOpt = "lecture",
@@ -113,7 +115,7 @@ def run(
         config = TrainConfig(epochs=epochs, steps=steps, group_size=group_size, lr=lr, seed=seed, sampler=sampler,
                              dim=dim, reward=reward.value, delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
                              kl_period=kl_period, init_scale=init_scale, entropy_coef=entropy_coef,
-                             policy=policy, max_length=max_length, loss_agg=loss_agg)
+                             policy=policy, max_length=max_length, loss_agg=loss_agg, temperature=temperature)
         return [config], 1, lambda: default_run_name(config, options)
 
     job = prepare("run", build, options, device, out, force, quiet)
@@ -166,5 +168,6 @@ def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.devic
 
 
 RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "clip_eps", "epochs", "steps", "group_size",
-               "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg")
+               "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg",
+               "temperature")
 """TrainConfig fields that `lab run` exposes as options."""

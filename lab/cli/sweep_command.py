@@ -19,6 +19,7 @@ from lab.cli.options import (
     DeviceOpt,
     DimOpt,
     EntropyCoefsOpt,
+    TemperaturesOpt,
     EpochsOpt,
     ForceOpt,
     GroupsOpt,
@@ -63,7 +64,7 @@ def default_sweep_name(grid: dict, base: TrainConfig, prompt_options: dict, seed
                 name_value(getattr(DEFAULTS, name))]:
             parts.append(f"{name.replace('_', '')}{join(values)}")
     for name, value in base.to_dict().items():
-        if name not in grid and name != "seed" and value != DEFAULTS.to_dict()[name]:
+        if name not in grid and name != "seed" and value != DEFAULTS.to_dict().get(name):
             parts.append(f"{name.replace('_', '')}{name_value(value)}")
     label = prompts_label(prompt_options)
     name = "-".join(["sweep", *parts, *([label] if label else []), f"{seeds}seeds"])
@@ -84,6 +85,7 @@ def sweep(
     init_scale: InitScalesOpt = None,
     entropy_coef: EntropyCoefsOpt = None,
     loss_agg: LossAggsOpt = None,
+    temperature: TemperaturesOpt = None,
     seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
     sampler: SamplerOpt = DEFAULTS.sampler,
     threads: Annotated[int | None, typer.Option(
@@ -119,7 +121,7 @@ def sweep(
     from lab.experiments import sweep as sweeps
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
-             "entropy_coef": entropy_coef, "loss_agg": loss_agg}
+             "entropy_coef": entropy_coef, "loss_agg": loss_agg, "temperature": temperature}
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once

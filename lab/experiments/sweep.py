@@ -35,7 +35,7 @@ from tasks import Task
 from tasks import OPTIMAL_TOLERANCE
 
 GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
-               "loss_agg")
+               "loss_agg", "temperature")
 """TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option)."""
 
 
@@ -65,7 +65,7 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int) -> list
 
 def setting(config: TrainConfig, names: Sequence[str]) -> tuple:
     """The grid point of a config: its values of `names`, as plain values (enums as their names)."""
-    data = config.to_dict()
+    data = config.plain()
     return tuple(data[name] for name in names)
 
 

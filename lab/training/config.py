@@ -101,6 +101,10 @@ class TrainConfig:
     None = the prompt length + 2"""
     loss_agg: LossAgg = LossAgg.token_mean
     """how per-token losses and KL estimates are averaged (lab.core.aggregation; verl `loss_agg_mode`)"""
+    temperature: float = 1.0
+    """sampling temperature T: responses drawn from softmax(logits / T), and the loss's (and the reference's)
+    log-probs taken at the same T, as verl's rollout and actor do (lab.training.kinds); 1 = the plain policy.
+    Left out of `to_dict` at 1, so the files of a run without it are unchanged"""
 
     def __post_init__(self) -> None:
         for name, enum in (("delta", DeltaMode), ("loss", LossMode), ("sampler", Sampler), ("policy", PolicyKind),
@@ -123,6 +127,8 @@ class TrainConfig:
             raise ConfigError(f"kl_period must be >= 0 (0 = frozen reference), got {self.kl_period!r}")
         if not 0 < self.init_scale < math.inf:
             raise ConfigError(f"init_scale must be > 0 and finite, got {self.init_scale!r}")
+        if not 0 < self.temperature < math.inf:
+            raise ConfigError(f"temperature must be > 0 and finite, got {self.temperature!r}")
         if not 0 <= self.entropy_coef < math.inf:
             raise ConfigError(f"entropy_coef must be >= 0 and finite, got {self.entropy_coef!r}")
         if not self.std_eps >= 0:
@@ -143,9 +149,14 @@ class TrainConfig:
             raise ConfigError(f"delta {self.delta.value!r} needs group_size >= 2 (a group of one has no "
                               f"baseline), got {self.group_size}; use raw or max for G = 1")
 
-    def to_dict(self) -> dict:
+    def plain(self) -> dict:
+        """Every field as a plain value (enums as their names, tuples as lists)."""
         return {f.name: (v.value if isinstance(v, Enum) else list(v) if isinstance(v, tuple) else v)
                 for f in dataclasses.fields(self) for v in [getattr(self, f.name)]}
+
+    def to_dict(self) -> dict:
+        """`plain()` as written to config.json: `temperature` left out at 1, so earlier runs' files are unchanged."""
+        return {k: v for k, v in self.plain().items() if not (k == "temperature" and v == 1.0)}
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
