@@ -46,9 +46,7 @@ def lr_success(task, seeds: int, base: TrainConfig, device="cpu") -> dict[tuple,
 
 def batch_effect(task, reproduction, base: TrainConfig, device="cpu") -> dict:
     """Retrain ALONE's settings in their own batch; compare each run's final mean reward with the reproduction's."""
-    from lab.experiments.reproduce import config_of
-
-    configs = [config_of(s, seed, base) for s in ALONE for seed in range(reproduction.seeds)]
+    configs = [base.replace(**s, seed=seed) for s in ALONE for seed in range(reproduction.seeds)]
     alone = run_sweep(task, configs, device=device).final("mean_reward")
     index = {c: i for i, c in enumerate(reproduction.records.configs)}
     together = reproduction.records.final("mean_reward")[[index[c] for c in configs]]

@@ -24,6 +24,7 @@ import torch
 
 from lab.training.config import TrainConfig
 from lab.experiments.exploration_results import ENTROPY_COEFS, INIT_SCALES, STUCK
+from lab.experiments.temperature_section import SETTINGS as TEMPERATURE_SETTINGS
 from lab.files.output_folders import write_text_atomic
 from lab.training.records import Records
 from lab.policies.sampling import Sampler
@@ -76,6 +77,9 @@ EXPERIMENTS = (
                tuple({"init_scale": s, "delta": d, "loss": m} for s in INIT_SCALES
                      for d in ("raw", "centered", "normalized") for m in ("naive", "clipped"))
                + tuple({**STUCK, "entropy_coef": c} for c in ENTROPY_COEFS), exploration=True),
+    Experiment("temperature", "Sampling temperature against the init scale (centered deltas, clipped loss)",
+               ("init_scale", "temperature"), tuple({"delta": "centered", "loss": "clipped", **s}
+                                                    for s in TEMPERATURE_SETTINGS)),
 )
 
 

@@ -40,6 +40,12 @@ GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", 
 
 
 
+def table_fields(configs: Sequence[TrainConfig]) -> list[str]:
+    """The GRID_FIELDS a sweep's tables carry as `config_<name>` columns: `temperature` only when some run has
+    T != 1, so the tables of sweeps without a temperature keep their bytes."""
+    return [name for name in GRID_FIELDS if name != "temperature" or any(c.temperature != 1.0 for c in configs)]
+
+
 def check_seeds(seeds: int) -> None:
     if seeds <= 0:
         raise ConfigError(f"--seeds must be a positive integer, got {seeds}")
