@@ -39,9 +39,11 @@ def lr_configs(seeds: int, base: TrainConfig) -> list[TrainConfig]:
 def lr_success(task, seeds: int, base: TrainConfig, device="cpu") -> dict[tuple, Interval]:
     """(init scale, lr, epochs) -> Wilson interval of success over the seeds."""
     configs = lr_configs(seeds, base)
-    solved = optimal_everywhere(run_sweep(task, configs, device=device))
-    return {(scale, lr, times * base.epochs): wilson_interval(int(solved[i * seeds:(i + 1) * seeds].sum()), seeds)
-            for i, (scale, lr, times) in enumerate(LR_CONTROL)}
+    out = {}
+    for i, (scale, lr, times) in enumerate(LR_CONTROL):  # one sweep each: `final` reads a run's own last epoch
+        solved = optimal_everywhere(run_sweep(task, configs[i * seeds:(i + 1) * seeds], device=device))
+        out[(scale, lr, times * base.epochs)] = wilson_interval(int(solved.sum()), seeds)
+    return out
 
 
 def batch_effect(task, reproduction, base: TrainConfig, device="cpu") -> dict:

@@ -234,9 +234,9 @@ def _at_k_sentences(analysis: dict) -> list[str]:
         sharpen = probability_interval(c["maj_after"][:, -1] - c["maj_before"][:, -1])
         widen = probability_interval(c["pass_after"][:, -1] - c["pass_before"][:, -1])
         lines.append(
-            f"- {name} ({_label(setting)}): from k = 1 to {ks[-1]}, "
-            + (f"the initial policy's mean pass@k is higher from k = {wins[0]} on"
-               if wins else f"the trained policy's mean pass@k is higher at every k up to {ks[-1]}")
+            f"- {name} ({_label(setting)}): "
+            + (f"the initial policy's mean pass@k is higher from k = {wins[0]} on (k up to {ks[-1]})"
+               if wins else f"the trained policy's mean pass@k is higher at every k from 1 to {ks[-1]}")
             + f"; at k = {ks[-1]} training changes maj@k by {sharpen.text(3)} and pass@k by {widen.text(3)} "
             "(after - before, paired by seed, 95% percentile bootstrap).")
     return ["What this shows (mean over seeds; DeepSeekMath reports RL raising maj@K but not pass@K):", "", *lines]

@@ -121,7 +121,7 @@ def length_bias_markdown(records: dict[str, Records], pairs, slopes: dict[str, n
         final = late(run, "incorrect_length")
         diff = paired_interval(whole[biased], whole[unbiased])
         longer = int(np.nansum(whole[biased] > whole[unbiased]))
-        cells = [paired_interval(w[biased], w[unbiased]).text(2) for w in (early, final)]
+        cells = [f"{i.text(2)} (n={i.n})" for i in (paired_interval(w[biased], w[unbiased]) for w in (early, final))]
         lines.append(
             f"| {setting.label} | {np.median(slope):+.3f}; {int((slope > 0).sum())} of {len(slope)} | "
             f"{ {1: 'longer', -1: 'shorter', 0: 'none'}[sign] } | {diff.text(3)} (n={diff.n}) | "
