@@ -128,6 +128,13 @@ for scale in (1.0, 0.1):
     share, total = raised_without_sorted(policy_at(scale))
     print(f"init scale {scale:>3}: one centered step raises log pi(sorted) in {share:.0%} of {total} groups "
           "that do not contain it")
+
+# %% [markdown]
+# At both scales a sizeable share of the groups that never sampled the sorted response still push
+# towards it (printed above; more at scale 0.1): their better responses share tokens with it, and the
+# factorised policy raises those tokens at their positions. Containing the sorted response is not
+# necessary for a signal towards it; what the two starts differ in is how many different responses
+# their groups hold, which the entropy measures (section 3).
 #
 # ### Exercise 1: predict the first epoch
 #
@@ -265,9 +272,9 @@ for name, values in (("initial entropy", initial_entropy), ("initial optimal_pro
 # %% [markdown]
 # The lecture's runs start with a fraction of the uniform entropy (printed above) and lose most of it;
 # the runs at 0.1 start uniform and spend their entropy while the reward climbs. The initial entropy
-# separates the seeds that sort from those that do not; the initial `optimal_prob` does not (its mean
-# at scale 1 is carried by a few seeds, its median is tiny, and at 0.1, where every seed sorts, it is
-# no larger).
+# separates the seeds that sort from those that do not almost perfectly (AUC printed above); the
+# initial `optimal_prob` does less well, and its mean points the wrong way: it is higher at scale 1
+# than at 0.1, where every seed sorts, because a few seeds carry it; its median at scale 1 is tiny.
 #
 # The loss matters too. The same 20 seeds at scale 0.1 with the naive loss instead of the clipped one
 # (trained in the same batch above, `naive_runs`):
@@ -491,9 +498,10 @@ for scale in SCALES:
 
 # %% [markdown]
 # Reward is bought with entropy: within a seed the reward and the entropy move together closely at
-# every scale but the lecture's, and the seed-mean curves fit well. But a straight line in $H$ fits
-# nearly as well as $-a\,e^{H} + b$ over the range the runs cover (printed above), so a high $R^2$
-# shows that reward and entropy trade off, not that the trade-off has Cui et al.'s exponential form.
+# every scale but the lecture's, and the seed-mean curves fit well. A straight line in $H$ fits
+# nearly as well as $-a\,e^{H} + b$ (printed above), so a high $R^2$ alone shows a trade-off, not
+# Cui et al.'s exponential form; what favours the form is that it beats the line in every seed at the
+# three flatter scales, though not at the lecture's (printed above; RESULTS.md tests it).
 #
 # ## What to take away
 #
@@ -501,7 +509,7 @@ for scale in SCALES:
 #   its groups hold few distinct responses and training sharpens what it already samples. Some
 #   signal towards the sorted response remains (section 1), and a few (seed, prompt) pairs still end
 #   sorted (section 5). The initial entropy tells stuck seeds from exploring ones before any training;
-#   the initial `optimal_prob` does not (section 3).
+#   the initial `optimal_prob` does less well, and its mean points the wrong way (section 3).
 # - What makes GRPO sort here is exploration at the start *and* a loss that spends it slowly: a
 #   flatter initial policy (init scale 0.1, the lecture's policy at temperature 100) sorts every
 #   prompt in 20 of 20 seeds with centered deltas and the clipped loss, and far fewer with the naive
