@@ -14,6 +14,10 @@ from lab.experiments.length_bias import DELTAS, DR_GRPO, SETTINGS
 
 matplotlib.use("Agg")
 
+MIN_PAIRS = 5
+"""An epoch's paired difference is drawn only where at least this many seeds have wrong samples under both
+divisors (late in Dr. GRPO's setting most runs are always right, and two pairs give a band of +-20 tokens)."""
+
 
 def _panels() -> list[tuple[str, list[int]]]:
     """(title, setting indices) per column: one per delta mode of the lecture task, then Dr. GRPO's setting."""
@@ -36,9 +40,11 @@ def plot_length_bias(records: dict, pairs, flows: dict, path: Path, suptitle: st
             lengths = records[setting.task].epoch_metrics["incorrect_length"]
             bands = [paired_interval(lengths[biased, e], lengths[unbiased, e]) for e in range(lengths.shape[1])]
             epochs = np.arange(lengths.shape[1])
-            mean = np.array([b.estimate for b in bands])
-            top.plot(epochs, mean, color=color, lw=1.3, label=f"init {setting.overrides['init_scale']:g}")
-            top.fill_between(epochs, [b.low for b in bands], [b.high for b in bands], color=color, alpha=0.2)
+            shown = np.array([b.n >= MIN_PAIRS for b in bands])
+            value = lambda get: np.where(shown, [get(b) for b in bands], np.nan)  # noqa: E731
+            top.plot(epochs, value(lambda b: b.estimate), color=color, lw=1.3,
+                     label=f"init {setting.overrides['init_scale']:g}")
+            top.fill_between(epochs, value(lambda b: b.low), value(lambda b: b.high), color=color, alpha=0.2)
             flow = flows[setting.task]
             keep = ~np.isnan(flow[biased, 0])
             if keep.any():
@@ -54,7 +60,8 @@ def plot_length_bias(records: dict, pairs, flows: dict, path: Path, suptitle: st
         for ax in (top, bottom):
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6.5)
-    axes[0, 0].set_ylabel("sampled wrong length, 1/|o| - C\n(paired by seed, 95% t)", fontsize=8)
+    axes[0, 0].set_ylabel(f"sampled wrong length, 1/|o| - C\n(paired by seed, 95% t; >= {MIN_PAIRS} pairs)",
+                          fontsize=8)
     axes[1, 0].set_ylabel("exact E[|o| | wrong], expected flow", fontsize=8)
     fig.suptitle(suptitle, fontsize=10)
     fig.tight_layout()
