@@ -98,7 +98,8 @@ def test_a_sweeps_seed_3_run_equals_lab_run_seed_3(tmp_path):
     steps = read_table(tmp_path / "sweep" / "metrics_step.parquet")
     epochs = read_table(tmp_path / "sweep" / "metrics_epoch.parquet")
     run_rows = _rows((tmp_path / "run" / "metrics.csv").read_text())
-    assert {"run", "seed", *(f"config_{n}" for n in GRID_FIELDS)} <= set(steps) & set(epochs)
+    assert {"run", "seed", *(f"config_{n}" for n in GRID_FIELDS if n != "temperature")} <= set(steps) & set(epochs)
+    assert "config_temperature" not in set(steps)  # only a sweep with some T != 1 carries it
     assert len(steps["run"]) == 2 * 4 * 6 * 3 and len(epochs["run"]) == 2 * 4 * 6
     mine = (steps["seed"] == 3) & (steps["config_delta"] == "centered")
     mine_epochs = (epochs["seed"] == 3) & (epochs["config_delta"] == "centered")
