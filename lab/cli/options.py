@@ -53,6 +53,8 @@ LrOpt = Annotated[float, typer.Option(help="Adam learning rate")]
 DimOpt = Annotated[int, typer.Option(help="embedding width of the policy")]
 InitScaleOpt = Annotated[float, typer.Option(help="std of the embedding's initialisation (1 = the lecture's "
                                                   "N(0, 1); smaller = a flatter, more exploring initial policy)")]
+TemperatureOpt = Annotated[float, typer.Option(help="sampling temperature T: responses from softmax(logits / T), the "
+                                                    "loss's log-probs at the same T (as verl); 1 = the plain policy")]
 EntropyCoefOpt = Annotated[float, typer.Option(help="entropy bonus: loss - coef x exact mean per-position "
                                                     "entropy (0 = off)")]
 PromptsOpt = Annotated[str, typer.Option(help="'lecture', 'random' (see --num-prompts, --prompt-length), "
@@ -98,6 +100,9 @@ LrsOpt = Annotated[list[float] | None, typer.Option("--lr", help="repeatable: le
 InitScalesOpt = Annotated[list[float] | None, typer.Option("--init-scale", help="repeatable: embedding init "
                                                            "scales to sweep (1 = the lecture)",
                                                            show_default=str(_RUN.init_scale))]
+TemperaturesOpt = Annotated[list[float] | None, typer.Option("--temperature", help="repeatable: sampling "
+                                                            "temperatures to sweep (1 = the plain policy)",
+                                                            show_default=str(_RUN.temperature))]
 EntropyCoefsOpt = Annotated[list[float] | None, typer.Option("--entropy-coef", help="repeatable: entropy "
                                                              "bonus weights to sweep (0 = off)",
                                                              show_default=str(_RUN.entropy_coef))]
@@ -197,7 +202,7 @@ CLI_NAMES = {
     "kl (beta)": "--kl (beta)",
 }
 FIELD_NAMES = ("group_size", "clip_eps", "kl_period", "init_scale", "entropy_coef", "max_length", "loss_agg",
-               "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages",
+               "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
                "epochs", "steps", "lr", "dim", "seed", "delta", "loss",
                "reward", "kl", "pairs_per_prompt", "dpo_loss")
 """TrainConfig fields that are `lab run` options (underscores become dashes)."""

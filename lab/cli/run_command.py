@@ -23,6 +23,7 @@ from lab.cli.options import (
     DPOLossOpt,
     DimOpt,
     EntropyCoefOpt,
+    TemperatureOpt,
     EpochsOpt,
     ForceOpt,
     GroupOpt,
@@ -68,7 +69,7 @@ def default_run_name(config: TrainConfig, prompt_options: dict | None = None) ->
     `<delta>-<loss>-<reward>-config<hash of every setting>-seed<k>` (`fitted_name`)."""
     parts = [config.delta.value, config.loss.value, config.reward]
     for name, value in config.to_dict().items():
-        if name in ("delta", "loss", "reward", "seed") or value == DEFAULTS.to_dict()[name] or (
+        if name in ("delta", "loss", "reward", "seed") or value == DEFAULTS.to_dict().get(name) or (
                 name in DPO_DEFAULTS and value == name_value(DPO_DEFAULTS[name])):
             continue
         parts.append(f"{name.replace('_', '')}{name_value(value)}" if isinstance(value, float) else f"{name}{value}")
@@ -105,6 +106,7 @@ def run(
     dim: DimOpt = DEFAULTS.dim,
     init_scale: InitScaleOpt = DEFAULTS.init_scale,
     entropy_coef: EntropyCoefOpt = DEFAULTS.entropy_coef,
+    temperature: TemperatureOpt = DEFAULTS.temperature,
     seed: Annotated[int, typer.Option(help="seed of the run's generator (init and sampling)")] = DEFAULTS.seed,
     sampler: SamplerOpt = DEFAULTS.sampler,
     prompts: PromptsOpt = "lecture",
@@ -135,7 +137,8 @@ def run(
                              policy=policy, max_length=max_length, loss_agg=loss_agg, pairs=pairs,
                              pairs_per_prompt=pairs_per_prompt, preference=preference, dpo_loss=dpo_loss,
                              critic_lr=critic_lr, gae_lambda=gae_lambda, cliprange_value=cliprange_value,
-                             critic_warmup=critic_warmup, whiten_advantages=whiten_advantages)
+                             critic_warmup=critic_warmup, whiten_advantages=whiten_advantages,
+                             temperature=temperature)
         return [config], 1, lambda: default_run_name(config, options)
 
     job = prepare("run", build, options, device, out, force, quiet)
@@ -191,5 +194,5 @@ def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.devic
 RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "clip_eps", "epochs", "steps", "group_size",
                "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg",
                "pairs", "pairs_per_prompt", "preference", "dpo_loss",
-               "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages")
+               "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature")
 """TrainConfig fields that `lab run` exposes as options."""

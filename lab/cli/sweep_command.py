@@ -25,6 +25,7 @@ from lab.cli.options import (
     DeviceOpt,
     DimOpt,
     EntropyCoefsOpt,
+    TemperaturesOpt,
     EpochsOpt,
     ForceOpt,
     GroupsOpt,
@@ -73,7 +74,7 @@ def default_sweep_name(grid: dict, base: TrainConfig, prompt_options: dict, seed
                 name_value(getattr(DEFAULTS, name))]:
             parts.append(f"{name.replace('_', '')}{join(values)}")
     for name, value in base.to_dict().items():
-        if name not in grid and name != "seed" and value != DEFAULTS.to_dict()[name]:
+        if name not in grid and name != "seed" and value != DEFAULTS.to_dict().get(name):
             parts.append(f"{name.replace('_', '')}{name_value(value)}")
     label = prompts_label(prompt_options)
     name = "-".join(["sweep", *parts, *([label] if label else []), f"{seeds}seeds"])
@@ -103,6 +104,7 @@ def sweep(
     cliprange_value: CliprangeValueOpt = DEFAULTS.cliprange_value,
     critic_warmup: CriticWarmupOpt = DEFAULTS.critic_warmup,
     whiten_advantages: WhitenOpt = DEFAULTS.whiten_advantages,
+    temperature: TemperaturesOpt = None,
     seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
     sampler: SamplerOpt = DEFAULTS.sampler,
     threads: Annotated[int | None, typer.Option(
@@ -139,7 +141,7 @@ def sweep(
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
              "entropy_coef": entropy_coef, "loss_agg": loss_agg, "pairs": pairs, "preference": preference,
-             "dpo_loss": dpo_loss, "gae_lambda": gae_lambda}
+             "dpo_loss": dpo_loss, "gae_lambda": gae_lambda, "temperature": temperature}
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once
@@ -195,7 +197,7 @@ def sweep(
             "grid": {k: [v.value if isinstance(v, Enum) else v for v in vs] for k, vs in grid.items()},
             "seeds": list(range(seeds)), "base": base.to_dict(), "runs": len(configs),
             "exploration_exact": records.exploration_exact})
-        write_tables(records, sweeps.table_fields(configs), tmp, table_format)
+        write_tables(records, sweeps.table_fields(records.configs), tmp, table_format)
         write_text_atomic(tmp / "summary.csv", sweeps.summary_csv(summaries, columns))
         plot_sweep(records, names, tmp / "curves.png")
 

@@ -36,9 +36,9 @@ from tasks import Task
 from tasks import OPTIMAL_TOLERANCE
 
 GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
-               "loss_agg")
-"""TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option), each a column of its tables;
-DPO's and the critic's come after them."""
+               "loss_agg", "temperature")
+"""TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option), each a column of its tables
+(`temperature` only when some run has T != 1); DPO's and the critic's come after them."""
 
 DPO_GRID_FIELDS = ("pairs", "preference", "dpo_loss")
 """The grid fields of --loss dpo: a sweep's tables have their columns only when some run is DPO."""
@@ -48,13 +48,16 @@ CRITIC_GRID_FIELDS = ("gae_lambda",)
 has a critic, so the tables of a sweep without one keep their columns."""
 
 
-def table_fields(configs: Sequence[TrainConfig]) -> tuple[str, ...]:
-    """The settings a sweep's tables list, one column each: the grid fields, DPO's when some run is DPO, the
-    critic's when some run has a critic."""
-    has_dpo = any(c.is_dpo for c in configs)
-    has_critic = any(c.delta in NEEDS_CRITIC for c in configs)
-    return GRID_FIELDS + (DPO_GRID_FIELDS if has_dpo else ()) + (CRITIC_GRID_FIELDS if has_critic else ())
-
+def table_fields(configs: Sequence[TrainConfig]) -> list[str]:
+    """The settings a sweep's tables carry as `config_<name>` columns: the GRID_FIELDS (`temperature` only when
+    some run has T != 1), DPO's when some run is DPO, the critic's when some run has a critic; so the tables of
+    sweeps without these keep their bytes."""
+    fields = [name for name in GRID_FIELDS if name != "temperature" or any(c.temperature != 1.0 for c in configs)]
+    if any(c.is_dpo for c in configs):
+        fields += DPO_GRID_FIELDS
+    if any(c.delta in NEEDS_CRITIC for c in configs):
+        fields += CRITIC_GRID_FIELDS
+    return fields
 
 
 def check_seeds(seeds: int) -> None:
@@ -99,7 +102,7 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
 
 def setting(config: TrainConfig, names: Sequence[str]) -> tuple:
     """The grid point of a config: its values of `names`, as plain values (enums as their names)."""
-    data = config.to_dict()
+    data = config.plain()
     return tuple(data[name] for name in names)
 
 

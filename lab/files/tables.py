@@ -44,7 +44,7 @@ def setting_column(name: str) -> str:
 
 def run_columns(records: Records, names: Sequence[str]) -> dict[str, np.ndarray]:
     """One value per run: `run`, `seed`, then `config_<name>` for each setting in `names`."""
-    configs = [c.to_dict() for c in records.configs]
+    configs = [c.plain() for c in records.configs]
     columns = {"run": np.arange(len(configs), dtype=np.int32), "seed": np.array([c["seed"] for c in configs])}
     for name in names:
         columns[setting_column(name)] = np.array([c[name] for c in configs])

@@ -130,6 +130,10 @@ class TrainConfig:
     whiten_advantages: bool = False
     """`--delta gae` only: whiten the advantages over each run's batch of tokens, (A - mean) / std, as verl's
     `masked_whiten` and TRL's PPO do; off by default, so the expected update is the unbiased one of claim 23"""
+    temperature: float = 1.0
+    """sampling temperature T: responses drawn from softmax(logits / T), and the loss's (and the reference's)
+    log-probs taken at the same T, as verl's rollout and actor do (lab.training.kinds); 1 = the plain policy.
+    Left out of `to_dict` at 1, so the files of a run without it are unchanged"""
 
     def __post_init__(self) -> None:
         for name, enum in (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind),
@@ -153,6 +157,8 @@ class TrainConfig:
             raise ConfigError(f"kl_period must be >= 0 (0 = frozen reference), got {self.kl_period!r}")
         if not 0 < self.init_scale < math.inf:
             raise ConfigError(f"init_scale must be > 0 and finite, got {self.init_scale!r}")
+        if not 0 < self.temperature < math.inf:
+            raise ConfigError(f"temperature must be > 0 and finite, got {self.temperature!r}")
         if not 0 <= self.entropy_coef < math.inf:
             raise ConfigError(f"entropy_coef must be >= 0 and finite, got {self.entropy_coef!r}")
         if not self.std_eps >= 0:
@@ -231,9 +237,14 @@ class TrainConfig:
             if changed:
                 raise ConfigError(f"{changed[0]} applies to the learned critic only; add --delta gae")
 
-    def to_dict(self) -> dict:
+    def plain(self) -> dict:
+        """Every field as a plain value (enums as their names, tuples as lists)."""
         return {f.name: (v.value if isinstance(v, Enum) else list(v) if isinstance(v, tuple) else v)
                 for f in dataclasses.fields(self) for v in [getattr(self, f.name)]}
+
+    def to_dict(self) -> dict:
+        """`plain()` as written to config.json: `temperature` left out at 1, so earlier runs' files are unchanged."""
+        return {k: v for k, v in self.plain().items() if not (k == "temperature" and v == 1.0)}
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:

@@ -105,7 +105,7 @@ class CriticRuns:
             self.epoch_log["value_error_exact"].append(nan)
             self.by_position.append(nan.unsqueeze(-1).expand(runs, length))
             return
-        policy, prompts = self.kind.policy, self.kind.prompts
+        policy, prompts = self.kind.tempered_policy(), self.kind.prompts  # the sampling policy, at its T
         tables = critic_error.critic_state_values(self.critic, policy, prompts)
         if self.kind.eos is None:
             visits, truth = None, exact_values.state_values(policy, prompts, self.tables)[self.runs]

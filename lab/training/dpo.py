@@ -90,7 +90,7 @@ def offline_pairs(kind, reference: list[Tensor], n: int, preference_groups, gene
 
     `reward_of(responses int[run batch trial pos]) -> float[run batch trial]` scores with each run's reward.
     """
-    responses = P.sample(kind.policy, kind.prompts, 2 * n, generators)  # int[run batch 2N pos]
+    responses = P.sample(kind.tempered_policy(), kind.prompts, 2 * n, generators)  # int[run batch 2N pos], at T
     rewards = reward_of(responses)
     first, second = responses[..., :n, :], responses[..., n:, :]
     winner, loser, keep = _winners(first, second, rewards[..., :n], rewards[..., n:], preference_groups, generators)

@@ -130,7 +130,8 @@ def train(
         losses = train_steps(kind, parameters, reference, fresh_reference, groups, first_step,
                              settings, optimizer, guard, block, pairing, critic, epoch >= shared.critic_warmup)
         if (pairing is not None or shared.optimum_metrics) and kind.exact:
-            for name, values in dpo.optimum_metrics(policy, initial, prompts, [c.reward for c in configs],
+            for name, values in dpo.optimum_metrics(kind.tempered_policy(policy), kind.tempered_policy(initial),
+                                                    prompts, [c.reward for c in configs],
                                                     [c.kl for c in configs]).items():
                 optimum_log.setdefault(name, []).append(values)
         kind.end_epoch(guard, epoch, losses, parameters)  # a diverged run goes back to its epoch start
