@@ -34,6 +34,7 @@ LECTURE = TrainConfig()
 
 LECTURE_SEED = 5
 LENGTH_FIGURE = "length_bias.png"
+DPO_FIGURE = "dpo.png"
 SEEDS = 20
 KL_WEIGHTS = (0.0, 0.01, 0.1, 1.0)
 """beta values of the KL experiments (0 = no penalty, the reference is still tracked)."""
@@ -92,6 +93,10 @@ class Reproduction:
     """the length-bias experiment's runs (autoregressive policy: other shapes, so its own records)"""
     length_groups: list[list[int]] = field(default_factory=list)
     """per `lab.experiments.length_bias.SETTINGS` entry, its run indices in `length`"""
+    dpo: Records | None = None
+    """the DPO section's runs (GRPO + KL and DPO at one beta, longer: its own records)"""
+    dpo_groups: list[list[int]] = field(default_factory=list)
+    """per `lab.experiments.dpo_results.SETTINGS` entry, its run indices in `dpo`"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -106,9 +111,11 @@ def config_of(overrides: dict, seed: int, base: TrainConfig = LECTURE) -> TrainC
 
 def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: torch.device | str = "cpu",
                      progress: Callable[[int, int], None] | None = None,
-                     experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True) -> Reproduction:
+                     experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
+                     dpo: bool = True) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
-    length-bias experiment (`lab.experiments.length_bias`) as its own batch. `progress` counts both: 2 x epochs."""
+    length-bias experiment (`lab.experiments.length_bias`) as its own batch, then the DPO section
+    (`lab.experiments.dpo_results`). `progress` counts epochs over all (`progress_epochs`)."""
     configs: list[TrainConfig] = []
     index: dict[TrainConfig, int] = {}
     runs, lecture_runs = {}, {}
@@ -132,7 +139,22 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         length_runs, reproduction.length_groups = length_configs(seeds, base)
         later = None if progress is None else lambda done, total: progress(base.epochs + done, 2 * base.epochs)
         reproduction.length = run_sweep(make_task(), length_runs, device=device, progress=later)
+    if dpo:
+        from lab.experiments.dpo_results import dpo_configs
+
+        dpo_runs, reproduction.dpo_groups = dpo_configs(seeds, base)
+        later = None if progress is None else lambda done, total: progress(2 * base.epochs + done,
+                                                                          progress_epochs(base))
+        reproduction.dpo = run_sweep(make_task(), dpo_runs, device=device, progress=later)
     return reproduction
+
+
+def progress_epochs(base: TrainConfig = LECTURE) -> int:
+    """The epochs `run_reproduction`'s progress counts: the experiments', the length bias's, the DPO section's
+    (three batches: GRPO, online and offline pairs)."""
+    from lab.experiments.dpo_results import EPOCHS
+
+    return 2 * base.epochs + 3 * EPOCHS
 
 
 def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]:
@@ -140,7 +162,7 @@ def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]
     from lab.experiments.exploration_results import FIGURES
 
     return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
-            LENGTH_FIGURE, "RESULTS.md"]
+            LENGTH_FIGURE, DPO_FIGURE, "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,
@@ -182,8 +204,17 @@ def write_figures(reproduction: Reproduction, out: Path,
         paths.append(figures.plot_length_bias(
             reproduction.length, SETTINGS, reproduction.length_groups, Path(out) / LENGTH_FIGURE,
             f"Length of sampled responses, autoregressive policy; {reproduction.seeds} seeds, mean over seeds"))
+    text = results_markdown(reproduction, experiments, analysis)
+    if reproduction.dpo is not None:
+        from lab.experiments.dpo_results import dpo_markdown, plot_dpo
+
+        paths.append(plot_dpo(reproduction.dpo, reproduction.dpo_groups, Path(out) / DPO_FIGURE,
+                              f"GRPO + KL and DPO at the same beta; {reproduction.seeds} seeds, mean over seeds"))
+        text += "\n".join(["", "## GRPO with a KL penalty and DPO: the same optimum? (Rafailov et al. 2023; "
+                           "Azar et al. 2023)", "", f"![dpo]({DPO_FIGURE})", "",
+                           *dpo_markdown(reproduction.dpo, reproduction.dpo_groups, reproduction.seeds)]) + "\n"
     results = Path(out) / "RESULTS.md"
-    write_text_atomic(results, results_markdown(reproduction, experiments, analysis))
+    write_text_atomic(results, text)
     return [*paths, results]
 
 
