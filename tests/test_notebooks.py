@@ -37,8 +37,9 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 SCRIPTS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.py"))
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 LESSONS = ("01_policy_gradient_and_baselines", "02_grpo_deltas_and_losses", "03_kl_to_a_reference",
-           "04_sorting_experiments", "05_silent_bugs", "06_exploration", "07_length_bias")
-"""The five lessons of issue 5, issue 8's exploration lesson and issue 9's length-bias lesson, in teaching order."""
+           "04_sorting_experiments", "05_silent_bugs", "06_exploration", "07_length_bias",
+           "09_dpo")
+"""The five lessons of issue 5, issue 8's exploration lesson, issue 9's length-bias lesson and issue 18's DPO lesson, in teaching order."""
 
 NOTEBOOK_TIMEOUT_S = 60
 """Budget for one whole notebook (issue 5: "runs top to bottom on a CPU in under a minute")."""
