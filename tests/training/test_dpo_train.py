@@ -98,3 +98,19 @@ def test_lab_run_writes_the_dpo_columns_and_lab_sweep_runs_both_pair_sources(tmp
     summary = (tmp_path / "sweep" / "summary.csv").read_text()
     assert ",online," in summary and ",offline," in summary
     assert "kl_to_optimum" in (tmp_path / "sweep" / "metrics_epoch.csv").read_text().splitlines()[0]
+
+
+def test_the_trackers_response_table_is_the_enumerations():
+    """lab.training.dpo.table_log_probs (one log-softmax per position, gathered) against lab.exact.varlen."""
+    import torch
+
+    import lab.policies as P
+    from lab.exact import varlen
+    from lab.training.dpo import table_log_probs
+    from tasks.sorting import lecture_prompts
+
+    for kind in ("factorized", "autoregressive"):
+        stack = P.make_stack(kind, 5, 3, 3, 4, [torch.Generator().manual_seed(i) for i in range(2)])
+        fast, exact = table_log_probs(stack, lecture_prompts()), varlen.all_log_probs(stack, lecture_prompts(),
+                                                                                      torch.float64)
+        assert fast.shape == exact.shape and float((fast - exact).abs().max()) < 1e-12
