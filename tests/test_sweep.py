@@ -155,10 +155,11 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     exploration = ["exploration_init.png", "exploration_bonus.png", "exploration_pass_at_k.png",
                    "exploration_entropy_reward.png"]
     assert sorted(p.name for p in paths) == sorted([f"{e.name}.png" for e in EXPERIMENTS if not e.exploration]
-                                                   + exploration + ["length_bias.png", "RESULTS.md"])
+                                                   + exploration + ["length_bias.png", "dpo.png", "RESULTS.md"])
     text = (tmp_path / "RESULTS.md").read_text()
     lecture_part, exploration_part = text.split("## Exploration", 1)
     exploration_part, length_part = exploration_part.split("## Variable length", 1)
+    length_part, dpo_part = length_part.split("## GRPO with a KL penalty and DPO", 1)
 
     def verdicts(part: str) -> list[str]:
         return [line.rsplit("**", 2)[-2] for line in part.splitlines() if line.endswith("** |")]
@@ -166,6 +167,7 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     assert len(verdicts(exploration_part)) == 14
     assert set(verdicts(exploration_part)) <= {"holds", "does not hold", "inconclusive"}
     assert len(verdicts(length_part)) == 2 and set(verdicts(length_part)) <= {"holds", "does not hold", "inconclusive"}
+    assert len(verdicts(dpo_part)) == 15 and set(verdicts(dpo_part)) <= {"holds", "does not hold", "inconclusive"}
     assert "1/\\|o\\| normalisation lengthens wrong responses (centered deltas)" in text
     raw = reproduction.runs["lecture_deltas", 0]
     assert mean_interval(reproduction.records.final("mean_reward")[raw]).text(3) in text

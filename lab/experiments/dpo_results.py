@@ -31,8 +31,9 @@ from lab.training.config import TrainConfig
 
 BETA = 0.05
 """The beta of every setting: GRPO's KL weight and DPO's beta (the same J_beta, the same pi*)."""
-EPOCHS = 300
-"""Long enough to tell a plateau of the KL from growth (three times the lecture's epochs)."""
+EPOCH_FACTOR = 3
+"""The section's runs last this many times the base's epochs (300 for the lecture's 100): long enough to tell a
+plateau of the KL from growth."""
 PLATEAU = 0.10
 SAME = 0.10
 FIGURE = "dpo.png"
@@ -42,12 +43,12 @@ SETTINGS = (
     ("online DPO, argmax", dict(loss="dpo", pairs="online")),
     ("online DPO, Bradley-Terry", dict(loss="dpo", pairs="online", preference="bradley-terry")),
     ("online IPO, argmax", dict(loss="dpo", pairs="online", dpo_loss="ipo")),
-    ("offline DPO, argmax", dict(loss="dpo", pairs="offline", pairs_per_prompt=EPOCHS)),
-    ("offline DPO, Bradley-Terry", dict(loss="dpo", pairs="offline", pairs_per_prompt=EPOCHS,
-                                        preference="bradley-terry")),
-    ("offline IPO, argmax", dict(loss="dpo", pairs="offline", pairs_per_prompt=EPOCHS, dpo_loss="ipo")),
+    ("offline DPO, argmax", dict(loss="dpo", pairs="offline")),
+    ("offline DPO, Bradley-Terry", dict(loss="dpo", pairs="offline", preference="bradley-terry")),
+    ("offline IPO, argmax", dict(loss="dpo", pairs="offline", dpo_loss="ipo")),
 )
-"""(label, overrides of the lecture's settings, beta = BETA and EPOCHS epochs added)."""
+"""(label, overrides of the lecture's settings; beta = BETA, EPOCH_FACTOR x the epochs, and for offline pairs
+as many pairs per prompt as epochs are added)."""
 
 ONLINE_OF = {4: 1, 5: 2, 6: 3}
 """offline setting -> the online setting with the same loss and preference model."""
@@ -55,8 +56,10 @@ ONLINE_OF = {4: 1, 5: 2, 6: 3}
 
 def dpo_configs(seeds: int, base: TrainConfig) -> tuple[list[TrainConfig], list[list[int]]]:
     """Every run of the section and, per setting, its run indices."""
-    configs = [base.replace(**overrides, kl=BETA, epochs=EPOCHS, seed=seed) for _, overrides in SETTINGS
-               for seed in range(seeds)]
+    epochs = EPOCH_FACTOR * base.epochs
+    offline = lambda overrides: {"pairs_per_prompt": epochs} if overrides.get("pairs") == "offline" else {}  # noqa: E731
+    configs = [base.replace(**overrides, **offline(overrides), kl=BETA, epochs=epochs, seed=seed)
+               for _, overrides in SETTINGS for seed in range(seeds)]
     return configs, [list(range(i * seeds, (i + 1) * seeds)) for i in range(len(SETTINGS))]
 
 
@@ -92,9 +95,10 @@ def dpo_markdown(records, groups: list[list[int]], seeds: int) -> list[str]:
     e = records.epoch_metrics
     final = lambda name, runs: mean_interval(e[name][runs, -1])  # noqa: E731
     kl = epoch_kl(records)
+    epochs = records.configs[0].epochs
     out = [f"Beta = {BETA} for every setting (GRPO's KL weight, DPO's beta: the same J_beta = E[r] - beta KL(pi || "
-           f"pi_ref) and the same pi* = pi_ref exp(r / beta) / Z, pi_ref the initial policy); {EPOCHS} epochs x "
-           f"{records.configs[0].steps} steps, {seeds} seeds. Offline sets hold {EPOCHS} pairs per prompt drawn "
+           f"pi_ref) and the same pi* = pi_ref exp(r / beta) / Z, pi_ref the initial policy); {epochs} epochs x "
+           f"{records.configs[0].steps} steps, {seeds} seeds. Offline sets hold {epochs} pairs per prompt drawn "
            "from pi_ref before training, as many as online DPO can use (one per group and epoch). The exact "
            "measures are sums over the 125 responses of each prompt. Final = after the last epoch; mean "
            "over seeds [95% t].", "",

@@ -152,9 +152,9 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
 def progress_epochs(base: TrainConfig = LECTURE) -> int:
     """The epochs `run_reproduction`'s progress counts: the experiments', the length bias's, the DPO section's
     (three batches: GRPO, online and offline pairs)."""
-    from lab.experiments.dpo_results import EPOCHS
+    from lab.experiments.dpo_results import EPOCH_FACTOR
 
-    return 2 * base.epochs + 3 * EPOCHS
+    return 2 * base.epochs + 3 * EPOCH_FACTOR * base.epochs
 
 
 def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]:

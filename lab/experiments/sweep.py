@@ -103,12 +103,19 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
                                       constant_values=np.nan))
 
     first = parts[0][1]
+
+    def table(get) -> dict[str, np.ndarray]:
+        """Every metric any batch holds (a DPO batch has its own); NaN for the runs of a batch without it."""
+        names = list(dict.fromkeys(k for _, rec in parts for k in get(rec)))
+        missing = lambda rec: np.full((rec.num_runs, next(iter(get(rec).values())).shape[1]), np.nan)  # noqa: E731
+        return {k: cat_padded(lambda rec: get(rec)[k] if k in get(rec) else missing(rec)) for k in names}
+
     return Records(
         configs=[parts[p][1].configs[r] for _, p, r in sorted(flat)],
         prompts=first.prompts,
         optimum=cat(lambda rec: rec.optimum),
-        step_metrics={k: cat_padded(lambda rec: rec.step_metrics[k]) for k in first.step_metrics},
-        epoch_metrics={k: cat_padded(lambda rec: rec.epoch_metrics[k]) for k in first.epoch_metrics},
+        step_metrics=table(lambda rec: rec.step_metrics),
+        epoch_metrics=table(lambda rec: rec.epoch_metrics),
         samples=[],
         state={k: torch.from_numpy(cat(lambda rec: rec.state[k].numpy())) for k in first.state},
         greedy_responses=cat(lambda rec: rec.greedy_responses),
