@@ -141,7 +141,9 @@ plt.show()
 
 # %% [markdown]
 # Read the printed rows: the first numbers are after the first epoch, the second after the last. The
-# J gap is beta times the KL to pi* (the same identity as in section 1, now on trained policies). Neither
+# J gap is beta times the KL to pi* (the same identity as in section 1, now on trained policies). With
+# these two seeds online DPO ends much closer to pi* than GRPO (a J gap of about 0.3 against about 1.0
+# and 1.4), at the same beta and reference. Neither
 # method reaches pi*: the factorised policy cannot represent every distribution over 125 responses, and
 # 40 epochs are short. `figures/RESULTS.md` (section "GRPO with a KL penalty and DPO") runs 20 seeds
 # for 300 epochs, offline pairs and IPO included, with verdicts.
