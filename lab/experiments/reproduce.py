@@ -37,6 +37,7 @@ LECTURE = TrainConfig()
 LECTURE_SEED = 5
 LENGTH_FIGURE = "length_bias.png"
 CRITIC_FIGURE = "critic.png"
+DPO_FIGURE = "dpo.png"
 SEEDS = 20
 KL_WEIGHTS = (0.0, 0.01, 0.1, 1.0)
 """beta values of the KL experiments (0 = no penalty, the reference is still tracked)."""
@@ -106,6 +107,10 @@ class Reproduction:
     """`lab.experiments.controls.batch_effect`"""
     critic: object = None
     """the critic experiment's runs (`lab.experiments.critic_results.CriticRuns`: one batch per setting)"""
+    dpo: Records | None = None
+    """the DPO section's runs (GRPO + KL and DPO at one beta, longer: its own records)"""
+    dpo_groups: list[list[int]] = field(default_factory=list)
+    """per `lab.experiments.dpo_results.SETTINGS` entry, its run indices in `dpo`"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -121,10 +126,11 @@ def config_of(overrides: dict, seed: int, base: TrainConfig = LECTURE) -> TrainC
 def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: torch.device | str = "cpu",
                      progress: Callable[[int, int], None] | None = None,
                      experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
-                     controls: bool = True, critic: bool = True) -> Reproduction:
+                     controls: bool = True, critic: bool = True, dpo: bool = True) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
-    length-bias experiment (`lab.experiments.length_bias`) as its own batch, then the critic experiment
-    (`lab.experiments.critic_results`), a batch per setting. `progress` counts them all: `progress_epochs()`."""
+    length-bias experiment (`lab.experiments.length_bias`) as its own batches, then the critic experiment
+    (`lab.experiments.critic_results`), a batch per setting, then the DPO section (`lab.experiments.dpo_results`).
+    `progress` counts epochs over all of them (`progress_epochs`)."""
     configs: list[TrainConfig] = []
     index: dict[TrainConfig, int] = {}
     runs, lecture_runs = {}, {}
@@ -161,14 +167,24 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
 
         later = None if progress is None else lambda done, _: progress(2 * base.epochs + done, progress_epochs(base))
         reproduction.critic = run_critic_experiment(seeds, base, device, later)
+    if dpo:
+        from lab.experiments.critic_results import SETTINGS as CRITIC_SETTINGS
+        from lab.experiments.dpo_results import dpo_configs
+
+        dpo_runs, reproduction.dpo_groups = dpo_configs(seeds, base)
+        offset = (2 + (len(CRITIC_SETTINGS) if critic else 0)) * base.epochs
+        later = None if progress is None else lambda done, _: progress(offset + done, progress_epochs(base))
+        reproduction.dpo = run_sweep(make_task(), dpo_runs, device=device, progress=later)
     return reproduction
 
 
 def progress_epochs(base: TrainConfig = LECTURE) -> int:
-    """Epochs `run_reproduction` reports progress over: the main batch, the length bias, each critic setting."""
+    """The epochs `run_reproduction`'s progress counts: the experiments', the length bias's, each critic
+    setting's, the DPO section's (three batches: GRPO, online and offline pairs)."""
     from lab.experiments.critic_results import SETTINGS
+    from lab.experiments.dpo_results import EPOCH_FACTOR
 
-    return (2 + len(SETTINGS)) * base.epochs
+    return (2 + len(SETTINGS)) * base.epochs + 3 * EPOCH_FACTOR * base.epochs
 
 
 def length_tasks() -> dict:
@@ -183,7 +199,7 @@ def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]
     from lab.experiments.exploration_results import FIGURES
 
     return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
-            LENGTH_FIGURE, CRITIC_FIGURE, "RESULTS.md"]
+            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,
@@ -231,8 +247,17 @@ def write_figures(reproduction: Reproduction, out: Path,
         paths.append(plot_critic(reproduction.critic, Path(out) / CRITIC_FIGURE,
                                  f"PPO's learned critic (gae) against GRPO's group baseline; {reproduction.seeds} "
                                  "seeds, mean and 95% t-band; inset: late exact error by position"))
+    text = results_markdown(reproduction, experiments, analysis)
+    if reproduction.dpo is not None:
+        from lab.experiments.dpo_results import dpo_markdown, plot_dpo
+
+        paths.append(plot_dpo(reproduction.dpo, reproduction.dpo_groups, Path(out) / DPO_FIGURE,
+                              f"GRPO + KL and DPO at the same beta; {reproduction.seeds} seeds, mean over seeds"))
+        text += "\n".join(["", "## GRPO with a KL penalty and DPO: the same optimum? (Rafailov et al. 2023; "
+                           "Azar et al. 2023)", "", f"![dpo]({DPO_FIGURE})", "",
+                           *dpo_markdown(reproduction.dpo, reproduction.dpo_groups, reproduction.seeds)]) + "\n"
     results = Path(out) / "RESULTS.md"
-    write_text_atomic(results, results_markdown(reproduction, experiments, analysis))
+    write_text_atomic(results, text)
     return [*paths, results]
 
 

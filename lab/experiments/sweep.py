@@ -131,25 +131,22 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
         return cat(lambda rec: np.pad(get(rec), ((0, 0), (0, width - get(rec).shape[1])),
                                       constant_values=np.nan))
 
-    def union(table) -> list[str]:  # a batch without a critic run has no critic metrics: NaN there
-        return list(dict.fromkeys(k for _, rec in parts for k in table(rec)))
-
-    def metric(table, name):
-        def get(rec):
-            values = table(rec)
-            if name in values:
-                return values[name]
-            return np.full((rec.num_runs, next(iter(values.values())).shape[1]), np.nan, dtype=np.float32)
-        return cat_padded(get)
-
     first = parts[0][1]
     critics = [rec.parameters.get("critic") for _, rec in parts if rec.parameters.get("critic") is not None]
+
+    def table(get) -> dict[str, np.ndarray]:
+        """Every metric any batch holds (a DPO or critic batch has its own); NaN for the runs of a batch without it."""
+        names = list(dict.fromkeys(k for _, rec in parts for k in get(rec)))
+        missing = lambda rec: np.full((rec.num_runs, next(iter(get(rec).values())).shape[1]), np.nan,  # noqa: E731
+                                       dtype=np.float32)
+        return {k: cat_padded(lambda rec: get(rec)[k] if k in get(rec) else missing(rec)) for k in names}
+
     return Records(
         configs=[parts[p][1].configs[r] for _, p, r in sorted(flat)],
         prompts=first.prompts,
         optimum=cat(lambda rec: rec.optimum),
-        step_metrics={k: metric(lambda rec: rec.step_metrics, k) for k in union(lambda rec: rec.step_metrics)},
-        epoch_metrics={k: metric(lambda rec: rec.epoch_metrics, k) for k in union(lambda rec: rec.epoch_metrics)},
+        step_metrics=table(lambda rec: rec.step_metrics),
+        epoch_metrics=table(lambda rec: rec.epoch_metrics),
         samples=[],
         state={k: torch.from_numpy(cat(lambda rec: rec.state[k].numpy())) for k in first.state},
         greedy_responses=cat(lambda rec: rec.greedy_responses),

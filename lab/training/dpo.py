@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 
 import lab.policies as P
+from lab.policies.factorized import policy_logits
 from lab.core.dpo import Preference, dpo_loss, preference_probability
-from lab.exact import optimum as O
 from lab.exact import varlen
 from lab.training.config import TrainConfig
 from lab.training.runs import RunGroups, RunSettings
@@ -136,26 +136,46 @@ def pair_loss(logps: Tensor, ref_logps: Tensor, keep: Tensor, loss_groups, beta:
     return mean(losses), metrics
 
 
-def optimum_metrics(policy, reference, prompts: Tensor, reward_names: list[str], betas: list[float]) -> dict:
-    """Exact KL(pi_theta || pi*), J_beta(pi_theta) and J_beta(pi*) - J_beta(pi_theta), means over prompts:
-    float[run] each (NaN for a run with beta = 0). `policy`, `reference`: run stacks."""
-    with torch.no_grad():
-        log_p = varlen.all_log_probs(policy, prompts, torch.float64)  # float[run batch n]
-        log_ref = varlen.all_log_probs(reference, prompts, torch.float64)
-        rows = {name: varlen.reward_table(policy, prompts, name) for name in set(reward_names)}
-        values = {"kl_to_optimum": [], "objective_exact": [], "objective_gap": []}
-        for r, (name, beta) in enumerate(zip(reward_names, betas)):
-            if not beta > 0:
-                for metric in values.values():
-                    metric.append(torch.tensor(float("nan"), dtype=torch.float64))
-                continue
-            rewards = rows[name].to(log_p)
-            star = O.log_optimum(log_ref[r], rewards, beta)
-            objective = (log_p[r].exp() * (rewards - beta * (log_p[r] - log_ref[r]))).sum(-1)
-            values["kl_to_optimum"].append((log_p[r].exp() * (log_p[r] - star)).sum(-1).mean())
-            values["objective_exact"].append(objective.mean())
-            values["objective_gap"].append((beta * torch.logsumexp(log_ref[r] + rewards / beta, -1) - objective).mean())
-    return {name: torch.stack(v).float() for name, v in values.items()}
+def table_log_probs(policy, prompts: Tensor) -> Tensor:
+    """log pi(y | x) of every enumerated response in float64, for a run stack: float[run batch n]. The
+    factorised policy's positions are independent given the prompt, so one log-softmax per position is
+    gathered for every response (the same numbers as lab.exact.varlen, without a forward pass per response)."""
+    if P.ops_of(policy).eos(policy) is not None:
+        return varlen.all_log_probs(policy, prompts, torch.float64)
+    params = {name: p.detach().to(torch.float64) for name, p in policy.named_parameters()}
+    table = torch.log_softmax(policy_logits(params["embedding"], params["encode"], params["decode"], prompts), -1)
+    responses = varlen.enumerate_responses(policy).to(prompts.device)  # int[n pos]
+    picked = table.unsqueeze(-3).expand(*table.shape[:-2], len(responses), *table.shape[-2:])
+    return picked.gather(-1, responses.unsqueeze(-1).expand(*picked.shape[:-1], 1)).squeeze(-1).sum(-1)
+
+
+class OptimumTracker:
+    """Exact KL(pi_theta || pi*), J_beta(pi_theta) and J_beta(pi*) - J_beta(pi_theta) of every run, means over
+    prompts (lab.exact.optimum's formulas, all runs at once; NaN for a run with beta = 0). pi_ref's table and
+    pi* are computed once, from the initial policy."""
+
+    def __init__(self, reference, prompts: Tensor, reward_names: list[str], betas: list[float]) -> None:
+        with torch.no_grad():
+            self.prompts, self.log_ref = prompts, table_log_probs(reference, prompts)  # float[run batch n]
+            tables = {name: varlen.reward_table(reference, prompts, name).to(self.log_ref)
+                      for name in dict.fromkeys(reward_names)}
+            self.rewards = torch.stack([tables[name] for name in reward_names])  # float[run batch n]
+            beta = torch.tensor(betas, dtype=torch.float64, device=self.log_ref.device)
+            self.off = beta <= 0
+            self.beta = torch.where(self.off, torch.ones_like(beta), beta).reshape(-1, 1, 1)  # float[run 1 1]
+            tilted = self.log_ref + self.rewards / self.beta
+            self.log_star = torch.log_softmax(tilted, dim=-1)  # lab.exact.optimum.log_optimum
+            self.best = self.beta.squeeze(-1) * torch.logsumexp(tilted, dim=-1)  # J_beta(pi*) = beta log Z
+
+    def measure(self, policy) -> dict[str, Tensor]:
+        """float[run] each, for the policy stack as it is now."""
+        with torch.no_grad():
+            log_p = table_log_probs(policy, self.prompts)
+            probs = log_p.exp()
+            objective = (probs * (self.rewards - self.beta * (log_p - self.log_ref))).sum(-1)  # float[run batch]
+            values = {"kl_to_optimum": (probs * (log_p - self.log_star)).sum(-1), "objective_exact": objective,
+                      "objective_gap": self.best - objective}
+            return {name: v.mean(-1).masked_fill(self.off, float("nan")).float() for name, v in values.items()}
 
 
 @dataclass

@@ -108,7 +108,9 @@ def train(
     optimum = kind.optimum(prompts, targets)  # float[run batch]
     step_log, history = {name: [] for name in STEP_METRICS}, History()
     pairing = dpo.DPOSetup.of(configs, kind, settings, list(generators), device) if shared.is_dpo else None
-    initial = freeze(policy) if pairing or shared.optimum_metrics else None  # pi_ref of pi*: the initial policy
+    tracker = (dpo.OptimumTracker(kind.tempered_policy(policy), prompts, [c.reward for c in configs],
+                                  [c.kl for c in configs])
+               if (pairing or shared.optimum_metrics) and kind.exact else None)  # pi* of the initial policy
     optimum_log = {}
     critic = CriticRuns(kind, configs, critic_runs(configs), device) if critic_runs(configs) else None
     start = time.perf_counter()
@@ -129,10 +131,8 @@ def train(
                                              pairing.generators)
         losses = train_steps(kind, parameters, reference, fresh_reference, groups, first_step,
                              settings, optimizer, guard, block, pairing, critic, epoch >= shared.critic_warmup)
-        if (pairing is not None or shared.optimum_metrics) and kind.exact:
-            for name, values in dpo.optimum_metrics(kind.tempered_policy(policy), kind.tempered_policy(initial),
-                                                    prompts, [c.reward for c in configs],
-                                                    [c.kl for c in configs]).items():
+        if tracker is not None:
+            for name, values in tracker.measure(kind.tempered_policy(policy)).items():
                 optimum_log.setdefault(name, []).append(values)
         kind.end_epoch(guard, epoch, losses, parameters)  # a diverged run goes back to its epoch start
         stop = guard.all_diverged  # nothing left to train

@@ -157,12 +157,14 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     exploration = ["exploration_init.png", "exploration_bonus.png", "exploration_pass_at_k.png",
                    "exploration_entropy_reward.png"]
     assert sorted(p.name for p in paths) == sorted([f"{e.name}.png" for e in EXPERIMENTS if not e.exploration]
-                                                   + exploration + ["length_bias.png", "critic.png", "RESULTS.md"])
+                                                   + exploration + ["length_bias.png", "critic.png", "dpo.png",
+                                                                    "RESULTS.md"])
     text = (tmp_path / "RESULTS.md").read_text()
     lecture_part, exploration_part = text.split("## Exploration", 1)
     exploration_part, length_part = exploration_part.split("## Variable length", 1)
     length_part, critic_part = length_part.split("## The critic GRPO removes", 1)
     exploration_part = exploration_part.split("## Reproducing a number", 1)[0]
+    critic_part, dpo_part = critic_part.split("## GRPO with a KL penalty and DPO", 1)
 
     def verdicts(part: str) -> list[str]:
         return [line.rsplit("**", 2)[-2] for line in part.splitlines() if line.endswith("** |")]
@@ -179,6 +181,7 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     assert "paired t" in length_part and "0/1 reward (Dr. GRPO's setting)" in length_part
     assert len(verdicts(critic_part)) == 3 and set(verdicts(critic_part)) <= {"holds", "does not hold", "inconclusive"}
     assert "the critic reduces the gradient's variance" in critic_part and "t = 4" in critic_part
+    assert len(verdicts(dpo_part)) == 15 and set(verdicts(dpo_part)) <= {"holds", "does not hold", "inconclusive"}
     raw = reproduction.runs["lecture_deltas", 0]
     assert mean_interval(reproduction.records.final("mean_reward")[raw]).text(3) in text
     assert len(set(reproduction.runs["baselines", 1]) & set(reproduction.runs["lecture_deltas", 1])) == 6  # trained once

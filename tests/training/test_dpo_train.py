@@ -108,3 +108,34 @@ def test_lab_run_writes_the_dpo_columns_and_lab_sweep_runs_both_pair_sources(tmp
     summary = (tmp_path / "sweep" / "summary.csv").read_text()
     assert ",online," in summary and ",offline," in summary
     assert "kl_to_optimum" in (tmp_path / "sweep" / "metrics_epoch.csv").read_text().splitlines()[0]
+
+
+def test_the_trackers_response_table_is_the_enumerations():
+    """lab.training.dpo.table_log_probs (one log-softmax per position, gathered) against lab.exact.varlen."""
+    import torch
+
+    import lab.policies as P
+    from lab.exact import varlen
+    from lab.training.dpo import table_log_probs
+    from tasks.sorting import lecture_prompts
+
+    for kind in ("factorized", "autoregressive"):
+        stack = P.make_stack(kind, 5, 3, 3, 4, [torch.Generator().manual_seed(i) for i in range(2)])
+        fast, exact = table_log_probs(stack, lecture_prompts()), varlen.all_log_probs(stack, lecture_prompts(),
+                                                                                      torch.float64)
+        assert fast.shape == exact.shape and float((fast - exact).abs().max()) < 1e-12
+
+
+def test_a_sweep_of_dpo_and_grpo_keeps_every_metric(tmp_path):
+    """Mixed losses train as separate batches; the merged records hold the DPO columns (empty for GRPO runs)."""
+    from lab.experiments.sweep import run_sweep
+
+    records = run_sweep(TASK, [TrainConfig(kl=0.1, **SHORT), dpo(), dpo(pairs="offline", pairs_per_prompt=4)])
+    assert np.all(np.isnan(records.step_metrics["chosen_rewards"][0]))
+    assert not np.all(np.isnan(records.step_metrics["loss"][1:]))
+    assert np.all(np.isnan(records.epoch_metrics["kl_to_optimum"][0]))
+    assert np.all(np.isfinite(records.epoch_metrics["kl_to_optimum"][1:]))
+    result = CliRunner().invoke(app, ["sweep", "--loss", "clipped", "--loss", "dpo", "--kl", "0.1", "--seeds", "1",
+                                      "--epochs", "2", "--steps", "1", "--format", "csv", "--quiet", "--device", "cpu",
+                                      "--out", str(tmp_path / "mixed")])
+    assert result.exit_code == 0, result.output
