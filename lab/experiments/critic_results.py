@@ -1,7 +1,8 @@
 """The critic experiment: PPO's learned critic (`--delta gae`) against GRPO's group baseline.
 
     factorised policy, the lecture's task and schedule, seeds 0..N-1, each setting its own batch:
-        GRPO normalized G = 10,  GRPO centered G = 10,  gae G = 10 (equal samples per epoch),  gae G = 1 (equal epochs)
+        GRPO normalized G = 10,  GRPO centered G = 10,  gae G = 10 (equal samples per epoch),  gae G = 1 (equal epochs),
+        gae G = 10 with its advantages whitened over the batch (verl's and TRL's choice; the lab's is off)
     autoregressive policy:  GRPO centered G = 10,  gae G = 10 with lambda in {0, 0.9, 1}
     exact, per run: value_error_exact every epoch (by position for the autoregressive policy); for the factorised
         policy tr Cov[g] per prompt of each run's own estimator at its start and its end (`lab.exact.critic_moments`:
@@ -37,7 +38,8 @@ from lab.training.config import TrainConfig
 from lab.training.records import Records
 from lab.training.train import train
 
-FACTORISED = ({"delta": "normalized"}, {"delta": "centered"}, {"delta": "gae"}, {"delta": "gae", "group_size": 1})
+FACTORISED = ({"delta": "normalized"}, {"delta": "centered"}, {"delta": "gae"}, {"delta": "gae", "group_size": 1},
+              {"delta": "gae", "whiten_advantages": True})
 AUTOREGRESSIVE = tuple({"policy": "autoregressive", **o} for o in (
     {"delta": "centered"}, *({"delta": "gae", "gae_lambda": lam} for lam in (0.0, 0.9, 1.0))))
 SETTINGS = FACTORISED + AUTOREGRESSIVE
@@ -74,6 +76,7 @@ def label(overrides: dict) -> str:
     policy = "autoregressive" if overrides.get("policy") == "autoregressive" else "factorised"
     name = "GRPO " + overrides["delta"] if overrides["delta"] != "gae" else "gae"
     extra = f", lambda = {overrides['gae_lambda']:g}" if "gae_lambda" in overrides else ""
+    extra += ", whitened" if overrides.get("whiten_advantages") else ""
     return f"{policy}: {name}, G = {overrides.get('group_size', 10)}{extra}"
 
 
@@ -105,7 +108,8 @@ def _estimator_variance(records: Records, run: int, start: bool) -> float:
 def variances(runs: CriticRuns) -> dict[int, np.ndarray]:
     """Per factorised setting, float[seed 2]: the exact tr Cov at the start and the end."""
     return {i: np.array([[_estimator_variance(runs.records[i], r, s) for s in (True, False)]
-                         for r in range(runs.seeds)]) for i in range(len(FACTORISED))}
+                         for r in range(runs.seeds)])
+            for i, overrides in enumerate(FACTORISED) if not overrides.get("whiten_advantages")}
 
 
 def _raw_variance_at_end(records: Records, run: int) -> float:
@@ -176,8 +180,12 @@ def _verdicts(runs: CriticRuns, var: dict[int, np.ndarray]) -> list[str]:
     rows.append(f"| the group mean is a low-cost substitute for the critic | final mean reward, GRPO centered minus "
                 f"gae, G = 10, within +-{MARGIN:.0%} of the optimum | {diff.text(3)} | "
                 f"**{'holds' if inside else 'does not hold' if outside else 'inconclusive'}** |")
-    return rows + ["", f"Beside it, at the end, tr Cov per prompt x G (the variance per sample): GRPO centered "
-                   f"{per_sample[0]:.2f}, gae {per_sample[1]:.2f}; seconds per epoch in the table above (one CPU, "
+    whitened = difference_interval(runs.records[4].final("mean_reward"), gae.final("mean_reward"))
+    return rows + ["", f"Whitening the advantages over the batch (verl, TRL) against not (the lab's default), gae "
+                   f"G = 10, factorised: final mean reward difference {whitened.text(3)} (whitened minus not).",
+                   "", "Beside the last verdict, at the end, tr Cov per prompt x G (the variance per sample): GRPO "
+                   f"centered {per_sample[0]:.2f}, gae {per_sample[1]:.2f}; seconds per epoch in the table above "
+                   "(one CPU, "
                    "shared; the critic's exact error is computed every epoch and counted in).", "",
                    "Each setting's seeds train as one batch, the lecture's schedule otherwise (100 epochs x 10 steps, "
                    "Adam lr 1e-3 for the policy and the critic, naive loss, inclusion-ordering). gae: the critic of "
@@ -186,6 +194,7 @@ def _verdicts(runs: CriticRuns, var: dict[int, np.ndarray]) -> list[str]:
                    "(`lab/exact/critic_moments.py`) for each run's own estimator, summed over tokens, per prompt "
                    "and averaged over prompts and seeds: the group estimator for GRPO, the GAE estimator with the "
                    "run's critic for gae (at the start every critic is 0, so it is the estimator without a "
-                   "baseline); not computed for the autoregressive policy (3,906 responses per prompt). Verdict "
+                   "baseline); not computed for the whitened runs (whitening couples a batch's responses: no exact "
+                   "form here) nor for the autoregressive policy (3,906 responses per prompt). Verdict "
                    "rules: the docstring of `lab/experiments/critic_results.py`; the exact statements behind them: "
                    "claims 22-25 in `docs/claims.md`."]

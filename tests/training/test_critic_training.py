@@ -128,9 +128,9 @@ def test_advantages_are_gae_of_the_critic_and_whitening_is_per_run(policy):
     rewards = torch.stack([kind.rewards[c.reward](kind.prompts, responses[r]) for r, c in enumerate(configs)])
     advantages = critic.advantages(responses, mask, rewards)
     live = torch.ones_like(responses, dtype=torch.bool) if mask is None else mask
-    values = critic.old
-    if policy == "factorized":  # one state: R - V(x) on every token
-        # V_old keeps the one position of the factorised critic's one state
+    values = critic.old  # the factorised critic keeps one position: its one state, the prompt
+    if policy == "factorized":  # R - V(x) on every token
+        assert values.shape[-1] == 1
         torch.testing.assert_close(advantages[0], (rewards[0].unsqueeze(-1) - values[0]).expand_as(advantages[0]))
     else:  # the definition, token by token, lambda = 0.7
         for b, t in ((0, 0), (1, 2), (2, 1)):
