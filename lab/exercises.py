@@ -12,10 +12,11 @@ lab. An answer that is still the placeholder `...` (or a function that returns `
 lesson instead of stopping at the first exercise. A wrong answer raises `WrongAnswer` (an
 AssertionError) with the test's message. A right one prints "solved" and returns True.
 
-The test suite (tests/test_notebooks.py) executes every lesson twice: as a student's "Run all"
-(every check must say "not yet solved"), and with every solution cell replaced by the code of its
-```python block and the environment variable LAB_EXERCISES=solved, under which an unsolved check
-is an error: so every solution is run and must pass its check.
+The test suite (tests/lessons/test_notebooks.py) executes every lesson once, as a student's "Run
+all" (every check must say "not yet solved"); then, in the same kernel, with the environment
+variable LAB_EXERCISES=solved set there (an unsolved check is an error), it runs the code of each
+solution cell's ```python block followed by its check cell: so every solution is run and must pass
+its check. This works because later cells use the lab's functions, never the student's.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@
     a link   = a relative markdown link [text](path); it must name an existing file
     a cite   = a `test_...` name in backticks; it must be defined in a .py file its section links
     coverage = every tests/proofs/test_*.py linked; every test_claim_NN_* function cited under claim NN
+    files    = one proof file per claim, tests/proofs/test_claim_NN_<short_name>.py, linked from claim NN's
+               section, and every test in it named test_claim_NN_ (the same NN)
     README   = its "## Proofs" section points to docs/claims.md, and its summary bullets ("- 1-5: ...",
                "- 11-13: ...") cover claims 1..N in order, N the number of claims here
 
@@ -99,6 +101,29 @@ def coverage_problems(text: str) -> list[str]:
     return problems
 
 
+PROOF_FILE = re.compile(r"test_claim_(\d\d)_[a-z0-9_]+\.py")
+
+
+def proof_file_problems(text: str) -> list[str]:
+    """One file per claim, named after it, linked from its section, holding only its tests."""
+    problems, sections, files = [], claim_sections(text), {}
+    for path in sorted(PROOFS.glob("test_*.py")):
+        match = PROOF_FILE.fullmatch(path.name)
+        if not match:
+            problems.append(f"{path.name} is not named test_claim_NN_<short_name>.py")
+            continue
+        number = int(match.group(1))
+        files.setdefault(number, []).append(path)
+        if path.resolve() not in local_links(sections.get(number, "")):
+            problems.append(f"{path.name} is not linked from claim {number}'s section")
+        others = sorted(name for name in defined_tests(path) if not name.startswith(f"test_claim_{match.group(1)}_"))
+        problems += [f"{path.name} holds {name}, not a test of claim {number}" for name in others]
+    for number in sections:
+        if len(files.get(number, [])) != 1:
+            problems.append(f"claim {number} has {len(files.get(number, []))} proof files, not one")
+    return problems
+
+
 def readme_problems(readme: str, claims: int) -> list[str]:
     proofs = re.split(r"^## ", readme.split("\n## Proofs\n", 1)[-1], flags=re.MULTILINE)[0]
     problems = [] if "](docs/claims.md)" in proofs else ["README's Proofs section does not link docs/claims.md"]
@@ -130,20 +155,28 @@ def test_every_proof_file_is_linked_and_every_claim_test_is_cited_under_its_clai
     assert coverage_problems(DOC.read_text()) == []
 
 
+def test_each_claim_has_one_proof_file_named_after_it():
+    assert proof_file_problems(DOC.read_text()) == []
+
+
 def test_the_readme_points_to_the_claims_and_summarises_every_one():
     assert readme_problems(README.read_text(), len(claim_sections(DOC.read_text()))) == []
 
 
 def test_each_rule_catches_its_mutant():
     """Broken copies of the page: a gap in the numbering, a section without a source, a link to a
-    file that is gone, a test name that does not exist, a proof file no longer linked."""
+    file that is gone, a test name that does not exist, a proof file no longer linked, a claim whose
+    section links another claim's proof file instead of its own."""
     text = DOC.read_text()
     mutants = {
         numbering_problems: text.replace("## Claim 2. ", "## Claim 3. ", 1),
         section_problems: text.replace("**Source.** Schulman, \"Approximating KL Divergence\" (2020): ", "", 1),
-        link_problems: text.replace("../tests/proofs/test_17_difficulty_bias.py)", "../tests/proofs/test_17_gone.py)"),
+        link_problems: text.replace("../tests/proofs/test_claim_17_difficulty_bias.py)",
+                                    "../tests/proofs/test_claim_17_gone.py)"),
         citation_problems: text.replace("`test_claim_03_leave_one_out_baseline_is_unbiased`", "`test_claim_03_gone`"),
-        coverage_problems: text.replace("(../tests/proofs/test_14_kl_gradients.py)", "(../tests/test_kl.py)"),
+        coverage_problems: text.replace("(../tests/proofs/test_claim_14_kl_gradients.py)", "(../tests/core/test_kl.py)"),
+        proof_file_problems: text.replace("(../tests/proofs/test_claim_16_fixed_length_normalisers.py)",
+                                          "(../tests/proofs/test_claim_15_clipped_lower_bound.py)"),
     }
     for rule, mutant in mutants.items():
         assert mutant != text, rule.__name__

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from tasks import OPTIMAL_TOLERANCE, neighbour_rewards

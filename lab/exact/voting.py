@@ -12,7 +12,7 @@ y-expectation is a polynomial of degree <= (k-c)/c in y, integrated exactly by G
 For c > (k-c) no other response can reach c, and the term is the binomial one. Everything is a
 positive sum (no cancellation), in float64. These are pure functions of probability and reward
 tables; `lab.exact.pass_at_k` and `lab.exact.maj_at_k` take a policy. The plain check is a
-brute-force enumeration of all n^k sample sequences (tests/test_voting.py).
+brute-force enumeration of all n^k sample sequences (tests/exact/test_voting.py).
 """
 
 from __future__ import annotations

@@ -220,7 +220,7 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
            "Welch t for differences, Wilson for fractions. 'Seed 5, the lecture's draw' is one more run per "
            "setting, not among the seeds above: seed 5 drawn as the lecture's script draws (`--sampler "
            "multinomial`); in the lecture's three experiments it is the lecture's own run, whose logged loss "
-           "and mean reward it reproduces at every step (`tests/test_lecture_run.py`).",
+           "and mean reward it reproduces at every step (`tests/experiments/test_lecture_run.py`).",
            "", "## The lecture's claims against the data", ""]
     out += _claims(records, lecture, lecture_groups, optimum)
     out += ["", "Verdict rules: see the docstring of `lab/experiments/results.py` "
@@ -228,7 +228,7 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
             f"some prompt at the end; 'gets stuck' holds when the stuck share is above {STUCK_SHARE:.0%} with 95% "
             "confidence; a stuck ending is a local optimum when no single-token change of the response raises its "
             "reward, `lab/exact/stuck.py`). Not decided by these data: that a group whose rewards are all equal gives no update "
-            "(exact by construction, `tests/test_deltas.py`), and Dr. GRPO's length bias, which cannot arise at "
+            "(exact by construction, `tests/core/test_deltas.py`), and Dr. GRPO's length bias, which cannot arise at "
             "fixed length (claim 16 in `docs/claims.md`); the last section asks it of the autoregressive policy.",
             ""]
     out += _what_the_rules_show(records, lecture, lecture_groups) + [""]

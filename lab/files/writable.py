@@ -15,7 +15,6 @@ import os
 import tempfile
 from pathlib import Path
 
-from lab.files.temporaries import TEMP_NAME_KEEP
 from lab.files.output_folders import OutputError
 
 TEMP_NAME_EXTRA = len(".") + len(".4194304") + len(".XXXXXXXX") + len(".partial")

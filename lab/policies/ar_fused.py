@@ -21,7 +21,7 @@ Backward, with g = dL/dlog_probs (0 on padding), p = softmax(logits), Y = onehot
     dL/dT = onehot^T @ dL/dz;  dL/dC_qj = E^T dL/dT[., j, q] (masked to j < q);  dL/dE gets E's three uses
 
 A speed path only: the plain path (`lab.policies.ar_model.teacher_forced_logits`, then
-`lab.policies.masked_log_probs`) is the reference, and tests/test_ar_fused.py checks that the two
+`lab.policies.masked_log_probs`) is the reference, and tests/policies/test_fused.py checks that the two
 agree in value and gradient. Prompts are shared by every run (int[batch pos]), as in the loop.
 """
 

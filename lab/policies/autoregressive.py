@@ -16,7 +16,7 @@ Initialisation follows the lecture's rules and draws the lecture model's paramet
 (`lab.policies.factorized.init_parameters`), then the EOS row of E ~ N(0, 1) and C_qj ~ N(0, 1/dim); so
 with every C = 0 the first V columns of the logits are the lecture model's logits from the same
 generator, and conditioned on never choosing EOS the response distribution is the lecture's
-(tests/test_autoregressive.py). C_qj for j >= q stays exactly zero (the forward masks it).
+(tests/policies/test_autoregressive.py). C_qj for j >= q stays exactly zero (the forward masks it).
 Every parameter may carry a leading `run` axis (`AutoregressiveStack`). The equations are pure
 functions in `lab.policies.ar_model`; decoding (sampling, greedy) is `lab.policies.ar_decoding`;
 the training loop's fast log-probs `lab.policies.ar_fused`.

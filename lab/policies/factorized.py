@@ -21,6 +21,9 @@ import math
 import torch
 from torch import Tensor, nn
 
+from lab.policies.interface import PolicyKind, PolicyOps
+from lab.policies.sampling import greedy_responses, sample_responses
+
 
 def init_parameters(
     vocab_size: int,
@@ -179,10 +182,6 @@ def save_policy(policy: Policy, path) -> None:
 # The lecture's model behind the policy interface (lab.policies.interface): logits do not depend
 # on the response, so the teacher-forced logits are the prompt's broadcast over trials, and every
 # response has the same length (no EOS, no mask).
-from lab.policies.interface import PolicyKind, PolicyOps
-from lab.policies.sampling import greedy_responses, sample_responses
-
-
 
 def _logits(params: dict[str, Tensor], prompts: Tensor) -> Tensor:
     return policy_logits(params["embedding"], params["encode"], params["decode"], prompts)

@@ -20,7 +20,7 @@ Backward, from g = dL/dlog_probs (p = softmax(logits); [y = v] is 1 where trial 
 Autograd through the plain path records about twenty nodes per step (index_select, views,
 three matmuls, logsumexp, gather, transposes) and pays its dispatch overhead on each; this is
 one node with eleven kernels backward. It is a speed path only: `lab.policies.factorized.policy_logits` and
-`lab.policies.sampling.response_log_probs` stay the reference, and tests/test_fused.py checks the two agree
+`lab.policies.sampling.response_log_probs` stay the reference, and tests/policies/test_fused.py checks the two agree
 in value and gradient. Prompts are shared by every run (int[batch pos]), as in `lab.training.train`.
 """
 

@@ -22,7 +22,7 @@ with replacement, reshaped to `batch trial pos`. The script seeds the global RNG
 order `lab.policies.factorized.init_parameters` draws in) and then samples from the same stream;
 the lab does the same with the run's own generator, so on the CPU
 `TrainConfig(seed=5, sampler="multinomial")` draws the script's samples and
-reproduces its committed seed-5 logs (tests/test_lecture_run.py).
+reproduces its committed seed-5 logs (tests/experiments/test_lecture_run.py).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
 
 This is the loop a student reads and writes (lesson 4). `lab.training.train.train` is the same loop made
 fast (a run axis for many runs, one autograd node for the log-probs, its own Adam, metrics in
-bulk); tests/test_simple_loop.py checks that for a seed both draw the same samples and end at the
+bulk); tests/training/test_simple_loop.py checks that for a seed both draw the same samples and end at the
 same parameters. The generator drives the initialisation first, then every epoch's sample, in
 that order in both.
 """

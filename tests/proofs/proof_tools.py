@@ -1,4 +1,5 @@
-"""Shared inputs and checks for the proofs: random toy policies, reward tables, tolerances.
+"""Shared inputs and checks for the proofs: random toy policies, reward tables, tolerances, and the
+exact quantities several claims are checked against.
 
 A toy is a `Policy` in float64 drawn from a seeded `torch.Generator`, a few prompts and a
 reward table float[batch n] over `lab.exact.all_responses` (integers, so ties and
@@ -14,8 +15,10 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from lab.exact.enumeration import all_log_probs, all_responses, expected_reward, flat_grad
+from lab.exact.enumeration import all_log_probs, all_responses, expected_reward, flat_grad, position_log_probs
+from lab.exact.estimators import gradient_moments
 from lab.policies.factorized import Policy
+from lab.policies.sampling import response_log_probs, sample_responses
 
 
 @dataclass(frozen=True)
@@ -103,3 +106,27 @@ def assume_not_degenerate(toy: Toy, min_prob: float = 1e-4) -> None:
 
 group_sizes = st.integers(2, 5)
 """G, the responses per prompt (a group), from 2 to 5."""
+
+seeds = st.integers(0, 2**31 - 1)
+"""A seed for a `torch.Generator`, for proofs that draw their own tensors."""
+
+
+def expected_gradient(toy: Toy, mode: str, G: int) -> torch.Tensor:
+    """The exact expectation of the per-group estimator with `mode` deltas: float[batch params]."""
+    return gradient_moments(toy.policy, toy.prompts, toy.rewards, mode, G, method="values").mean
+
+
+def kl_tables(toy: Toy, seed_offset: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi_theta (the toy's policy) and log pi_ref (another policy from a shifted seed): float[batch pos vocab]."""
+    other = make_toy(int(torch.randint(2**31 - 1, (), generator=toy.generator)) + seed_offset,
+                     toy.vocab_size, toy.length, toy.prompts.shape[1], dim=toy.policy.dim)
+    return (position_log_probs(toy.policy, toy.prompts).detach(),
+            position_log_probs(other.policy, toy.prompts).detach())
+
+
+def sampled_batch(toy: Toy, G: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Responses int[batch trial pos] from the toy's policy, their log-probs (with gradient) and deltas."""
+    logits = toy.policy(toy.prompts)
+    responses = sample_responses(logits, G, toy.generator)
+    deltas = torch.randn(responses.shape[:-1], generator=toy.generator, dtype=torch.float64)
+    return response_log_probs(logits, responses), deltas

@@ -15,7 +15,7 @@ from lab.exact import varlen as exact_varlen
 from lab.exact.enumeration import flat_grad
 from lab.policies.autoregressive import AutoregressivePolicy
 from lab.policies.factorized import Policy
-from proof_tools import TOL, angle_deg, close
+from tests.proofs.proof_tools import TOL, angle_deg, close
 
 COUNTEREXAMPLE_ANGLE = 15.21
 """degrees between E[g] under seq-mean-token-mean and grad J in the counterexample below"""

@@ -16,7 +16,7 @@ import lab.policies as P
 from lab.exact import varlen as exact_varlen
 from lab.core.kl import k3
 from lab.policies.autoregressive import AutoregressivePolicy
-from proof_tools import TOL, close
+from tests.proofs.proof_tools import TOL, close
 
 
 def policies(seed, vocab, cap):

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from lab.core.gae import terminal_rewards
 from lab.exact import values as exact_values
-from critic_tools import given_state, make_critic_toy
-from proof_tools import TOL
+from tests.proofs.critic_tools import given_state, make_critic_toy
+from tests.proofs.proof_tools import TOL
 
 
 def forward_scan(deltas: torch.Tensor, mask: torch.Tensor, lam: float) -> torch.Tensor:

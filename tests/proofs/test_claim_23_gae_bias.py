@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from lab.exact import critic_error
 from lab.exact import values as exact_values
-from critic_tools import make_critic_toy
-from proof_tools import TOL, close
+from tests.proofs.critic_tools import make_critic_toy
+from tests.proofs.proof_tools import TOL, close
 
 
 def bias_formula(toy, lam: float, shift: int = 0) -> torch.Tensor:

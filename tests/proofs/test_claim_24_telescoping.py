@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from lab.core.deltas import compute_deltas
 from lab.core.gae import terminal_rewards
 from lab.exact import values as exact_values
-from critic_tools import given_state, make_critic_toy
-from proof_tools import TOL
+from tests.proofs.critic_tools import given_state, make_critic_toy
+from tests.proofs.proof_tools import TOL
 
 
 @given(seed=st.integers(0, 2**31 - 1), vocab=st.integers(2, 3), cap=st.integers(1, 3))

@@ -19,8 +19,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from lab.exact import values as exact_values
-from critic_tools import given_state, make_critic_toy
-from proof_tools import TOL
+from tests.proofs.critic_tools import given_state, make_critic_toy
+from tests.proofs.proof_tools import TOL
 
 
 def expected_loss(toy, tables):

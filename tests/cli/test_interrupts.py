@@ -1,0 +1,111 @@
+"""Interrupts end with one line and leave nothing partial (the entry point `lab.cli.main`).
+
+SIGTERM while writing used to leave a hidden `.NAME.XXXX.partial/` folder forever; Ctrl-C exited
+silently, or with a 53-line traceback while torch was still loading.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+import lab.cli.run_command
+from lab.cli.commands import app
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def lab_process(tmp_path, prelude: str, *args: str) -> subprocess.CompletedProcess:
+    """`lab ARGS` as its own process (the console entry point, signals and all), after `prelude`."""
+    script = textwrap.dedent(prelude) + f"\nimport sys\nsys.argv = ['lab', *{list(args)!r}]\n" \
+        "from lab.cli.main import main\nmain()\n"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_sigterm_while_writing_removes_the_partial_folder(tmp_path):
+    result = lab_process(tmp_path, """
+        import os, signal, time
+        import lab.cli.run_command as command
+        write = command.write_text_atomic
+        def write_then_terminated(path, text):
+            write(path, text)
+            if path.name == "metrics.csv":  # half of the run folder is written
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(30)
+        command.write_text_atomic = write_then_terminated
+        """, "run", "--epochs", "1", "--steps", "1", "--out", "r", "--quiet")
+    assert result.returncode == 143, result.stderr
+    assert result.stderr.strip() == "Interrupted (SIGTERM)"
+    assert os.listdir(tmp_path) == []  # no run folder and no hidden .r.XXXX.partial
+
+
+def test_ctrl_c_during_start_up_is_one_line_exit_130(tmp_path):
+    result = lab_process(tmp_path, """
+        import builtins
+        load = builtins.__import__
+        def interrupted_while_loading(name, *args, **kwargs):
+            if name == "torch":
+                raise KeyboardInterrupt
+            return load(name, *args, **kwargs)
+        builtins.__import__ = interrupted_while_loading
+        """, "run")
+    assert result.returncode == 130 and result.stderr == "Interrupted\n"
+
+
+def test_the_entry_point_loads_torch_only_inside_its_handler(tmp_path):
+    """What makes the start-up case work: importing the entry module loads nothing heavy."""
+    probe = "import sys, lab.cli.main; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_ctrl_c_while_training_is_one_line_exit_130_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(lab.cli.run_command, "train", interrupted)
+    result = CliRunner().invoke(app, ["run", "--out", "r", "--quiet"])
+    assert result.exit_code == 130
+    assert [line for line in result.output.splitlines() if line.strip()] == ["Interrupted"]
+    assert os.listdir(tmp_path) == []
+
+
+def test_ctrl_c_while_writing_leaves_no_partial_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write = lab.cli.run_command.write_text_atomic
+
+    def write_then_interrupted(path, text):
+        write(path, text)
+        if path.name == "metrics.csv":
+            raise KeyboardInterrupt
+    monkeypatch.setattr(lab.cli.run_command, "write_text_atomic", write_then_interrupted)
+    result = CliRunner().invoke(app, ["run", "--epochs", "1", "--steps", "1", "--out", "r", "--quiet"])
+    assert result.exit_code == 130 and os.listdir(tmp_path) == []
+
+
+def test_sigterm_in_the_middle_of_a_force_replace_leaves_one_whole_run_and_no_temporaries(tmp_path):
+    """SIGTERM as the old folder is renamed aside: the signal waits until the swap is done, so `r` holds a
+    whole run (the new one), and neither the `.partial` nor the `.old` folder is left behind."""
+    assert CliRunner().invoke(app, ["run", "--epochs", "1", "--steps", "1", "--seed", "1", "--out",
+                                    str(tmp_path / "r"), "--quiet"]).exit_code == 0
+    result = lab_process(tmp_path, """
+        import os, signal
+        import lab.files.temporaries as temporaries
+        replace = os.replace
+        def terminated_while_swapping(src, dst):
+            if str(dst).endswith(".old"):
+                os.kill(os.getpid(), signal.SIGTERM)
+            replace(src, dst)
+        temporaries.os = type("os", (), {**{k: getattr(os, k) for k in dir(os) if not k.startswith("__")},
+                                         "replace": staticmethod(terminated_while_swapping)})
+        """, "run", "--epochs", "1", "--steps", "1", "--out", "r", "--force", "--quiet")
+    assert result.returncode == 143, result.stderr
+    assert os.listdir(tmp_path) == ["r"]
+    assert '"seed": 5' in (tmp_path / "r" / "config.json").read_text()

@@ -1,0 +1,105 @@
+"""Step and epoch metrics in bulk, for fixed- and variable-length responses, against their plain definitions.
+
+The loop's KL diagnostics: `kl_exact` is the exact KL to the reference, and `kl` estimates it.
+
+Step metrics of variable-length training in bulk (lab/training/metrics.py, LIVE_TOKEN_METRICS) against their plain
+definitions over live tokens, one step and one run at a time.
+"""
+
+import numpy as np
+import torch
+
+from lab.core.kl import k3
+from lab.exact.enumeration import sequence_kl
+from lab.policies import policy_from_state
+from lab.policies.factorized import Policy
+from lab.training.config import TrainConfig
+from lab.training.metrics import LIVE_TOKEN_METRICS, StepMetricBlock
+from lab.training.train import train
+from tasks.sorting import make_task
+
+
+def test_kl_exact_is_the_exact_sequence_kl_to_the_frozen_reference():
+    """After one update, kl_exact equals KL(pi_1 || pi_0) computed by enumeration (lab.exact)."""
+    task = make_task()
+    config = TrainConfig(epochs=2, steps=1, kl_period=0, delta="centered", lr=0.05)
+    records = train(task, config)
+    after_one = policy_from_state(train(task, config.replace(epochs=1)).state)
+    initial = Policy(task.vocab_size, 3, task.response_length, generator=torch.Generator().manual_seed(config.seed))
+    exact = sequence_kl(after_one, initial, task.prompts, dtype=torch.float64).mean().item()
+    assert records.step_metrics["kl_exact"][0, 0] == 0.0  # the reference is the sampling policy itself
+    assert exact > 1e-4  # the check below compares something that moved
+    np.testing.assert_allclose(records.step_metrics["kl_exact"][0, 1], exact, rtol=1e-4)
+
+
+def test_kl_estimate_tracks_kl_exact_on_average():
+    """k3 on current samples is unbiased (claim 6 in docs/claims.md): over many steps its mean is near kl_exact's.
+
+    One step per epoch, so every estimate uses samples of the current policy; 100 seeds x 10 epochs
+    at the lecture's lr keep the policy near the reference, where k3's tail is light. The mean
+    difference must lie within 5 standard errors (fixed seeds; far from the reference k3 is
+    heavy-tailed and a sample-std z-test would not be valid).
+    """
+    task = make_task()
+    configs = [TrainConfig(epochs=10, steps=1, kl_period=0, delta="centered", seed=s) for s in range(100)]
+    records = train(task, configs)
+    difference = (records.step_metrics["kl"] - records.step_metrics["kl_exact"])[:, 1:].ravel()
+    standard_error = difference.std(ddof=1) / np.sqrt(difference.size)
+    assert abs(difference.mean()) < 5 * standard_error + 1e-6
+    assert records.step_metrics["kl_exact"][:, 1:].mean() > 10 * standard_error  # not trivially zero
+
+
+def test_reward_std_uses_the_configured_std_convention():
+    """`reward_std` is the std within each group, averaged over prompts, with Bessel's correction
+    exactly when `std_unbiased` (the convention `normalized` deltas use). Recomputed here from the
+    recorded samples with numpy; the other convention (the mutant) gives a different number, and TRL
+    >= 0.27's whole-batch std yet another (README, Metrics glossary)."""
+    task = make_task()
+    for unbiased, ddof in ((True, 1), (False, 0)):
+        config = TrainConfig(epochs=4, steps=1, sample_every=1, std_unbiased=unbiased, delta="centered", seed=0)
+        records = train(task, config)
+        assert len(records.samples) == 4
+        for snap in records.samples:
+            rewards = snap.rewards[0].astype(np.float64)  # float[batch trial]
+            expected = rewards.std(axis=-1, ddof=ddof).mean()
+            assert expected > 0.05  # some group's rewards vary (seed 0), so the conventions differ
+            np.testing.assert_allclose(records.epoch_metrics["reward_std"][0, snap.epoch], expected, rtol=1e-6)
+            mutant = rewards.std(axis=-1, ddof=1 - ddof).mean()
+            assert abs(mutant - expected) > 1e-3
+            assert abs(rewards.std(ddof=ddof) - expected) > 1e-3  # the whole batch's std is not the group one
+
+
+def test_block_metrics_are_the_plain_per_step_means_over_live_tokens():
+    g = torch.Generator().manual_seed(0)
+    runs, batch, trial, pos, vocab, steps, epochs = 2, 3, 4, 5, 6, 2, 2
+    eps = torch.tensor([0.1, 0.2])
+    block, plain = StepMetricBlock(steps, epochs, LIVE_TOKEN_METRICS), []
+    for epoch in range(epochs):
+        mask = torch.rand(runs, batch, trial, pos, generator=g) < 0.7
+        mask[..., 0] = True
+        deltas = torch.randn(runs, batch, trial, generator=g)
+        zero = lambda t: torch.where(mask, t, torch.zeros(()))  # noqa: E731
+        old, ref = (zero(-torch.rand(runs, batch, trial, pos, generator=g)) for _ in range(2))
+        for step in range(steps):
+            log_softmax = torch.log_softmax(torch.randn(runs, batch, trial, pos, vocab, generator=g), -1)
+            log_probs = zero(old + 0.3 * torch.randn(old.shape, generator=g))
+            loss = torch.randn(runs, generator=g)
+            # each position's entropy as the fused log-probs give it; padding holds junk the block must ignore
+            token_entropy = torch.where(mask, -(log_softmax.exp() * log_softmax).sum(-1), torch.tensor(1e6))
+            block.add_step(step, log_probs, token_entropy, loss=loss)
+            for r in range(runs):
+                live = mask[r]
+                rho = (log_probs[r] - old[r]).exp()[live]
+                side = deltas[r].unsqueeze(-1).expand(batch, trial, pos)[live]
+                low = ((rho < 1 - eps[r]) & (side < 0)).float().mean()
+                high = ((rho > 1 + eps[r]) & (side > 0)).float().mean()
+                entropy = -(log_softmax[r].exp() * log_softmax[r]).sum(-1)[live].mean()
+                plain.append(dict(kl=k3(log_probs[r], ref[r])[live].sum() / (batch * trial), ratio_mean=rho.mean(),
+                                  ratio_max=rho.max(), clip_low_fraction=low, clip_high_fraction=high,
+                                  clip_fraction=low + high, entropy=entropy, loss=loss[r]))
+        block.end_epoch(old, ref, None, mask, deltas)
+    values = block.flush(eps)  # float[(epoch step) run]
+    for i, expected in enumerate(plain):
+        epoch_step, r = divmod(i, runs)
+        for name, value in expected.items():
+            torch.testing.assert_close(values[name][epoch_step, r], value, rtol=1e-5, atol=1e-6, msg=name)
