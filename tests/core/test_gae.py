@@ -1,4 +1,4 @@
-"""GAE, PPO's clipped value loss, whitening and explained variance (lab/core/gae.py; issue 17 point 1).
+"""GAE, PPO's clipped value loss, whitening and explained variance (lab/core/gae.py).
 
 Every function is checked against a plain-Python loop written here, one response (or one run) at a time:
     delta_t = r_t + V_{t+1} - V_t (V after the last live token = 0),  A_t = delta_t + lambda A_{t+1},  R_t = A_t + V_t;

@@ -1,5 +1,5 @@
 """Exact moments of the GAE estimator and of the group estimators for either policy
-(lab/exact/critic_moments.py; issue 17 point 4), against plain loops over every response.
+(lab/exact/critic_moments.py), against plain loops over every response.
 
     G = 1:  E[g] = sum_y pi(y) h(y),  tr Cov[g] = sum_y pi(y) |h(y)|^2 - |E[g]|^2,  h(y) = grad sum_t A_t log pi(y_t | s_t)
 """

@@ -1,5 +1,4 @@
-"""Exact state values, action values and GAE advantages (lab/exact/values.py, lab/exact/critic_error.py;
-issue 17 point 2), each against an independent enumeration written here: every response y with its
+"""Exact state values, action values and GAE advantages (lab/exact/values.py, lab/exact/critic_error.py), each against an independent enumeration written here: every response y with its
 probability pi(y | x) (`lab.exact.varlen`), grouped in plain Python by the prefix it passes through.
 
     V^pi(x, u)           = sum_{y through u} pi(y) R(y) / sum_{y through u} pi(y)

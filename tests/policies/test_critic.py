@@ -1,4 +1,4 @@
-"""The critic network of the policy's family (lab/policies/critic.py; issue 17 point 1).
+"""The critic network of the policy's family (lab/policies/critic.py).
 
 Checked against the equations written out here with plain loops over positions:
     factorised       v(x)      = (sum_p E[x_p] A_p) . w + b                      at every position

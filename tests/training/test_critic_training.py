@@ -1,4 +1,4 @@
-"""`--delta gae` on the training loop (lab/training/critic.py; issue 17 point 1): the critic trains beside
+"""`--delta gae` on the training loop (lab/training/critic.py): the critic trains beside
 the policy, its metrics are written, a run is the same alone or beside others in a batch, the options are
 checked before any training (one line, exit 2)."""
 
