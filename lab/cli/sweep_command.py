@@ -196,7 +196,7 @@ def sweep(
             **config_header("sweep", job),
             "grid": {k: [v.value if isinstance(v, Enum) else v for v in vs] for k, vs in grid.items()},
             "seeds": list(range(seeds)), "base": base.to_dict(), "runs": len(configs),
-            "exploration_exact": records.exploration_exact})
+            "exploration_exact": records.exploration_exact, "parameters": records.parameters})
         write_tables(records, sweeps.table_fields(records.configs), tmp, table_format)
         write_text_atomic(tmp / "summary.csv", sweeps.summary_csv(summaries, columns))
         plot_sweep(records, names, tmp / "curves.png")

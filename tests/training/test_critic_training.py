@@ -78,6 +78,7 @@ def test_a_sweep_over_centered_and_gae_runs_and_lists_lambda(tmp_path):
     assert len(summary) == 1 + 3  # centered once, gae at two lambdas
     header = (out / "metrics_epoch.csv").read_text().splitlines()[0]
     assert "config_gae_lambda" in header and "value_error_exact" in header
+    assert json.loads((out / "config.json").read_text())["parameters"]["critic"] > 0
 
 
 @pytest.mark.parametrize("policy", ["factorized", "autoregressive"])
