@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 import lab.core.losses
-from lab.core.deltas import DeltaMode, compute_deltas
+from lab.core.deltas import REWARD_MODES, compute_deltas
 from lab.core.losses import LossMode, compute_loss
 from lab.policies.factorized import Policy
 from lab.training.config import TrainConfig
@@ -60,7 +60,8 @@ np.set_printoptions(precision=4, suppress=True)
 # ## 1. The worked example: one group with rewards $[3, 2, 1]$
 #
 # For one prompt's group of rewards $R_1, \dots, R_G$ the lab offers five modes
-# (`lab.core.deltas.DeltaMode`):
+# (`lab.core.deltas.REWARD_MODES`; a sixth `DeltaMode`, `gae`, takes its advantages from a learned
+# critic instead of the group: lesson 8):
 #
 # | mode | $\delta_i$ |
 # | --- | --- |
@@ -74,7 +75,7 @@ np.set_printoptions(precision=4, suppress=True)
 
 # %%
 rewards = torch.tensor([3.0, 2.0, 1.0])
-table = {mode.value: compute_deltas(rewards, mode) for mode in DeltaMode}
+table = {mode.value: compute_deltas(rewards, mode) for mode in REWARD_MODES}
 for name, deltas in table.items():
     print(f"{name:>10}: {deltas.numpy()}")
 assert torch.equal(table["centered"], torch.tensor([1.0, 0.0, -1.0]))
@@ -114,7 +115,7 @@ print("normalized, std with 1/G:    ", population.numpy())
 # %%
 shifted, scaled = rewards + 10.0, rewards * 3.0
 print(f"{'mode':>10}  unchanged by +10  unchanged by x3")
-for mode in DeltaMode:
+for mode in REWARD_MODES:
     base = compute_deltas(rewards, mode)
     same_shift = torch.allclose(compute_deltas(shifted, mode), base, atol=1e-5)
     same_scale = torch.allclose(compute_deltas(scaled, mode), base, atol=1e-4)

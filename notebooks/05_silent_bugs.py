@@ -40,6 +40,7 @@
 #    format: your cell, a collapsed solution, a check that says "not yet solved" until you are done).
 
 # %%
+import copy
 import importlib
 from contextlib import contextmanager
 from unittest import mock
@@ -483,6 +484,15 @@ def flags_the_broken_std(own_group_only):
     assert own_group_only(broken(4)) is False, "bug 4's deltas depend on the other prompts"
     assert own_group_only(lambda rewards, mode: rewards - rewards.mean()) is False, "a batch-wide mean too"
 
+    def leaks_into_later_prompts(rewards, mode):  # prompt 0's deltas are its own; every later prompt's are not
+        shift = torch.zeros_like(rewards)
+        shift[1:] = rewards[0].mean()
+        return compute_deltas(rewards, mode) + shift
+
+    assert own_group_only(leaks_into_later_prompts) is False, (
+        "a function whose later prompts' deltas depend on another prompt's rewards must be flagged: "
+        "does your check look at every prompt?")
+
 
 check("Exercise 2: the group check", flags_the_broken_std, own_group_only);
 
@@ -580,14 +590,21 @@ def drift_bars(runs, title):
 
 
 drifts = drift_bars({"lab": correct, "broken": broken_run}, "bug 6: drift from the reference after 30 epochs")
+logged = {name: by_beta(records.final("kl"), np.median) for name, records in (("lab", correct), ("broken", broken_run))}
 print("the loop's logged kl at the last step, median over seeds, per beta:")
-print("   lab   ", by_beta(correct.final("kl"), np.median))
-print("   broken", by_beta(broken_run.final("kl"), np.median))
+for name, values in logged.items():
+    print(f"   {name:7s}", np.round(values, 3))
+print("exact drift from the start per beta, broken:", np.round(drifts["broken"], 3))
+assert drifts["broken"][-1] > drifts["broken"][0]
+assert (logged["broken"][1:] > logged["broken"][0]).all() and (logged["broken"][1:] > logged["lab"][1:]).all()
 
 # %% [markdown]
-# **Question.** The broken loop drifts *further* the larger $\beta$ is, and the loop's logged `kl`
-# (computed by the lab's own k3, outside the loss) says so too: with a penalty it is far above the
-# lab's, and above the runs without one. Nothing is negative, nothing crashes.
+# **Question.** With a penalty the broken loop drifts *further* from its start than without one (at
+# $\beta = 1$ more than at $\beta = 0$, printed above), and the loop's logged `kl` (computed by the lab's
+# own k3, outside the loss) says so too: at both $\beta > 0$ it is above the broken run without a
+# penalty and above the lab's. It need not rise steadily with $\beta$ (compare the two printed values
+# for $\beta > 0$): what gives the bug away is the direction, not a trend. Nothing is negative,
+# nothing crashes.
 # The penalty is meant to pull the policy back toward the reference. In which single place of the
 # loss could it turn into a push away from it?
 
@@ -600,11 +617,11 @@ print("   broken", by_beta(broken_run.final("kl"), np.median))
 # loss = pg_loss - beta * kl
 # ```
 #
-# Minimizing it *maximizes* the KL to the reference, so $\beta$ becomes a drift bonus, and the
-# larger it is the faster the policy runs away (while its reward, with nothing holding it, may even
-# look fine). The log cannot give this one away by its sign: the metric is the lab's k3, computed
+# Minimizing it *maximizes* the KL to the reference, so $\beta$ becomes a drift bonus that pushes
+# the policy away (while its reward, with nothing holding it, may even look fine); how far it gets
+# also depends on the rest of the loss, so the drift need not grow steadily with $\beta$. The log cannot give this one away by its sign: the metric is the lab's k3, computed
 # apart from the loss, and k3 is never negative ($\rho - \log\rho - 1 \ge 0$, claim 6). What gives
-# it away is the direction: more $\beta$, more KL.
+# it away is the direction: a penalty that raises the KL instead of lowering it.
 #
 # The checks that catch it: the KL to the reference must fall as $\beta$ grows; and one gradient
 # step on the penalty alone must bring the policy closer to the reference.
@@ -696,6 +713,9 @@ def stays_put(make_reference):
 def flags_the_live_reference(stays_put):
     assert stays_put(freeze) is True, "the lab's freeze makes a copy that does not move"
     assert stays_put(broken(7)) is False, "bug 7's reference is the policy itself"
+    assert stays_put(copy.copy) is False, (
+        "a shallow copy is another object that shares the policy's parameters, so it moves with them: "
+        "does your check take an optimizer step and compare outputs?")
 
 
 check("Exercise 3: the reference check", flags_the_live_reference, stays_put);
@@ -741,7 +761,7 @@ assert not difference.excludes(0.0)
 # | ratio of log-probs (the lecture's script) | reward falls from the start and settles far below the lab's | ratio loss's gradient at $\theta_{\text{old}}$ equals the naive one (claim 9) |
 # | std over the wrong axis | huge deltas in the sample log, weaker learning | a group's deltas depend on its own rewards only |
 # | deltas shifted off their responses | reward falls steadily | the best response of a group gets the largest delta |
-# | KL penalty sign flipped | drift grows with $\beta$ | KL falls as $\beta$ grows; a penalty step reduces the KL |
+# | KL penalty sign flipped | more drift with a penalty than without | KL falls as $\beta$ grows; a penalty step reduces the KL |
 # | reference not frozen | logged KL tiny, drift from the start far above the lab's | the reference does not move when the policy does |
 #
 # Each check is a few lines. The lab's test suite holds them as proofs, so none of these bugs can

@@ -18,9 +18,11 @@
 #
 # The lecture ends its sorting experiments with "RL is easy to get stuck; hyperparameters could be
 # tuned better". Lesson 4 showed *that* the runs get stuck, over 20 seeds. This lesson asks *why*,
-# and answers with exact numbers: a group-relative update can only move the policy towards a
-# response that some group actually contains. If the policy almost never samples the sorted
-# response, no delta mode and no loss can reward it.
+# and answers with exact numbers. A group-relative update moves the policy towards the responses
+# its groups rate above their mean. With the lecture's partial-credit reward and a factorised policy
+# that can raise the sorted response without sampling it (a group's better responses share tokens
+# with it), but only as far as the partial credit points there; and a policy that starts with little
+# entropy samples few responses, so it mostly sharpens what it already samples.
 #
 # The toy makes the key quantities exact (`lab.exact.exploration`, `lab.exact.voting`): the probability
 # `optimal_prob` that one sampled response is optimal, the probability `zero_std_prob` that a group
@@ -49,7 +51,7 @@ from lab.experiments.exploration_results import at_k_curves, entropy_reward_fit,
 from lab.experiments.figures import mean_band
 from lab.experiments.intervals import mean_interval, wilson_interval
 from lab.policies.factorized import Policy
-from lab.policies.sampling import entropy
+from lab.policies.sampling import entropy, sample_responses
 from lab.experiments.sweep import optimal_everywhere, run_sweep
 from lab.training.train import train
 from tasks.sorting import make_task
@@ -71,7 +73,8 @@ def policy_at(scale, seed=5):
 #
 # The lecture draws the embedding from N(0, 1), as `nn.Embedding` does. Logits are quadratic in the
 # embedding (it enters the hidden state and the tied output layer), so they come out large and each
-# position's softmax is peaked. Below, for seed 5 (the lecture's run): the mean per-position entropy
+# position's softmax is peaked. Scaling the embedding by s multiplies every initial logit by s^2: init
+# scale s is the lecture's initial policy at temperature 1/s^2 (0.1: temperature 100). Below, for seed 5 (the lecture's run): the mean per-position entropy
 # (a uniform choice among 5 tokens has ln 5 = 1.609 nats), and per prompt the exact probability that
 # one sample is the sorted response and that a group of G = 10 contains it at least once
 # (`pass_at_k`). The second row scales the embedding's initialisation by 0.1.
@@ -88,11 +91,50 @@ for scale in (1.0, 0.1):
           f"{[f'{p:.1e}' for p in p_group.tolist()]}")
 
 # %% [markdown]
-# At the lecture's scale every prompt's chance of sampling the sorted response is below $10^{-4}$:
-# a group of 10 essentially never contains it, so the update can only push the policy towards the
-# responses it already samples, whose rewards are lower. At scale 0.1 the policy starts almost
-# uniform and a group contains the sorted response with a few percent probability on every prompt,
-# every epoch.
+# For seed 5 at the lecture's scale every prompt's chance of sampling the sorted response is below
+# $10^{-4}$, and a group of 10 essentially never contains it. At scale 0.1 the policy starts almost
+# uniform and a group contains it with a few percent probability on every prompt, every epoch: also
+# well below 1/2, so "a group rarely contains the sorted response" cannot by itself tell a stuck
+# start from an exploring one. Nor is containing it necessary. Below, for many groups of 10 drawn
+# from each initial policy, the groups that do *not* contain the sorted response: does one centered
+# step (the naive loss's gradient) raise log pi(sorted) to first order?
+
+# %%
+def raised_without_sorted(policy, groups=200, seed=0):
+    """Share of sampled groups without the sorted response whose centered update raises log pi(sorted)."""
+    draws, reward = torch.Generator().manual_seed(seed), task.reward_fn(REWARD)
+    target = task.prompts.sort(dim=-1).values.unsqueeze(1)  # int[batch 1 pos]
+    params = list(policy.parameters())
+    up, total = 0, 0
+    for _ in range(groups):
+        logits = policy(task.prompts)
+        responses = sample_responses(logits.detach(), G, draws)  # int[batch trial pos]
+        rewards = reward(task.prompts, responses)
+        deltas = rewards - rewards.mean(-1, keepdim=True)
+        log_probs = torch.log_softmax(logits, -1).unsqueeze(1)
+        chosen = log_probs.expand(-1, G, -1, -1).gather(-1, responses.unsqueeze(-1)).squeeze(-1).sum(-1)
+        sorted_lp = log_probs.squeeze(1).gather(-1, target.squeeze(1).unsqueeze(-1)).squeeze(-1).sum(-1)
+        for b in range(task.prompts.shape[0]):
+            if (responses[b] == target[b]).all(-1).any():
+                continue
+            step = torch.autograd.grad((deltas[b] * chosen[b]).sum(), params, retain_graph=True)
+            towards = torch.autograd.grad(sorted_lp[b], params, retain_graph=True)
+            up += sum(float((a * t).sum()) for a, t in zip(step, towards)) > 0
+            total += 1
+    return up / total, total
+
+
+for scale in (1.0, 0.1):
+    share, total = raised_without_sorted(policy_at(scale))
+    print(f"init scale {scale:>3}: one centered step raises log pi(sorted) in {share:.0%} of {total} groups "
+          "that do not contain it")
+
+# %% [markdown]
+# At both scales a sizeable share of the groups that never sampled the sorted response still push
+# towards it (printed above; more at scale 0.1): their better responses share tokens with it, and the
+# factorised policy raises those tokens at their positions. Containing the sorted response is not
+# necessary for a signal towards it; what the two starts differ in is how many different responses
+# their groups hold, which the entropy measures (section 3).
 #
 # ### Exercise 1: predict the first epoch
 #
@@ -165,8 +207,10 @@ for scale, records in single.items():
           f"final {m['optimal_prob'][0, -1]:.3f}; final greedy accuracy {m['greedy_accuracy'][0, -1]:.2f}")
 
 # %% [markdown]
-# The sampled fraction scatters around the exact probability, epoch by epoch (three groups per
-# epoch), and their means over the run agree. At the lecture's scale most groups have equal rewards
+# The sampled fraction scatters around the exact probability, epoch by epoch: it counts three groups
+# per epoch, so each epoch's value is 0, 1/3, 2/3 or 1. Over the run the two means are printed above;
+# where the probability is small (at scale 0.1, below 1%) a few hundred groups see only a handful of
+# equal-reward groups, so the sampled mean is a rough estimate of the exact one, not a match. At the lecture's scale most groups have equal rewards
 # by the end while `optimal_prob` never leaves the neighbourhood of zero: the signal is gone before
 # the sorted response was ever likely. At scale 0.1 almost every group carries a signal throughout
 # (its mean `zero_std_prob` is below 1%), `optimal_prob` climbs to about 0.8, and the greedy
@@ -181,8 +225,10 @@ for scale, records in single.items():
 SCALES = (1.0, 0.5, 0.3, 0.1)
 configs = [TrainConfig(seed=s, delta="centered", loss="clipped", init_scale=scale)
            for scale in SCALES for s in range(SEEDS)]
+configs += [TrainConfig(seed=s, delta="centered", loss="naive", init_scale=0.1) for s in range(SEEDS)]
 sweep = run_sweep(task, configs)
-runs = {scale: [i for i, c in enumerate(configs) if c.init_scale == scale] for scale in SCALES}
+naive_runs = [i for i, c in enumerate(configs) if c.loss == "naive"]
+runs = {scale: [i for i, c in enumerate(configs) if c.init_scale == scale and c.loss == "clipped"] for scale in SCALES}
 solved = optimal_everywhere(sweep)
 success = {scale: wilson_interval(int(solved[r].sum()), len(r)) for scale, r in runs.items()}
 H = sampling_entropy(sweep)  # float[run epoch]: entropy of each epoch's sampling policy
@@ -205,9 +251,47 @@ for scale in SCALES:
 
 # %% [markdown]
 # The lecture's scale sorts in none of the 20 seeds, scale 0.1 in all of them, and the scales in
-# between are in between. The entropy curves show why: the lecture's runs start with about a third
-# of the uniform entropy and lose most of it, the runs at 0.1 start uniform and spend their entropy
-# while the reward climbs.
+# between are in between. The entropy curves show why; the numbers: the initial entropy per scale
+# (mean and median over seeds, and as a share of the uniform ln 5), and how well each initial
+# quantity tells the seeds that sort from those that do not, over all 80 runs (AUC: the chance that a
+# sorting seed's value exceeds a stuck seed's; 0.5 = no information):
+
+# %%
+from lab.experiments.exploration_checks import auc
+
+initial_entropy, initial_optimal = H[:, 0], sweep.epoch_metrics["optimal_prob"][:, 0]
+for scale in SCALES:
+    h0, p0 = initial_entropy[runs[scale]], initial_optimal[runs[scale]]
+    print(f"init scale {scale:>3}: initial entropy mean {h0.mean():.3f} ({h0.mean() / math.log(5):.0%} of ln 5), "
+          f"median {np.median(h0):.3f}; initial optimal_prob mean {p0.mean():.4f}, median {np.median(p0):.1e}")
+everything = [r for scale in SCALES for r in runs[scale]]
+for name, values in (("initial entropy", initial_entropy), ("initial optimal_prob", initial_optimal)):
+    area, p_value = auc(values[everything], solved[everything])
+    print(f"{name}: AUC {area:.2f} (Mann-Whitney p {p_value:.1g})")
+
+# %% [markdown]
+# The lecture's runs start with a fraction of the uniform entropy (printed above) and lose most of it;
+# the runs at 0.1 start uniform and spend their entropy while the reward climbs. The initial entropy
+# separates the seeds that sort from those that do not almost perfectly (AUC printed above); the
+# initial `optimal_prob` does less well, and its mean points the wrong way: it is higher at scale 1
+# than at 0.1, where every seed sorts, because a few seeds carry it; its median at scale 1 is tiny.
+#
+# The loss matters too. The same 20 seeds at scale 0.1 with the naive loss instead of the clipped one
+# (trained in the same batch above, `naive_runs`):
+
+# %%
+naive_success = wilson_interval(int(solved[naive_runs].sum()), len(naive_runs))
+naive_h, clipped_h = H[naive_runs, 10], H[runs[0.1], 10]
+print(f"init scale 0.1, naive loss: sorted in {naive_success.estimate:.0%} [{naive_success.low:.0%}, "
+      f"{naive_success.high:.0%}] of seeds (clipped: {success[0.1].estimate:.0%}); entropy at epoch 10: "
+      f"naive {naive_h.mean():.3f}, clipped {clipped_h.mean():.3f}")
+assert naive_success.high < success[0.1].low and naive_h.mean() < clipped_h.mean()
+
+# %% [markdown]
+# With ten steps per epoch on one batch the naive loss keeps pushing the sampled responses' log-probs
+# for all ten steps; the clipped loss stops pushing a response once its ratio leaves
+# [1 - 0.01, 1 + 0.01]. So the naive runs spend the initial entropy faster (printed above) and settle
+# on what the first groups rated well: an exploring start is necessary here, not sufficient.
 #
 # ### Exercise 2: the largest init scale that sorts in most seeds
 #
@@ -269,8 +353,9 @@ for c in (0.0, *COEFS):
 #
 # DeepSeekMath reports that RL raises maj@K but not pass@K; Yue et al. (2025) find the base model's
 # pass@k ahead at large k: RL sharpens what the base model could already sample. Here is the toy,
-# exactly (`lab.exact.voting`; maj@k breaks ties at random), for the stuck and the exploring setting of
-# section 3, means over the 20 seeds and three prompts.
+# exactly (`lab.exact.voting`; maj@k takes the plurality answer of k samples and breaks a tie uniformly
+# at random among the tied responses), for the stuck and the exploring setting of section 3, means over
+# the 20 seeds and three prompts.
 
 # %%
 KS = tuple(range(1, 17))
@@ -293,9 +378,30 @@ plt.show()
 # In the exploring setting the initial policy is nearly uniform: its pass@k grows with k (any
 # response turns up eventually), but its plurality vote is almost never the sorted response.
 # Training turns both to nearly 1: here RL both sharpens (maj@k) and reaches responses the initial
-# policy sampled only rarely (pass@k at k = 16 rises too). In the stuck setting both stay below 0.2. The
-# toy's responses are tiny, so a flat policy can "sample everything" within a few dozen draws;
-# an LLM's response space cannot be covered that way, which is where Yue et al.'s crossing appears.
+# policy sampled only rarely (pass@k at k = 16 rises too). In the stuck setting both stay below 0.2 up
+# to k = 16. But k = 16 is small. pass@k = 1 - (1 - p)^k per (seed, prompt) rises with p = P(one sample
+# is optimal) at every k, so training lowers pass@k at *every* k exactly where it lowers p; the mean
+# curves can still cross at some large k:
+
+# %%
+from lab.experiments.exploration_checks import crossing, optimal_probs
+from lab.experiments.exploration_results import initial_policy
+from lab.experiments.sweep import final_endings
+
+for scale in (1.0, 0.1):
+    before, after = optimal_probs(sweep, runs[scale], task.prompts, REWARD, initial_policy)
+    k = crossing(before, after)
+    ended = int((~final_endings(sweep, runs[scale]).stuck).sum())
+    print(f"init scale {scale:g}: mean pass@k before training exceeds after from k = {k} on" if k else
+          f"init scale {scale:g}: no crossing up to k = 100000", end="; ")
+    print(f"P(optimal) fell in {int((after < before).sum())} of {before.size} (seed, prompt) pairs; "
+          f"{ended} pairs end with a sorted greedy response")
+
+# %% [markdown]
+# In the stuck setting the mean curves cross far beyond k = 16 (printed above): Yue et al.'s pattern,
+# at a k the lecture's plots never reach, and in most (seed, prompt) pairs training lowered pass@k at
+# every k. The toy's responses are tiny, so a flat policy can "sample everything" within a few dozen
+# draws; an LLM's response space cannot be covered that way.
 #
 # ## 6. Why entropy falls (claim 18), and the entropy-reward curve
 #
@@ -378,18 +484,36 @@ ax.grid(alpha=0.3)
 plt.show()
 
 # %% [markdown]
-# With an exploring start the points lie close to Cui et al.'s curve ($R^2$ near 1 at scale 0.1):
-# reward is bought with entropy, and once the entropy is spent the reward stops rising. At the
-# lecture's scale the fit is poor: the runs start with little entropy, spend it on a few responses,
-# and their rewards scatter by seed rather than following one curve.
+# The $R^2$ above pools every (seed, epoch) point, so seed-to-seed scatter counts against the fit. Per
+# seed, on the seed-mean curve, and against a straight line $R = cH + d$:
+
+# %%
+from lab.experiments.exploration_checks import fit_quality
+
+for scale in SCALES:
+    q = fit_quality(H[runs[scale]], sweep.epoch_metrics["mean_reward"][runs[scale]])
+    print(f"init scale {scale:g}: per seed median R^2 {np.median(q.exp_per_seed):.2f} (line "
+          f"{np.median(q.linear_per_seed):.2f}); seed-mean curve {q.exp_mean_curve:.2f} (line "
+          f"{q.linear_mean_curve:.2f}); exp(H) better in {q.exp_wins()[0]} of {len(q.exp_per_seed)} seeds")
+
+# %% [markdown]
+# Reward is bought with entropy: within a seed the reward and the entropy move together closely at
+# every scale but the lecture's, and the seed-mean curves fit well. A straight line in $H$ fits
+# nearly as well as $-a\,e^{H} + b$ (printed above), so a high $R^2$ alone shows a trade-off, not
+# Cui et al.'s exponential form; what favours the form is that it beats the line in every seed at the
+# three flatter scales, though not at the lecture's (printed above; RESULTS.md tests it).
 #
 # ## What to take away
 #
-# - The lecture's runs are stuck **from the first step**: the initial policy almost never samples
-#   the sorted response, so no group carries a signal towards it, whatever the deltas or the loss.
-#   `optimal_prob` at epoch 0 predicts it before any training.
-# - What makes GRPO sort here is exploration at the start: a flatter initial policy (init scale 0.1)
-#   sorts every prompt in 20 of 20 seeds with centered deltas and the clipped loss.
+# - The lecture's runs are stuck **from the first step**: the initial policy has little entropy, so
+#   its groups hold few distinct responses and training sharpens what it already samples. Some
+#   signal towards the sorted response remains (section 1), and a few (seed, prompt) pairs still end
+#   sorted (section 5). The initial entropy tells stuck seeds from exploring ones before any training;
+#   the initial `optimal_prob` does less well, and its mean points the wrong way (section 3).
+# - What makes GRPO sort here is exploration at the start *and* a loss that spends it slowly: a
+#   flatter initial policy (init scale 0.1, the lecture's policy at temperature 100) sorts every
+#   prompt in 20 of 20 seeds with centered deltas and the clipped loss, and far fewer with the naive
+#   loss (section 3).
 # - An entropy bonus is not a substitute: it keeps entropy, not the right responses, in play.
 # - `zero_std_prob` says when the signal is gone; `lab reproduce` puts all of this, with verdicts, in
 #   RESULTS.md's exploration section.

@@ -28,7 +28,8 @@
 # 2. introduces the lab's autoregressive policy, whose responses end with an EOS token;
 # 3. computes the exact expected update of each aggregation mode side by side, and how each moves
 #    the expected length of wrong responses;
-# 4. trains the policy under three modes and looks at the lengths over training;
+# 4. follows the exact expected update over training, then trains the policy under three modes on a
+#    task where Dr. GRPO's argument applies, runs paired by seed;
 # 5. ends with two graded exercises that check themselves, each with a collapsed solution.
 
 # %%
@@ -149,46 +150,66 @@ assert per_unit["seq-mean-token-mean"] > per_unit["token-mean"] > per_unit["seq-
 # %% [markdown]
 # For the same gain in expected reward, the `1/|o|` update raises the expected length of wrong
 # responses the most, the unbiased update (either per-sequence sum) the least, and `token-mean` lies
-# between. That is the direction Dr. GRPO describe, shown exactly for this policy and prompt;
+# between. That is the direction Dr. GRPO describe, shown exactly for this policy and prompt, with
+# leave-one-out deltas, which give a response below the expected reward a negative expected delta
+# (claim 20 states that condition: where wrong responses' deltas are positive the sign reverses);
 # `tests/proofs/test_claim_20_length_bias_direction.py` proves it for right responses too in a
 # constructed case. It is a statement about one expected step, not yet about training.
 #
-# ## 4. Training: lengths over time
+# ## 4. Training: lengths over time, on a task where Dr. GRPO's argument applies
 #
-# A small sweep: the three modes Dr. GRPO's argument is about, centered deltas, 5 seeds, 30 epochs
-# on the lecture's three prompts (vocabulary 5, cap 5). `correct_length` and `incorrect_length` are
-# the mean lengths of the epoch's exactly correct and other samples.
+# Section 3's direction needs wrong responses whose deltas are negative: with a 0/1 reward and
+# centered deltas a wrong response gets `0 - mean < 0`. (With raw deltas of the lecture's
+# partial-credit reward nearly every delta is positive and the sign reverses: claim 20.) So the
+# training demo uses Dr. GRPO's own kind of setting, a 0/1 `exact-match` reward on a task the policy can
+# solve: prompts `[[0], [1]]` over a vocabulary of 2, responses up to 6 tokens, init scale 0.1, centered
+# deltas. First the exact expected-gradient flow (`lab.experiments.length_oracle`: no sampling, each epoch
+# the exact expected surrogate, Adam steps as in training), E[|o| | wrong] per epoch for one seed:
 
 # %%
-configs = [TrainConfig(epochs=30, policy="autoregressive", delta="centered", loss_agg=agg, seed=seed)
-           for agg in ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm") for seed in range(5)]
-records = train(make_task(), configs)
-late = {}
-fig, ax = plt.subplots(figsize=(6.4, 3.6))
-for i, agg in enumerate(("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")):
-    runs = list(range(5 * i, 5 * i + 5))
-    curve = np.nanmean(records.epoch_metrics["incorrect_length"][runs], axis=0)
-    ax.plot(np.arange(len(curve)) * configs[0].steps, curve, label=agg)
-    late[agg] = float(curve[-10:].mean())
-    print(f"{agg:25s} incorrect length, last 10 epochs: {late[agg]:.2f};  final mean reward "
-          f"{records.final('mean_reward')[runs].mean():.2f}")
-ax.set_xlabel("step"), ax.set_ylabel("mean length of wrong samples"), ax.legend(fontsize=8)
-assert late["seq-mean-token-mean"] > late["seq-mean-token-sum-norm"]
-assert abs(late["token-mean"] - late["seq-mean-token-sum-norm"]) < 0.05
+from lab.experiments.intervals import paired_interval
+from lab.experiments.length_oracle import Oracle
+
+small = make_task([[0], [1]], vocab_size=2)
+SMALL = dict(policy="autoregressive", reward="exact-match", max_length=6, init_scale=0.1, delta="centered", epochs=12)
+MODES = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm")
+flow = Oracle(small, [TrainConfig(**SMALL, loss_agg=agg, seed=0) for agg in (MODES[0], MODES[2])]).flow()
+for agg, curve in zip((MODES[0], MODES[2]), flow):
+    print(f"{agg:25s} exact E[|o| | wrong] at epochs 0, 4, 8, 12: {np.round(curve[[0, 4, 8, 12]], 3)}")
+assert flow[0, -1] > flow[1, -1]
 
 # %% [markdown]
-# Here the `1/|o|` runs end with longer wrong responses than the two others, the direction of
-# section 3. `token-mean` and `seq-mean-token-sum-norm` train almost identically: in training the
-# token-mean divisor is the token count of the whole batch (three prompts x ten responses), one number
-# per batch, so within a batch the two losses differ by a constant factor, and Adam divides a constant
-# scale away. (Section 3's `token-mean` divided by one group's token count, which varies with the
-# group: that is where its smaller bias came from.)
-#
-# Five seeds and 30 epochs are not evidence. `lab reproduce` runs the comparison with 20 seeds,
-# 100 epochs, normalized and centered deltas, and states its verdict under a stated rule in
-# `figures/RESULTS.md`; read it there rather than from this small run. Note also what the toy cannot
-# show: a correct response here is `sorted(prompt)` + EOS, whose length is fixed, so only wrong
-# responses can change length.
+# In expectation the `1/|o|` update ends with longer wrong responses than the constant divisor.
+# Now sampled training: ten seeds per mode, 12 epochs, each seed run under every mode, so that the
+# runs pair by seed. The statistic is each seed's mean wrong length over epochs 1-10 under `1/|o|`
+# minus the same under the constant divisor, with a paired t-interval over the seeds:
+
+# %%
+SEEDS7 = 10
+configs = [TrainConfig(**SMALL, loss_agg=agg, seed=seed) for agg in MODES for seed in range(SEEDS7)]
+records = train(small, configs)
+wrong_length = records.epoch_metrics["incorrect_length"]
+early = {agg: np.nanmean(wrong_length[i * SEEDS7:(i + 1) * SEEDS7, 1:11], axis=1) for i, agg in enumerate(MODES)}
+fig, ax = plt.subplots(figsize=(6.4, 3.4))
+for i, agg in enumerate(MODES):
+    ax.plot(np.nanmean(wrong_length[i * SEEDS7:(i + 1) * SEEDS7], axis=0), label=agg)
+ax.set_xlabel("epoch"), ax.set_ylabel("mean length of wrong samples"), ax.legend(fontsize=8)
+for other in (MODES[2], MODES[1]):  # the constant divisor first: the experiment's verdict
+    diff = paired_interval(early[MODES[0]], early[other])
+    seen = "longer" if diff.low > 0 else "shorter" if diff.high < 0 else "no difference seen"
+    print(f"{MODES[0]} - {other}: {diff.text(3)} (paired t, {diff.n} seeds): {seen}")
+token_vs_constant = paired_interval(early["token-mean"], early["seq-mean-token-sum-norm"])
+print(f"token-mean - seq-mean-token-sum-norm: {token_vs_constant.text(3)}")
+
+# %% [markdown]
+# The first line is the experiment's verdict, from the printed interval: "longer" means ten seeds
+# see Dr. GRPO's effect, "no difference seen" that they cannot tell (not that there is none).
+# `lab reproduce` runs the same comparison with 20 seeds, 100 epochs, every delta mode and both init
+# scales, and the lecture's partial-credit task where the sign reverses; its verdicts are in
+# `figures/RESULTS.md`. The last line compares `token-mean` with the constant divisor: in training
+# the token-mean divisor is the token count of the whole batch (two prompts x ten responses), one
+# number per batch, so within a batch it differs from a constant only by a scale, which Adam divides
+# away; section 3's `token-mean` divided by one group's token count.
 #
 # ## Exercises
 #
@@ -278,7 +299,9 @@ def test_centered_scale(predicted_scale):
     update = X.expected_update(policy, PROMPT, REWARD, "centered", "seq-mean-token-sum-norm", 3)[0]
     exact = float(update @ grad_j / (grad_j @ grad_j))
     assert angle(update, grad_j) < 1e-3, "the update should be parallel to grad J"
-    assert abs(float(predicted_scale) - exact) < 1e-9, f"yours {float(predicted_scale):.6f}, exact {exact:.6f}"
+    assert abs(float(predicted_scale) - exact) < 1e-9, (
+        f"{float(predicted_scale):.6f} is not the scale: start from claim 19's leave-one-out scale 1/C and ask "
+        "what share of a response's own delta the group mean removes in expectation")
 
 
 check("Exercise 2, the scale with centered deltas", test_centered_scale, predicted_scale);
@@ -286,18 +309,21 @@ check("Exercise 2, the scale with centered deltas", test_centered_scale, predict
 # %% [markdown]
 # ## A last look: token-mean with a group of one
 #
-# Section 3 found `token-mean` between the two others. Its divisor is the group's total token count,
-# so a long response weighs less only when it shares a group with others. With a group of one
-# (G = 1, raw deltas) `sum_j |o_j| = |o_1|`, and the two divisors coincide:
+# Section 3 found `token-mean` between the two others. Its divisor is the group's total token count
+# `sum_j |o_j|`, which contains the response's own length. With a group of one (G = 1, raw deltas)
+# the divisor is `|o_1|` alone, and token-mean becomes `seq-mean-token-mean`, the most biased mode:
 
 # %%
 one_token_mean = X.expected_update(policy, PROMPT, REWARD, "raw", "token-mean", 1)[0]
 one_seq_mean = X.expected_update(policy, PROMPT, REWARD, "raw", "seq-mean-token-mean", 1)[0]
-print("token-mean equals seq-mean-token-mean at G = 1:",
-      torch.allclose(one_token_mean, one_seq_mean, rtol=1e-12, atol=1e-14))
-assert torch.allclose(one_token_mean, one_seq_mean, rtol=1e-12, atol=1e-14)
+same = torch.allclose(one_token_mean, one_seq_mean, rtol=1e-12, atol=1e-14)
+print("token-mean equals seq-mean-token-mean at G = 1:", same)
+assert same
 
 # %% [markdown]
-# So `token-mean`'s length bias comes from sharing its divisor within a group. With leave-one-out
-# deltas, by contrast, E[d_1 ; o_1 = y] = pi(y) (R(y) - J) does not depend on G, so the direction of
-# the `1/|o|` update is the same at every group size.
+# So the bias comes from a response's own length in its divisor. Sharing the divisor with the rest
+# of the group dilutes that share, `|o_i| / sum_j |o_j|`, which is why `token-mean` at G = 3 lies
+# between the two others, and why in training, where the divisor is the whole batch's token count,
+# it behaves like the constant divisor (section 4). With leave-one-out deltas,
+# E[d_1 ; o_1 = y] = pi(y) (R(y) - J) does not depend on G, so the direction of the `1/|o|` update is
+# the same at every group size.

@@ -5,6 +5,7 @@ For a prompt x and a response y of the same length n, with s = sorted(x):
     distance            R = sum_q [y_q == s_q]                                      max n
     inclusion-ordering  R = sum_j [x_j in y] + sum_q [y_q <= y_{q+1}]               max 2n - 1
     blended             R = distance + 1/2 * sum_q [y_q <= y_{q+1}]                 max n + (n-1)/2
+    exact-match         R = [y == s]                                                max 1
 
 Inclusion counts over the prompt's tokens, so a duplicated prompt token counts
 again. `sorted(x)` reaches every reward's maximum, so it serves as the target
@@ -20,10 +21,12 @@ matches nothing, includes nothing and orders nothing) and e = max(0, |c| - n) it
     distance            R = sum_q [w_q == s_q]                         - e        max n
     inclusion-ordering  R = sum_j [x_j in w] + sum_q [w_q <= w_{q+1}]  - e        max 2n - 1
     blended             R = distance + 1/2 * sum_q [w_q <= w_{q+1}]               max n + (n-1)/2
+    exact-match         R = [c == s]   (exactly n content tokens, sorted(x))      max 1
 
 (the ordering sum runs over pairs of w with both tokens present). So length itself earns
 nothing: at most n - 1 pairs count, a missing token is a wrong one and each extra token costs 1
-like a wrong one. The maximum is the fixed-length one, reached by sorted(x) followed by EOS
+like a wrong one. `exact-match` gives no partial credit (Dr. GRPO's 0/1 correctness reward): 1 for
+sorted(x) followed by EOS (or truncated right after it at a cap of n), 0 for every other length. The maximum is the fixed-length one, reached by sorted(x) followed by EOS
 (for distance only by it), and a response of exactly n content tokens scores as at fixed length.
 
 Each reward has a plain-Python reference on lists; the tests check that the
@@ -84,6 +87,13 @@ def blended_reward(prompts: Tensor, responses: Tensor) -> Tensor:
     return distance_reward(prompts, responses) + BLEND_ORDER_WEIGHT * _order_count(responses)
 
 
+@reward("exact-match")
+def exact_match_reward(prompts: Tensor, responses: Tensor) -> Tensor:
+    """1 where the response is sorted(prompt), else 0: float[... batch trial]."""
+    targets = _broadcast_prompts(prompts.sort(dim=-1).values, responses)
+    return (responses == targets).all(dim=-1).float()
+
+
 # Plain-Python definitions on lists: the specification the tensor code is tested against.
 
 def distance_reference(prompt: list[int], response: list[int]) -> float:
@@ -101,10 +111,15 @@ def blended_reference(prompt: list[int], response: list[int]) -> float:
     return distance_reference(prompt, response) + BLEND_ORDER_WEIGHT * ordering
 
 
+def exact_match_reference(prompt: list[int], response: list[int]) -> float:
+    return float(list(response) == sorted(prompt))
+
+
 REFERENCES = {
     "distance": distance_reference,
     "inclusion-ordering": inclusion_ordering_reference,
     "blended": blended_reference,
+    "exact-match": exact_match_reference,
 }
 
 
@@ -155,6 +170,12 @@ def blended_reward_varlen(prompts: Tensor, responses: Tensor, eos: int) -> Tenso
     return distance_reward_varlen(prompts, responses, eos) + BLEND_ORDER_WEIGHT * _present_order_count(window)
 
 
+@variable_length("exact-match")
+def exact_match_reward_varlen(prompts: Tensor, responses: Tensor, eos: int) -> Tensor:
+    window, extra = content_window(prompts, responses, eos)
+    return exact_match_reward(prompts, window) * (extra == 0).float()
+
+
 def variable_length_reward(name: str, eos: int):
     """The registered reward `name` for responses that end with token `eos`: a vectorized RewardFn."""
     if name not in VARIABLE_LENGTH:
@@ -186,10 +207,16 @@ def blended_varlen_reference(prompt: list[int], response: list[int], eos: int) -
     return distance_varlen_reference(prompt, response, eos) + BLEND_ORDER_WEIGHT * ordering
 
 
+def exact_match_varlen_reference(prompt: list[int], response: list[int], eos: int) -> float:
+    content = response[:response.index(eos)] if eos in response else response
+    return float(list(content) == sorted(prompt))
+
+
 VARIABLE_LENGTH_REFERENCES = {
     "distance": distance_varlen_reference,
     "inclusion-ordering": inclusion_ordering_varlen_reference,
     "blended": blended_varlen_reference,
+    "exact-match": exact_match_varlen_reference,
 }
 
 

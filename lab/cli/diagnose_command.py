@@ -19,7 +19,7 @@ from lab.cli.options import (
     cli_message,
     make_task,
 )
-from lab.core.deltas import DeltaMode
+from lab.core.deltas import REWARD_MODES, DeltaMode
 from tasks import sorting
 
 
@@ -90,7 +90,7 @@ def diagnose(
         else:
             check_policy_fits(policy, task, f"--from-run {from_run}: policy.pt")
             source = from_run.resolve().name
-        modes = delta or list(DeltaMode)
+        modes = delta or list(REWARD_MODES)
         out = out or Path("runs") / f"diagnose-{reward.value}-{label}-{source}.png"
         check_figure_path(out)
         check_writable(out, temporary=False)

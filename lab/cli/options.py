@@ -14,7 +14,8 @@ import typer
 from lab.core.aggregation import LossAgg
 from lab.training.config import Device, TrainConfig
 from lab.core.deltas import DeltaMode
-from lab.core.losses import LossMode
+from lab.core.dpo import DPOLoss, Pairs, Preference
+from lab.core.losses import TrainingLoss
 from lab.policies.interface import PolicyKind
 from lab.policies.sampling import Sampler
 from tasks import sorting
@@ -24,9 +25,20 @@ Reward = Enum("Reward", {name.replace("-", "_"): name for name in sorting.REWARD
 
 # Options shared by the commands that train. Defaults are the lecture's (TrainConfig).
 DeltaOpt = Annotated[DeltaMode, typer.Option(help="rewards -> deltas: raw, minus the group mean, "
-                                                  "also / group std, group max only, leave-one-out")]
-LossOpt = Annotated[LossMode, typer.Option(help="surrogate loss: naive log-prob * delta, ratio * delta, "
-                                                "or PPO-style clipped ratio")]
+                                                  "also / group std, group max only, leave-one-out; or gae: "
+                                                  "a learned critic's GAE advantages per token (PPO)")]
+LossOpt = Annotated[TrainingLoss, typer.Option(help="surrogate loss: naive log-prob * delta, ratio * delta, "
+                                                    "PPO-style clipped ratio; or dpo: DPO on preference pairs, "
+                                                    "beta = --kl (> 0), reference frozen at the initial policy")]
+PairsOpt = Annotated[Pairs | None, typer.Option(help="--loss dpo: online (each group's best vs worst sample) "
+                                                     "or offline (one fixed set drawn from pi_ref) [default: online]")]
+PairsPerPromptOpt = Annotated[int | None, typer.Option(help="--pairs offline: pairs drawn per prompt "
+                                                            "[default: 16]")]
+PreferenceOpt = Annotated[Preference | None, typer.Option(help="--loss dpo: argmax (higher reward wins, ties "
+                                                               "dropped) or bradley-terry (wins with probability "
+                                                               "sigmoid(r_a - r_b)) [default: argmax]")]
+DPOLossOpt = Annotated[DPOLoss | None, typer.Option(help="--loss dpo: sigmoid (-log sigmoid(beta h)) or ipo "
+                                                         "((h - 1/(2 beta))^2) [default: sigmoid]")]
 SamplerOpt = Annotated[Sampler, typer.Option(help="how the run's generator draws responses: the lab's inverse CDF, "
                                                     "or torch.multinomial as the lecture's script (with --seed 5 "
                                                     "its own runs)")]
@@ -41,6 +53,8 @@ LrOpt = Annotated[float, typer.Option(help="Adam learning rate")]
 DimOpt = Annotated[int, typer.Option(help="embedding width of the policy")]
 InitScaleOpt = Annotated[float, typer.Option(help="std of the embedding's initialisation (1 = the lecture's "
                                                   "N(0, 1); smaller = a flatter, more exploring initial policy)")]
+TemperatureOpt = Annotated[float, typer.Option(help="sampling temperature T: responses from softmax(logits / T), the "
+                                                    "loss's log-probs at the same T (as verl); 1 = the plain policy")]
 EntropyCoefOpt = Annotated[float, typer.Option(help="entropy bonus: loss - coef x exact mean per-position "
                                                     "entropy (0 = off)")]
 PromptsOpt = Annotated[str, typer.Option(help="'lecture', 'random' (see --num-prompts, --prompt-length), "
@@ -58,6 +72,14 @@ LossAggOpt = Annotated[LossAgg, typer.Option(help="how per-token losses are aver
 DeviceOpt = Annotated[Device, typer.Option(help="auto takes CUDA when present")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="replace an existing output folder")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="no progress bar and no summary line")]
+CriticLrOpt = Annotated[float | None, typer.Option(help="--delta gae: the critic's Adam learning rate "
+                                                        "(default: --lr)")]
+GaeLambdaOpt = Annotated[float, typer.Option(help="--delta gae: GAE's lambda in [0, 1] (gamma = 1; verl's lam)")]
+CliprangeValueOpt = Annotated[float, typer.Option(help="--delta gae: how far a value may move from the one its "
+                                                       "targets were made with (verl's cliprange_value)")]
+CriticWarmupOpt = Annotated[int, typer.Option(help="--delta gae: first epochs that train only the critic")]
+WhitenOpt = Annotated[bool, typer.Option("--whiten-advantages/--no-whiten-advantages",
+                                         help="--delta gae: whiten the advantages over the batch, as verl and TRL")]
 
 
 # `lab sweep`: the grid options repeat (--delta raw --delta centered); one value each by default,
@@ -65,7 +87,7 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", help="no progress bar and no 
 _RUN = TrainConfig()
 DeltasOpt = Annotated[list[DeltaMode] | None, typer.Option("--delta", help="repeatable: deltas to sweep",
                                                            show_default=_RUN.delta.value)]
-LossesOpt = Annotated[list[LossMode] | None, typer.Option("--loss", help="repeatable: losses to sweep",
+LossesOpt = Annotated[list[TrainingLoss] | None, typer.Option("--loss", help="repeatable: losses to sweep",
                                                           show_default=_RUN.loss.value)]
 RewardsOpt = Annotated[list[Reward] | None, typer.Option("--reward", help="repeatable: rewards to sweep",
                                                          show_default=_RUN.reward)]
@@ -78,12 +100,24 @@ LrsOpt = Annotated[list[float] | None, typer.Option("--lr", help="repeatable: le
 InitScalesOpt = Annotated[list[float] | None, typer.Option("--init-scale", help="repeatable: embedding init "
                                                            "scales to sweep (1 = the lecture)",
                                                            show_default=str(_RUN.init_scale))]
+TemperaturesOpt = Annotated[list[float] | None, typer.Option("--temperature", help="repeatable: sampling "
+                                                            "temperatures to sweep (1 = the plain policy)",
+                                                            show_default=str(_RUN.temperature))]
 EntropyCoefsOpt = Annotated[list[float] | None, typer.Option("--entropy-coef", help="repeatable: entropy "
                                                              "bonus weights to sweep (0 = off)",
                                                              show_default=str(_RUN.entropy_coef))]
 LossAggsOpt = Annotated[list[LossAgg] | None, typer.Option("--loss-agg", help="repeatable: loss aggregations "
                                                           "to sweep",
                                                           show_default=_RUN.loss_agg.value)]
+PairsListOpt = Annotated[list[Pairs] | None, typer.Option("--pairs", help="repeatable, --loss dpo: pair "
+                                                         "sources to sweep [default: online]")]
+PreferencesOpt = Annotated[list[Preference] | None, typer.Option("--preference", help="repeatable, --loss dpo: "
+                                                                 "preference models to sweep [default: argmax]")]
+DPOLossesOpt = Annotated[list[DPOLoss] | None, typer.Option("--dpo-loss", help="repeatable, --loss dpo: DPO "
+                                                            "losses to sweep [default: sigmoid]")]
+GaeLambdasOpt = Annotated[list[float] | None, typer.Option("--gae-lambda", help="repeatable: GAE lambdas to "
+                                                            "sweep (the --delta gae points only)",
+                                                            show_default=str(_RUN.gae_lambda))]
 GroupsOpt = Annotated[list[int] | None, typer.Option("--group-size", help="repeatable: group sizes G "
                                                      "(each G trains as its own batch)",
                                                      show_default=str(_RUN.group_size))]
@@ -168,8 +202,9 @@ CLI_NAMES = {
     "kl (beta)": "--kl (beta)",
 }
 FIELD_NAMES = ("group_size", "clip_eps", "kl_period", "init_scale", "entropy_coef", "max_length", "loss_agg",
+               "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
                "epochs", "steps", "lr", "dim", "seed", "delta", "loss",
-               "reward", "kl")
+               "reward", "kl", "pairs_per_prompt", "dpo_loss")
 """TrainConfig fields that are `lab run` options (underscores become dashes)."""
 
 

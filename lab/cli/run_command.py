@@ -11,12 +11,19 @@ import typer
 from lab.cli.application import DEFAULTS, app
 from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
+    CliprangeValueOpt,
+    CriticLrOpt,
+    CriticWarmupOpt,
+    GaeLambdaOpt,
+    WhitenOpt,
     PROMPT_DEFAULTS,
     ClipOpt,
     DeltaOpt,
     DeviceOpt,
+    DPOLossOpt,
     DimOpt,
     EntropyCoefOpt,
+    TemperatureOpt,
     EpochsOpt,
     ForceOpt,
     GroupOpt,
@@ -29,7 +36,10 @@ from lab.cli.options import (
     LrOpt,
     MaxLengthOpt,
     NumPromptsOpt,
+    PairsOpt,
+    PairsPerPromptOpt,
     PolicyOpt,
+    PreferenceOpt,
     PromptLengthOpt,
     PromptSeedOpt,
     PromptsOpt,
@@ -48,7 +58,7 @@ from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.files.run_text import metrics_csv, samples_text
 from lab.policies import policy_from_state
 from lab.policies.factorized import save_policy
-from lab.training.config import Device, TrainConfig
+from lab.training.config import DPO_DEFAULTS, Device, TrainConfig
 from lab.training.train import train
 from tasks import sorting
 
@@ -59,7 +69,8 @@ def default_run_name(config: TrainConfig, prompt_options: dict | None = None) ->
     `<delta>-<loss>-<reward>-config<hash of every setting>-seed<k>` (`fitted_name`)."""
     parts = [config.delta.value, config.loss.value, config.reward]
     for name, value in config.to_dict().items():
-        if name in ("delta", "loss", "reward", "seed") or value == DEFAULTS.to_dict()[name]:
+        if name in ("delta", "loss", "reward", "seed") or value == DEFAULTS.to_dict().get(name) or (
+                name in DPO_DEFAULTS and value == name_value(DPO_DEFAULTS[name])):
             continue
         parts.append(f"{name.replace('_', '')}{name_value(value)}" if isinstance(value, float) else f"{name}{value}")
     label = prompts_label(prompt_options or {})
@@ -78,6 +89,15 @@ def run(
     policy: PolicyOpt = DEFAULTS.policy,
     max_length: MaxLengthOpt = DEFAULTS.max_length,
     loss_agg: LossAggOpt = DEFAULTS.loss_agg,
+    pairs: PairsOpt = None,
+    pairs_per_prompt: PairsPerPromptOpt = None,
+    preference: PreferenceOpt = None,
+    dpo_loss: DPOLossOpt = None,
+    critic_lr: CriticLrOpt = DEFAULTS.critic_lr,
+    gae_lambda: GaeLambdaOpt = DEFAULTS.gae_lambda,
+    cliprange_value: CliprangeValueOpt = DEFAULTS.cliprange_value,
+    critic_warmup: CriticWarmupOpt = DEFAULTS.critic_warmup,
+    whiten_advantages: WhitenOpt = DEFAULTS.whiten_advantages,
     clip_eps: ClipOpt = DEFAULTS.clip_eps,
     epochs: EpochsOpt = DEFAULTS.epochs,
     steps: StepsOpt = DEFAULTS.steps,
@@ -86,6 +106,7 @@ def run(
     dim: DimOpt = DEFAULTS.dim,
     init_scale: InitScaleOpt = DEFAULTS.init_scale,
     entropy_coef: EntropyCoefOpt = DEFAULTS.entropy_coef,
+    temperature: TemperatureOpt = DEFAULTS.temperature,
     seed: Annotated[int, typer.Option(help="seed of the run's generator (init and sampling)")] = DEFAULTS.seed,
     sampler: SamplerOpt = DEFAULTS.sampler,
     prompts: PromptsOpt = "lecture",
@@ -113,7 +134,11 @@ def run(
         config = TrainConfig(epochs=epochs, steps=steps, group_size=group_size, lr=lr, seed=seed, sampler=sampler,
                              dim=dim, reward=reward.value, delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
                              kl_period=kl_period, init_scale=init_scale, entropy_coef=entropy_coef,
-                             policy=policy, max_length=max_length, loss_agg=loss_agg)
+                             policy=policy, max_length=max_length, loss_agg=loss_agg, pairs=pairs,
+                             pairs_per_prompt=pairs_per_prompt, preference=preference, dpo_loss=dpo_loss,
+                             critic_lr=critic_lr, gae_lambda=gae_lambda, cliprange_value=cliprange_value,
+                             critic_warmup=critic_warmup, whiten_advantages=whiten_advantages,
+                             temperature=temperature)
         return [config], 1, lambda: default_run_name(config, options)
 
     job = prepare("run", build, options, device, out, force, quiet)
@@ -139,7 +164,7 @@ def run(
 
     def write(tmp: Path) -> None:
         write_json_atomic(tmp / "config.json", {
-            **config_header("run", job), "config": config.to_dict(),
+            **config_header("run", job), "config": config.to_dict(), "parameters": records.parameters,
             "rerun": rerun_command(config, options, job.device)})
         write_text_atomic(tmp / "metrics.csv", metrics_csv(records))
         write_text_atomic(tmp / "samples.txt", samples_text(records))
@@ -161,10 +186,13 @@ def run(
 def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.device) -> str:
     """A `lab run` command line that reproduces this run exactly."""
     settings = {k: v for k, v in config.to_dict().items() if k in RUN_OPTIONS and v is not None}
-    args = [f"--{k.replace('_', '-')} {v}" for k, v in {**settings, **prompt_options}.items() if k != "prompts"]
+    args = [(f"--{'' if v else 'no-'}{k.replace('_', '-')}" if isinstance(v, bool) else f"--{k.replace('_', '-')} {v}")
+            for k, v in {**settings, **prompt_options}.items() if k != "prompts"]
     return f"lab run --prompts '{prompt_options['prompts']}' " + " ".join(args) + f" --device {device.type}"
 
 
 RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "clip_eps", "epochs", "steps", "group_size",
-               "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg")
+               "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg",
+               "pairs", "pairs_per_prompt", "preference", "dpo_loss",
+               "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature")
 """TrainConfig fields that `lab run` exposes as options."""

@@ -13,11 +13,18 @@ import typer
 from lab.cli.application import DEFAULTS, app
 from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
+    CliprangeValueOpt,
+    CriticLrOpt,
+    CriticWarmupOpt,
+    GaeLambdasOpt,
+    WhitenOpt,
     ClipsOpt,
+    DPOLossesOpt,
     DeltasOpt,
     DeviceOpt,
     DimOpt,
     EntropyCoefsOpt,
+    TemperaturesOpt,
     EpochsOpt,
     ForceOpt,
     GroupsOpt,
@@ -30,7 +37,10 @@ from lab.cli.options import (
     LrsOpt,
     MaxLengthOpt,
     NumPromptsOpt,
+    PairsListOpt,
+    PairsPerPromptOpt,
     PolicyOpt,
+    PreferencesOpt,
     PromptLengthOpt,
     PromptSeedOpt,
     PromptsOpt,
@@ -46,7 +56,8 @@ from lab.cli.options import (
 from lab.cli.progress import run_with_progress
 from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.files.tables import TableFormat, write_tables
-from lab.training.config import Device, TrainConfig
+from lab.core.deltas import DeltaMode
+from lab.training.config import ConfigError, Device, TrainConfig
 from lab.training.limits import check_threads
 from tasks import sorting
 
@@ -62,7 +73,7 @@ def default_sweep_name(grid: dict, base: TrainConfig, prompt_options: dict, seed
                 name_value(getattr(DEFAULTS, name))]:
             parts.append(f"{name.replace('_', '')}{join(values)}")
     for name, value in base.to_dict().items():
-        if name not in grid and name != "seed" and value != DEFAULTS.to_dict()[name]:
+        if name not in grid and name != "seed" and value != DEFAULTS.to_dict().get(name):
             parts.append(f"{name.replace('_', '')}{name_value(value)}")
     label = prompts_label(prompt_options)
     name = "-".join(["sweep", *parts, *([label] if label else []), f"{seeds}seeds"])
@@ -83,6 +94,16 @@ def sweep(
     init_scale: InitScalesOpt = None,
     entropy_coef: EntropyCoefsOpt = None,
     loss_agg: LossAggsOpt = None,
+    pairs: PairsListOpt = None,
+    preference: PreferencesOpt = None,
+    dpo_loss: DPOLossesOpt = None,
+    pairs_per_prompt: PairsPerPromptOpt = None,
+    gae_lambda: GaeLambdasOpt = None,
+    critic_lr: CriticLrOpt = DEFAULTS.critic_lr,
+    cliprange_value: CliprangeValueOpt = DEFAULTS.cliprange_value,
+    critic_warmup: CriticWarmupOpt = DEFAULTS.critic_warmup,
+    whiten_advantages: WhitenOpt = DEFAULTS.whiten_advantages,
+    temperature: TemperaturesOpt = None,
     seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
     sampler: SamplerOpt = DEFAULTS.sampler,
     threads: Annotated[int | None, typer.Option(
@@ -118,12 +139,15 @@ def sweep(
     from lab.experiments import sweep as sweeps
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
-             "entropy_coef": entropy_coef, "loss_agg": loss_agg}
+             "entropy_coef": entropy_coef, "loss_agg": loss_agg, "pairs": pairs, "preference": preference,
+             "dpo_loss": dpo_loss, "gae_lambda": gae_lambda, "temperature": temperature}
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once
     columns = [name for name, values in grid.items() if len(values) > 1 or given[name]]
     options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
+    critic = dict(critic_lr=critic_lr, cliprange_value=cliprange_value, critic_warmup=critic_warmup,
+                  whiten_advantages=whiten_advantages)  # the --delta gae points' only
 
     def make_base() -> TrainConfig:  # the settings every run of the sweep shares
         return TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler,
@@ -132,13 +156,21 @@ def sweep(
     def build():
         check_threads(threads)
         sweeps.check_seeds(seeds)
-        points = sweeps.build_grid(make_base(), grid, 1)  # one config per grid point: sized before seeds multiply it
+        critic_given = gae_lambda or any(v != getattr(DEFAULTS, k) for k, v in critic.items())
+        if DeltaMode.gae not in grid["delta"] and critic_given:
+            raise ConfigError("the critic's options (--gae-lambda, --critic-lr, ...) apply to --delta gae only; "
+                              "add --delta gae")
+        points = sweeps.build_grid(make_base(), grid, 1, critic)  # one config per grid point: sized before seeds multiply it
+        if pairs_per_prompt is not None:  # an offline setting: the online points have no use for it
+            points = [p.replace(pairs_per_prompt=pairs_per_prompt) if p.pairs == "offline" else p for p in points]
         return points, seeds, lambda: default_sweep_name(grid, make_base(), options, seeds)
 
     settings = math.prod(len(values) for values in grid.values())
     job = prepare("sweep", build, options, device, out, force, quiet, what=f"this sweep ({settings} settings x {seeds} seeds)")
     base = make_base()
-    configs = sweeps.build_grid(base, grid, seeds)
+    configs = sweeps.build_grid(base, grid, seeds, critic)
+    if pairs_per_prompt is not None:
+        configs = [c.replace(pairs_per_prompt=pairs_per_prompt) if c.pairs == "offline" else c for c in configs]
 
     from lab.experiments.bench import sweep_threads
 
@@ -159,8 +191,8 @@ def sweep(
             **config_header("sweep", job),
             "grid": {k: [v.value if isinstance(v, Enum) else v for v in vs] for k, vs in grid.items()},
             "seeds": list(range(seeds)), "base": base.to_dict(), "runs": len(configs),
-            "exploration_exact": records.exploration_exact})
-        write_tables(records, sweeps.GRID_FIELDS, tmp, table_format)
+            "exploration_exact": records.exploration_exact, "parameters": records.parameters})
+        write_tables(records, sweeps.table_fields(records.configs), tmp, table_format)
         write_text_atomic(tmp / "summary.csv", sweeps.summary_csv(summaries, columns))
         plot_sweep(records, names, tmp / "curves.png")
 

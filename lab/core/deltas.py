@@ -7,6 +7,8 @@ For one prompt's group of G rewards r_1..r_G (axis `trial`):
     normalized  delta_i = (r_i - mean(r)) / (std(r) + std_eps)
     max         delta_i = r_i if r_i == max(r) else 0        (every tied maximum is kept)
     loo         delta_i = r_i - mean_{j != i} r_j            (leave-one-out baseline)
+    gae         delta_i = r_i, the return, from which the training loop's learned critic makes one
+                advantage per token (GAE, `lab.core.gae`, `lab.training.critic`): no group needed
 
 Conventions (README, "Conventions the lab makes explicit", lists how implementations differ):
 - `std` is Bessel-corrected (divides by G - 1) by default, as in the lecture and
@@ -16,6 +18,8 @@ Conventions (README, "Conventions the lab makes explicit", lists how implementat
   gives exact zeros there (set explicitly, since the float mean of equal values
   can differ from them by rounding), never NaN.
 - A group of one has no baseline: `centered`, `normalized` and `loo` refuse it.
+- `gae` is not a function of the rewards alone: its advantages need a critic. Its deltas are the
+  returns; exact analyses of the group modes (`lab.exact.estimators`) take `REWARD_MODES` and refuse it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class DeltaMode(str, Enum):
     normalized = "normalized"
     max = "max"
     loo = "loo"
+    gae = "gae"
 
 
 def _centered(rewards: Tensor) -> Tensor:
@@ -63,11 +68,18 @@ DELTA_FUNCTIONS = {
     DeltaMode.normalized: _normalized,
     DeltaMode.max: lambda rewards, std_eps, unbiased: _max(rewards),
     DeltaMode.loo: lambda rewards, std_eps, unbiased: _leave_one_out(rewards),
+    DeltaMode.gae: lambda rewards, std_eps, unbiased: rewards,  # the return; the critic's GAE comes after
 }
 """The one dispatch table: mode -> f(rewards float[... trial], std_eps, unbiased)."""
 
 NEEDS_GROUP = frozenset({DeltaMode.centered, DeltaMode.normalized, DeltaMode.loo})
 """Modes whose baseline needs at least two responses per prompt."""
+
+NEEDS_CRITIC = frozenset({DeltaMode.gae})
+"""Modes whose advantages come from a learned critic (`lab.training.critic`), not from the rewards alone."""
+
+REWARD_MODES = tuple(m for m in DeltaMode if m not in NEEDS_CRITIC)
+"""The modes that are functions of a group's rewards (what the exact estimator moments cover)."""
 
 
 def parse_mode(mode: DeltaMode | str) -> DeltaMode:

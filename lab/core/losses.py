@@ -38,6 +38,16 @@ class LossMode(str, Enum):
     clipped = "clipped"
 
 
+class TrainingLoss(str, Enum):
+    """What a run minimises (`--loss`): one of the surrogates above (`LossMode`, on deltas), or `dpo`, the
+    loss on preference pairs of `lab.core.dpo` (the training loop dispatches on it)."""
+
+    naive = "naive"
+    unclipped = "unclipped"
+    clipped = "clipped"
+    dpo = "dpo"
+
+
 TOKEN_AXES = (-3, -2, -1)  # batch trial pos
 
 
@@ -79,6 +89,8 @@ NEEDS_OLD = frozenset({LossMode.unclipped, LossMode.clipped})
 
 
 def parse_mode(mode: LossMode | str) -> LossMode:
+    if mode == TrainingLoss.dpo:
+        raise ValueError("loss 'dpo' is a loss on preference pairs (lab.core.dpo.dpo_loss), not a surrogate of deltas")
     return parse_choice(LossMode, mode, "loss mode")
 
 
@@ -91,6 +103,7 @@ def compute_loss(
     agg: LossAgg | str = LossAgg.token_mean,
     mask: Tensor | None = None,
     horizon: int | None = None,
+    per_token: bool = False,
 ) -> Tensor:
     """The surrogate loss, averaged over batch, trial and pos (`agg`: how; lab.core.aggregation).
 
@@ -99,14 +112,15 @@ def compute_loss(
     always treated as constants), clip_eps a float or float[...] per leading index; `mask`
     bool[... batch trial pos] marks live tokens of variable-length responses and `horizon` is the
     constant divisor of `seq-mean-token-sum-norm` (lab.core.aggregation). The default (token-mean, no
-    mask) is the plain mean over (batch, trial, pos). Returns float[...] (a scalar without leading axes).
+    mask) is the plain mean over (batch, trial, pos). With `per_token` the deltas are float[... batch trial pos],
+    one per token (GAE's advantages, `lab.core.gae`). Returns float[...] (a scalar without leading axes).
     """
     mode = parse_mode(mode)
     if mode in NEEDS_OLD and old_log_probs is None:
         raise ValueError(f"loss mode {mode.value!r} needs old_log_probs (the sampling policy's log-probs)")
-    token_deltas = deltas.unsqueeze(-1)  # float[... batch trial 1]: one delta for every position
-    per_token = LOSS_FUNCTIONS[mode](log_probs, token_deltas, old_log_probs, clip_eps)
-    return aggregate(per_token, agg, mask, horizon)
+    token_deltas = deltas if per_token else deltas.unsqueeze(-1)  # float[... batch trial 1]: one for every position
+    token_losses = LOSS_FUNCTIONS[mode](log_probs, token_deltas, old_log_probs, clip_eps)
+    return aggregate(token_losses, agg, mask, horizon)
 
 
 def clip_fractions(
@@ -121,13 +135,15 @@ def clip_fractions(
     return clip_fractions_from_ratios(ratios(log_probs.detach(), old_log_probs), deltas, clip_eps)
 
 
-def clip_fractions_from_ratios(rho: Tensor, deltas: Tensor, clip_eps: float | Tensor) -> tuple[Tensor, Tensor]:
+def clip_fractions_from_ratios(rho: Tensor, deltas: Tensor, clip_eps: float | Tensor,
+                               per_token: bool = False) -> tuple[Tensor, Tensor]:
     """`clip_fractions` from precomputed ratios float[... batch trial pos] (reused by the loop).
 
-    rho may carry extra leading axes beyond the deltas' (the loop passes float[step run batch trial pos]).
+    rho may carry extra leading axes beyond the deltas' (the loop passes float[step run batch trial pos]);
+    with `per_token` the deltas are float[... batch trial pos], one per token (GAE's advantages).
     """
     eps = _as_leading(clip_eps, rho)
-    side = deltas.unsqueeze(-1)  # float[... batch trial 1]
+    side = deltas if per_token else deltas.unsqueeze(-1)  # float[... batch trial 1 or pos]
     never = torch.zeros((), dtype=rho.dtype, device=rho.device)  # a bound rho (>= 0) never falls below
     # each response's bound on its clipping side; on the other side a bound no ratio crosses
     low_bound = torch.where(side < 0, 1 - eps, never)  # float[... batch trial 1]

@@ -5,6 +5,11 @@
     lab.exact.estimators      moments of the policy-gradient estimator for each delta mode
     lab.exact.varlen          any policy, variable-length responses included
     lab.exact.prefix_tree     the autoregressive policy's prefix recursion (KL, exploration)
+    lab.exact.optimum         the KL-regularised optimum pi*, J_beta, the best J_beta a policy class reaches
+    lab.exact.pairs           the population DPO loss over every pair of responses
+    lab.exact.values          V^pi and Q^pi at every state, the exact expected GAE advantage of any critic
+    lab.exact.critic_error    a critic's exact error against V^pi, the exact expected gradient under GAE
+    lab.exact.critic_moments  the exact mean and variance of the GAE and group estimators, either policy
 
 This package's own namespace re-exports the enumeration functions and pass@k / maj@k for users
 (`lab.exact.pass_at_k`); the lab's modules import from the module that defines a name.

@@ -23,7 +23,7 @@ import torch
 from einops import einsum
 from torch import Tensor, nn
 
-from lab.core.deltas import DeltaMode, compute_deltas, parse_mode
+from lab.core.deltas import REWARD_MODES, DeltaMode, compute_deltas, parse_mode
 from lab.exact.estimators import (
     DeltaMoments,
     EnumerationTooLarge,
@@ -110,7 +110,7 @@ def gradient_diagnostics(
     policy: nn.Module,
     task,
     reward: str | Reward,
-    modes: Sequence[DeltaMode | str] = tuple(DeltaMode),
+    modes: Sequence[DeltaMode | str] = REWARD_MODES,
     group_sizes: Sequence[int] = DEFAULT_GROUP_SIZES,
     generator: torch.Generator | None = None,
     config: DiagnoseConfig = DiagnoseConfig(),

@@ -35,7 +35,7 @@ import torch
 from einops import einsum
 from torch import Tensor, nn
 
-from lab.core.deltas import DeltaMode, compute_deltas, parse_mode
+from lab.core.deltas import NEEDS_CRITIC, DeltaMode, compute_deltas, parse_mode
 from lab.exact.enumeration import ExactLimits, LIMITS, Reward, all_probs, all_responses, reward_table, score_matrix
 
 
@@ -165,6 +165,9 @@ def delta_moments(probs: Tensor, rewards: Tensor, mode: DeltaMode | str, group_s
     mode, method = parse_mode(mode), resolve_method(mode, method)
     if group_size < 1:
         raise ValueError(f"group size must be >= 1, got {group_size}")
+    if mode in NEEDS_CRITIC:
+        raise ValueError(f"delta mode {mode.value!r} takes its advantages from a learned critic, not from the "
+                         "rewards; its exact moments are lab.exact.critic_moments.gae_moments")
     compute_deltas(torch.zeros(group_size), mode)  # the lab's own check: G = 1 has no baseline
     if method is Method.closed:
         if mode not in LINEAR_COEFFICIENTS:
@@ -174,6 +177,29 @@ def delta_moments(probs: Tensor, rewards: Tensor, mode: DeltaMode | str, group_s
     one = _value_moments_one if method is Method.values else _tuple_moments_one
     parts = [one(p, r, mode, group_size, std_eps, unbiased, limits) for p, r in zip(probs, rewards)]
     return DeltaMoments(torch.stack([f for f, _ in parts]), torch.stack([s for _, s in parts]))
+
+
+def first_moment(probs: Tensor, rewards: Tensor, mode: DeltaMode | str, group_size: int,
+                 std_eps: float = 1e-5, unbiased: bool = True, limits: ExactLimits = LIMITS) -> Tensor:
+    """c = E[d_1 ; o_1 = y] alone, float[batch n]: `delta_moments(...).first` without the n x n second moment
+    (closed form for the linear modes, else the reward values' multisets)."""
+    mode = parse_mode(mode)
+    compute_deltas(torch.zeros(group_size), mode)  # the lab's own check: G = 1 has no baseline
+    if mode in LINEAR_COEFFICIENTS:
+        a, b = LINEAR_COEFFICIENTS[mode](group_size)
+        return probs * (a * rewards - b * (group_size - 1) * (probs * rewards).sum(-1, keepdim=True))
+    rows = []
+    for p, r in zip(probs, rewards):
+        values, which = torch.unique(r, return_inverse=True)
+        value_probs = torch.zeros_like(values).index_add(0, which, p)
+        _check_size(len(values) * math.comb(len(values) + group_size - 2, group_size - 1) * group_size,
+                    f"first moment (mode {mode.value}, G = {group_size})", limits)
+        others, weight = _multisets(value_probs, group_size - 1)
+        groups = torch.cat([values.view(-1, 1, 1).expand(len(values), len(weight), 1),
+                            values[others].expand(len(values), *others.shape)], dim=-1)  # float[K T G]
+        d = compute_deltas(groups, mode, std_eps, unbiased)[..., 0]
+        rows.append(p * (d * weight).sum(-1)[which])
+    return torch.stack(rows)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ All runs use the lecture's setting (100 epochs x 10 steps, G = 10, lr 1e-3,
 inclusion-ordering, naive loss) with seeds 0..R-1, on the lecture's factorised policy and again
 on the autoregressive one (`--policy autoregressive`, max length 5: responses of up to 5 tokens
 with EOS); the report ends with the ratio of their seconds per run at each R (issue 9 asks for at
-most 3x at 500 runs). "One at a time" is the
+most 3x at 500 runs), and with PPO's learned critic (`--delta gae`, factorised policy, same G) against
+the same sweep without it (issue 17 asks for at most 2x at 500 runs). "One at a time" is the
 best time of a single run alone, times R (running 500 runs one by one would
 take minutes and measure the same thing). Every time is the best of `repeats`
 tries, because other processes share the machine.
@@ -62,6 +63,9 @@ class BenchRow:
     speedup_vs_one_at_a_time: float
     speedup_vs_lecture: float
     policy: str = "factorized"
+    loss: str = "naive"
+    delta: str | None = None
+    """None: the config's delta; "gae": the same runs with a learned critic"""
 
 
 @dataclass
@@ -81,16 +85,36 @@ class BenchResult:
 POLICIES = ("factorized", "autoregressive")
 """Policies timed by default; the factorised one is the lecture's."""
 
+DPO_BENCH = dict(loss="dpo", kl=0.1)
+"""The DPO row: the lecture's setting with online DPO pairs at beta 0.1 (its exact optimum metrics included),
+factorised policy; its seconds per run are compared with the lecture's GRPO run at the same G."""
 
-def _label(device: str, policy: str) -> str:
-    return device if policy == "factorized" else f"{device}, {policy}"
+
+def row_label(device: str, policy: str, delta: str | None = None, loss: str = "naive") -> str:
+    label = (device if policy == "factorized" else f"{device}, {policy}") + (f", {delta}" if delta else "")
+    return label if loss != "dpo" else f"{label}, dpo"
+
+
+def dpo_ratios(result: BenchResult) -> dict[tuple[str, int], float]:
+    """(device, R) -> seconds per run of the DPO row / of the factorised GRPO row (no critic)."""
+    rows = {(r.device, r.runs, r.policy, r.loss): r.seconds for r in result.rows if r.delta is None}
+    return {(d, n): seconds / rows[d, n, "factorized", "naive"] for (d, n, p, loss), seconds in rows.items()
+            if loss == "dpo" and (d, n, "factorized", "naive") in rows}
 
 
 def policy_ratios(result: BenchResult) -> dict[tuple[str, int], float]:
     """(device, R) -> seconds per run of the autoregressive policy / of the factorised one."""
-    rows = {(r.device, r.runs, r.policy): r.seconds for r in result.rows}
+    rows = {(r.device, r.runs, r.policy): r.seconds for r in result.rows if r.loss != "dpo" and r.delta is None}
     return {(d, n): seconds / rows[d, n, "factorized"] for (d, n, p), seconds in rows.items()
             if p == "autoregressive" and (d, n, "factorized") in rows}
+
+
+def critic_ratios(result: BenchResult) -> dict[tuple[str, int], float]:
+    """(device, R) -> seconds per run with a learned critic (gae) / without, factorised policy, same G."""
+    rows = {(r.device, r.runs, r.delta): r.seconds for r in result.rows
+            if r.policy == "factorized" and r.loss != "dpo"}
+    return {(d, n): seconds / rows[d, n, None] for (d, n, delta), seconds in rows.items()
+            if delta == "gae" and (d, n, None) in rows}
 
 
 def _timed(fn, device: torch.device) -> float:
@@ -126,7 +150,7 @@ def lecture_baseline(config: TrainConfig | None = None, threads: Sequence[int] =
 def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threads: int = 1,
           repeats: int = 3, config: TrainConfig | None = None,
           lecture_seconds: dict[int, float] | None = None,
-          policies: Sequence[str] = POLICIES) -> BenchResult:
+          policies: Sequence[str] = POLICIES, dpo: bool = True, critic: bool = True) -> BenchResult:
     """Time one run alone and sweeps of each size on each device at `threads`; see the module docstring.
 
     `lecture_seconds` (from `lecture_baseline`) is measured here when not given. Single runs are
@@ -142,16 +166,20 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
         result = BenchResult(threads, config, min(lecture_seconds.values()), {},
                              lecture_seconds_by_threads=dict(lecture_seconds))
         lecture = result.lecture_seconds_per_run
-        for name, policy in ((d, p) for d in devices for p in policies):
-            device, setting = torch.device(name), config.replace(policy=policy)
-            train(task, [warm.replace(seed=s, policy=policy) for s in range(max(sizes))], device=device)  # warm-up
+        cases = ([(d, p, None, {}) for d in devices for p in policies]
+                 + [(d, "factorized", "gae", {"delta": "gae"}) for d in devices if critic]
+                 + [(d, "factorized", None, DPO_BENCH) for d in devices if dpo])
+        for name, policy, delta, changes in cases:
+            device, setting = torch.device(name), config.replace(policy=policy, **changes)
+            warm_runs = [setting.replace(seed=s, epochs=warm.epochs) for s in range(max(sizes))]
+            train(task, warm_runs, device=device)  # warm-up
             single = _best(lambda: train(task, setting, device=device), device, repeats)
-            result.single_run_seconds[_label(name, policy)] = single
+            result.single_run_seconds[row_label(name, policy, delta, setting.loss.value)] = single
             for runs in sizes:
                 configs = [setting.replace(seed=s) for s in range(runs)]
                 seconds = _best(lambda: train(task, configs, device=device), device, min(repeats, 2))
                 result.rows.append(BenchRow(name, runs, seconds, runs / seconds, runs * single / seconds,
-                                            runs * lecture / seconds, policy))
+                                            runs * lecture / seconds, policy, setting.loss.value, delta))
         return result
     finally:
         torch.set_num_threads(previous_threads)
@@ -175,7 +203,8 @@ def bench_report(result: BenchResult) -> str:
         lines.append(f"lab, one run alone on {device}: {seconds:.3f} s "
                      f"({result.lecture_seconds_per_run / seconds:.2f}x the lecture loop)")
     header = ("device", "R", "seconds", "runs/s", "x one-at-a-time", "x lecture loop")
-    table = [header] + [(_label(r.device, r.policy), str(r.runs), f"{r.seconds:.3f}", f"{r.runs_per_second:.1f}",
+    table = [header] + [(row_label(r.device, r.policy, r.delta, r.loss), str(r.runs), f"{r.seconds:.3f}",
+                         f"{r.runs_per_second:.1f}",
                          f"{r.speedup_vs_one_at_a_time:.1f}", f"{r.speedup_vs_lecture:.1f}") for r in result.rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in table]
@@ -183,4 +212,11 @@ def bench_report(result: BenchResult) -> str:
     if ratios:
         lines.append("autoregressive / factorised seconds per run: " + ", ".join(
             f"{ratio:.1f}x at R = {runs} on {device}" for (device, runs), ratio in ratios.items()))
+    dpo = dpo_ratios(result)
+    if dpo:
+        lines.append("DPO (online, beta 0.1) / GRPO seconds per run at G = " f"{c.group_size}: " + ", ".join(
+            f"{ratio:.1f}x at R = {runs} on {device}" for (device, runs), ratio in dpo.items()))
+    if critic_ratios(result):
+        lines.append("with a learned critic (gae) / without, factorised, seconds per run: " + ", ".join(
+            f"{ratio:.1f}x at R = {runs} on {device}" for (device, runs), ratio in critic_ratios(result).items()))
     return "\n".join(lines)

@@ -14,7 +14,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from lab.experiments.exploration_results import EXPLORING, INIT_SCALES, STUCK, _key, _label, sampling_entropy, success
+from lab.experiments.exploration_checks import CROSSING_KS, pass_at_k
 from lab.experiments.figures import mean_band
+from lab.experiments.intervals import probability_interval
 from lab.files.temporaries import atomic_path
 
 COLORS = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -31,6 +33,14 @@ def _band(ax, x, curves, color, label, ls="-"):
     mean, low, high = mean_band(np.asarray(curves, dtype=float))
     ax.plot(x, mean, color=color, lw=1.5, ls=ls, label=label)
     ax.fill_between(x, low, high, color=color, alpha=0.18, lw=0)
+
+
+def _probability_band(ax, x, curves, color, label, ls="-"):
+    """Mean over seeds with a 95% percentile-bootstrap band per x (inside [0, 1], as the probabilities)."""
+    curves = np.asarray(curves, dtype=float)
+    bands = [probability_interval(curves[:, i]) for i in range(curves.shape[1])]
+    ax.plot(x, [b.estimate for b in bands], color=color, lw=1.5, ls=ls, label=label)
+    ax.fill_between(x, [b.low for b in bands], [b.high for b in bands], color=color, alpha=0.18, lw=0)
 
 
 def _success_bars(ax, xs, intervals, color, label, offset=0.0):
@@ -99,20 +109,31 @@ def plot_exploration(analysis: dict, out: Path) -> list[Path]:
     fig.suptitle("Entropy bonus at the lecture's initialisation (mean and 95% t-band / Wilson)", fontsize=10)
     paths.append(_save(fig, out / "exploration_bonus.png"))
 
-    fig = Figure(figsize=(10.4, 4.0))
-    axes = fig.subplots(1, 2, sharey=True)
+    fig = Figure(figsize=(15, 4.0))
+    axes = fig.subplots(1, 3)
     for ax, (name, setting) in zip(axes, (("stuck", STUCK), ("exploring", EXPLORING))):
         curves = analysis["at_k"][_key(setting)]
         for color, metric in ((COLORS[0], "pass"), (COLORS[1], "maj")):
-            _band(ax, analysis["ks"], curves[f"{metric}_before"], color, f"{metric}@k before", ls="--")
-            _band(ax, analysis["ks"], curves[f"{metric}_after"], color, f"{metric}@k after")
+            _probability_band(ax, analysis["ks"], curves[f"{metric}_before"], color, f"{metric}@k before", ls="--")
+            _probability_band(ax, analysis["ks"], curves[f"{metric}_after"], color, f"{metric}@k after")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("k")
         ax.set_title(f"{name}: {_label(setting)}", fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
+    wide = axes[2]
+    for i, (name, key) in enumerate(analysis["at_k_settings"]):
+        before, after = analysis["p_opt"][key]
+        wide.plot(CROSSING_KS, pass_at_k(before).mean(axis=(0, 1)), color=COLORS[i], ls="--", label=f"{name} before")
+        wide.plot(CROSSING_KS, pass_at_k(after).mean(axis=(0, 1)), color=COLORS[i], label=f"{name} after")
+    wide.set_xscale("log")
+    wide.set_xlabel("k")
+    wide.set_title("mean pass@k = 1 - (1 - p)^k to k = 100000 (where the curves cross)", fontsize=8)
+    wide.grid(alpha=0.3)
+    wide.legend(fontsize=7)
     axes[0].set_ylabel("exact probability, mean over prompts")
-    fig.suptitle("pass@k and maj@k before and after training (mean and 95% t-band over seeds)", fontsize=10)
+    fig.suptitle("pass@k and maj@k before and after training (mean and 95% percentile-bootstrap band over seeds)",
+                 fontsize=10)
     paths.append(_save(fig, out / "exploration_pass_at_k.png"))
 
     fig = Figure(figsize=(6.4, 4.4))

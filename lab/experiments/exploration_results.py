@@ -5,14 +5,18 @@
     R = -a exp(H) + b   least squares of the epoch's mean reward on exp(its sampling entropy), per setting
                         (Cui et al. 2025); fit quality R^2 = 1 - SS_res / SS_tot over all (seed, epoch) points
 
-Verdict rules (95% intervals: Wilson for fractions, Student t over seeds for means and for the
-per-seed differences after - before, which pair each seed with itself):
+Verdict rules (95% intervals: Wilson for fractions, Student t over seeds for means of unbounded
+quantities, a percentile bootstrap over seeds for means of probabilities and for the per-seed
+differences after - before, which pair each seed with itself; lab.experiments.intervals):
 - "sorts" / "does not sort": the Wilson interval of success lies above / below 1/2, else inconclusive;
-- "stuck from the start": every setting at the lecture's init scale does not sort, and the t-interval
-  of the initial P(a group of G contains the optimum), mean over prompts, lies below 1/2;
+- "stuck from the start": every setting at the lecture's init scale does not sort, and the initial
+  entropy discriminates sorting from stuck seeds (lab.experiments.exploration_checks: AUC over every
+  centered, clipped seed of all scales); the old rule, P(a group of G contains the optimum) < 1/2,
+  holds at init 0.1 too, where every seed sorts, so it cannot tell stuck from exploring;
 - "rescues": some entropy coefficient sorts (holds); every coefficient does not sort (does not hold);
-- "training raises X": the t-interval of X(after) - X(before) lies above 0 (holds), below 0 (does not hold);
-- "the toy shows the trade-off": a > 0 and R^2 >= FIT_QUALITY.
+- "training raises X": the interval of X(after) - X(before) lies above 0 (holds), below 0 (does not hold);
+- "the toy shows the trade-off": per seed median R^2 >= FIT_QUALITY, a > 0, and exp(H) beats a straight
+  line in H in most seeds (exploration_checks.fit_rows); a high R^2 alone does not test the exp(H) form.
 Nothing here prints; figures are drawn by lab.experiments.figures.plot_exploration_*.
 """
 
@@ -24,7 +28,8 @@ import numpy as np
 import torch
 
 from lab.exact.enumeration import all_probs, reward_table
-from lab.experiments.intervals import Interval, mean_interval, wilson_interval
+from lab.experiments import exploration_checks as checks
+from lab.experiments.intervals import Interval, mean_interval, probability_interval, wilson_interval
 from lab.policies.factorized import Policy
 from lab.policies import policy_from_state
 from lab.experiments.sweep import optimal_everywhere
@@ -128,10 +133,13 @@ def exploration_markdown(analysis: dict) -> list[str]:
     grid, bonus = analysis["grid"], analysis["bonus"]
     lecture_settings = [s for s in grid if s["init_scale"] == 1.0]
     stuck_everywhere = [success(records, analysis["runs"][_key(s)]) for s in lecture_settings]
-    hit = mean_interval(analysis["initial_hit"][1.0])
-    stuck_verdict = ("holds" if all(i.high < 0.5 for i in stuck_everywhere) and hit.high < 0.5 else
-                     "does not hold" if any(i.low > 0.5 for i in stuck_everywhere) or hit.low > 0.5 else
-                     "inconclusive")
+    discrimination, areas = checks.discrimination_rows(analysis, lambda r, runs: optimal_everywhere(r)[runs])
+    entropy_auc = areas.get("initial entropy", (float("nan"), 1.0))
+    initial_h = sampling_entropy(records)[:, 0]
+    medians = {scale: float(np.median(initial_h[analysis["runs"][_key({**EXPLORING, "init_scale": scale})]]))
+               for scale in INIT_SCALES}
+    stuck_verdict = ("holds" if all(i.high < 0.5 for i in stuck_everywhere) and checks.discriminates(*entropy_auc)
+                     else "does not hold" if any(i.low > 0.5 for i in stuck_everywhere) else "inconclusive")
     exploring = success(records, analysis["runs"][_key(EXPLORING)])
     stuck = success(records, analysis["runs"][_key(STUCK)])
     bonus_success = [success(records, analysis["runs"][_key(s)]) for s in bonus]
@@ -141,16 +149,18 @@ def exploration_markdown(analysis: dict) -> list[str]:
     out = ["## Exploration: why the lecture's runs get stuck, and what makes GRPO sort", "",
            f"{seeds} seeds per setting, trained in the same batch as the experiments above. `init_scale` multiplies "
            "the lecture's embedding initialisation (E ~ N(0, 1), as `nn.Embedding`): logits are quadratic in E, so "
-           "0.1 starts the policy almost uniform. `entropy_coef` adds an entropy bonus (loss - coef x exact mean "
+           "init scale s multiplies the initial logits by s^2: it is the lecture's initial policy at temperature "
+           "1/s^2 (0.1: temperature 100, almost uniform). `entropy_coef` adds an entropy bonus (loss - coef x exact mean "
            "entropy). Success = final greedy response optimal on every prompt. Rules: the docstring of "
            "`lab/experiments/exploration_results.py`.", "",
            "| claim | decided by | 95% interval | verdict |", "| --- | --- | --- | --- |",
-           _row("The lecture's runs are stuck from the start.",
-                f"at init scale 1 every delta x loss setting sorts in fewer than half the seeds (Wilson), and the "
-                f"initial P(a group of {config.group_size} contains the sorted response), mean over prompts, "
-                "is below 1/2 (t over seeds)",
-                f"best setting {_fraction(max(stuck_everywhere, key=lambda i: i.estimate))}; initial P {hit.text(4)}",
-                stuck_verdict),
+           _row("The lecture's runs are stuck from the start: their initial policy explores too little.",
+                "at init scale 1 every delta x loss setting sorts in fewer than half the seeds (Wilson), and the "
+                "initial entropy tells sorting seeds from stuck ones (next row)",
+                f"best setting {_fraction(max(stuck_everywhere, key=lambda i: i.estimate))}; initial entropy AUC "
+                f"{entropy_auc[0]:.2f}; median initial entropy " + ", ".join(
+                    f"{medians[scale]:.3f} (scale {scale:g})" for scale in INIT_SCALES), stuck_verdict),
+           *discrimination,
            _row("An exploring initialisation (init scale 0.1) makes centered GRPO (clipped loss) sort.",
                 "success above 1/2 (Wilson)", _fraction(exploring), _sorts(exploring)),
            _row("At the lecture's initialisation centered GRPO (clipped loss) sorts.",
@@ -162,25 +172,24 @@ def exploration_markdown(analysis: dict) -> list[str]:
     for name, setting in (("stuck (init scale 1)", STUCK), ("exploring (init scale 0.1)", EXPLORING)):
         curves = analysis["at_k"][_key(setting)]
         for label, key, k in (("pass@1", "pass", 1), (f"pass@{top}", "pass", top), (f"maj@{top}", "maj", top)):
-            change = mean_interval(curves[f"{key}_after"][:, k - 1] - curves[f"{key}_before"][:, k - 1])
+            change = probability_interval(curves[f"{key}_after"][:, k - 1] - curves[f"{key}_before"][:, k - 1])
             verdict = "holds" if change.low > 0 else "does not hold" if change.high < 0 else "inconclusive"
             out.append(_row(f"Training raises {label}, {name}, centered clipped.",
-                            "after - before, paired over seeds, t-interval above 0", change.text(4), verdict))
-    fits = analysis["fits"]
-    for s in analysis["fit_settings"]:
-        fit = fits[_key(s)]
-        out.append(_row(f"The toy shows Cui et al.'s trade-off R = -a exp(H) + b ({_label(s)}).",
-                        f"a > 0 and R^2 >= {FIT_QUALITY}", f"a = {fit.a:.3f}, b = {fit.b:.3f}, R^2 = {fit.r2:.3f}",
-                        "holds" if fit.a > 0 and fit.r2 >= FIT_QUALITY else "does not hold"))
+                            "after - before, paired by seed, bootstrap interval above 0", change.text(4), verdict))
+    out += checks.fit_rows(analysis, lambda key: _label(dict(key)))
+    out += checks.loss_share_rows(analysis)
+    out += checks.lr_rows(analysis)
     out += ["", "![exploration_init](exploration_init.png)", "",
-            "| init scale | delta | loss | initial entropy (nats, ln 5 = 1.609) | initial optimal_prob | "
-            "success [95% Wilson] | final mean reward [95% t] |", "| --- | --- | --- | --- | --- | --- | --- |"]
+            "| init scale | delta | loss | initial entropy (nats, ln 5 = 1.609): mean [95% t]; median | "
+            "initial optimal_prob: mean [95% bootstrap]; median | success [95% Wilson] | final mean reward [95% t] |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     entropy, optimal = sampling_entropy(records), records.epoch_metrics["optimal_prob"]
     final = records.final("mean_reward")
     for s in grid:
         runs = analysis["runs"][_key(s)]
-        out.append(f"| {s['init_scale']:g} | {s['delta']} | {s['loss']} | {mean_interval(entropy[runs, 0]).text(3)} | "
-                   f"{mean_interval(optimal[runs, 0]).text(4)} | {_fraction(success(records, runs))} | "
+        out.append(f"| {s['init_scale']:g} | {s['delta']} | {s['loss']} | {mean_interval(entropy[runs, 0]).text(3)}; "
+                   f"{np.median(entropy[runs, 0]):.3f} | {probability_interval(optimal[runs, 0]).text(4)}; "
+                   f"{np.median(optimal[runs, 0]):.2g} | {_fraction(success(records, runs))} | "
                    f"{mean_interval(final[runs]).text(3)} |")
     out += ["", "![exploration_bonus](exploration_bonus.png)", "",
             "| entropy coef (init scale 1, centered, clipped) | final entropy [95% t] | success [95% Wilson] | "
@@ -190,16 +199,18 @@ def exploration_markdown(analysis: dict) -> list[str]:
         out.append(f"| {s.get('entropy_coef', 0.0):g} | {mean_interval(entropy[runs, -1]).text(3)} | "
                    f"{_fraction(success(records, runs))} | {mean_interval(final[runs]).text(3)} |")
     out += ["", "![exploration_pass_at_k](exploration_pass_at_k.png)", "",
-            "pass@k and maj@k (exact, mean over the three prompts, mean over seeds [95% t]):", "",
+            "pass@k and maj@k (exact, mean over the three prompts, mean over seeds [95% percentile bootstrap over "
+            "seeds]; maj@k: the plurality answer of k samples, a tie broken uniformly at random among the tied "
+            "responses):", "",
             "| setting | k | pass@k before | pass@k after | maj@k before | maj@k after |",
             "| --- | --- | --- | --- | --- | --- |"]
     for name, setting in (("stuck", STUCK), ("exploring", EXPLORING)):
         curves = analysis["at_k"][_key(setting)]
         for k in sorted({k for k in (1, 4, 16, 64) if k <= top} | {top}):
-            cells = [mean_interval(curves[c][:, k - 1]).text(4)
+            cells = [probability_interval(curves[c][:, k - 1]).text(4)
                      for c in ("pass_before", "pass_after", "maj_before", "maj_after")]
             out.append(f"| {name} ({_label(setting)}) | {k} | " + " | ".join(cells) + " |")
-    out += ["", *_at_k_sentences(analysis)]
+    out += ["", *_at_k_sentences(analysis), "", *checks.crossing_lines(analysis, lambda key: _label(dict(key)))]
     out += ["", "![exploration_entropy_reward](exploration_entropy_reward.png)", ""]
     return out
 
@@ -220,12 +231,12 @@ def _at_k_sentences(analysis: dict) -> list[str]:
         c = analysis["at_k"][_key(setting)]
         before, after = c["pass_before"].mean(0), c["pass_after"].mean(0)
         wins = [k for k, b, a in zip(ks, before, after) if b > a]
-        sharpen = mean_interval(c["maj_after"][:, -1] - c["maj_before"][:, -1])
-        widen = mean_interval(c["pass_after"][:, -1] - c["pass_before"][:, -1])
+        sharpen = probability_interval(c["maj_after"][:, -1] - c["maj_before"][:, -1])
+        widen = probability_interval(c["pass_after"][:, -1] - c["pass_before"][:, -1])
         lines.append(
-            f"- {name} ({_label(setting)}): from k = 1 to {ks[-1]}, "
-            + (f"the initial policy's mean pass@k is higher from k = {wins[0]} on (Yue et al.'s pattern)"
-               if wins else "the trained policy's mean pass@k is higher at every k (no crossing, unlike Yue et al.)")
+            f"- {name} ({_label(setting)}): "
+            + (f"the initial policy's mean pass@k is higher from k = {wins[0]} on (k up to {ks[-1]})"
+               if wins else f"the trained policy's mean pass@k is higher at every k from 1 to {ks[-1]}")
             + f"; at k = {ks[-1]} training changes maj@k by {sharpen.text(3)} and pass@k by {widen.text(3)} "
-            "(after - before, paired t over seeds).")
+            "(after - before, paired by seed, 95% percentile bootstrap).")
     return ["What this shows (mean over seeds; DeepSeekMath reports RL raising maj@K but not pass@K):", "", *lines]

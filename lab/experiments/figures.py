@@ -143,34 +143,3 @@ def plot_kl_tradeoff(records: Records, names: Sequence[str], runs: Sequence[int]
     fig.suptitle(fit_title(title, width), fontsize=TITLE_FONTSIZE)
     fig.savefig(path, dpi=100)
     return Path(path)
-
-
-def plot_length_bias(records: Records, settings: Sequence[dict], groups: Sequence[Sequence[int]], path: Path,
-                     suptitle: str) -> Path:
-    """Mean length of incorrect and of correct sampled responses per setting, over training.
-
-    Each curve is the mean over the seeds that have such samples in that epoch (an empty epoch of a
-    run is skipped), so no band is drawn.
-    """
-    fig = Figure(figsize=(10.5, 4.0))
-    axes = fig.subplots(1, 2, sharey=True)
-    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"] * 4
-    for ax, metric in zip(axes, ("incorrect_length", "correct_length")):
-        for color, overrides, runs in zip(colors, settings, groups):
-            curves = records.epoch_metrics[metric][list(runs)]
-            steps = np.arange(curves.shape[1]) * records.configs[runs[0]].steps
-            present = ~np.isnan(curves)
-            counts = present.sum(axis=0)
-            mean = np.where(counts > 0, np.where(present, curves, 0).sum(axis=0) / np.maximum(counts, 1), np.nan)
-            style = "-" if overrides.get("delta") == "normalized" else "--"
-            ax.plot(steps, mean, color=color, ls=style, lw=1.4,
-                    label=", ".join(f"{k}={v}" for k, v in overrides.items() if k != "policy"))
-        ax.set_title(metric.replace("_", " ") + " (tokens, EOS included)", fontsize=9)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("mean length over seeds")
-    axes[1].legend(fontsize=6.5, loc="best")
-    fig.suptitle(suptitle, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    return Path(path)

@@ -1,26 +1,33 @@
-"""95% intervals over seeds: Student's t for a mean, Wilson for a fraction.
+"""95% intervals over seeds, from `scipy.stats`: which interval for which quantity.
 
-    mean:      m +- t_{1 - a/2, n - 1} * s / sqrt(n)          (s: Bessel-corrected sample std)
-    fraction:  (p + z^2 / 2n  +-  z * sqrt(p (1 - p) / n + z^2 / 4n^2)) / (1 + z^2 / n),  z = z_{1 - a/2}
+    mean:        m +- t_{1 - a/2, n - 1} s / sqrt(n)                 Student t (s: Bessel-corrected std)
+    difference:  Welch t: mean(a) - mean(b) +- t_{1 - a/2, df} se     independent seeds (df rounded down)
+    paired:      mean(a_i - b_i) +- t_{1 - a/2, n - 1} s_d / sqrt(n)  runs paired by seed (scipy.stats.ttest_rel)
+    fraction:    Wilson score interval (scipy.stats.binomtest(...).proportion_ci(method="wilson"))
+    probability: percentile bootstrap of the mean over seeds (scipy.stats.bootstrap, BOOTSTRAP_RESAMPLES
+                 resamples, a numpy Generator seeded with BOOTSTRAP_SEED unless one is given)
 
-The t-interval assumes roughly normal seed-to-seed scatter of the mean; the
-Wilson score interval stays inside [0, 1] and is sensible at 0 or n successes,
-where the normal-approximation interval collapses to a point. Standard library
-only: the t quantile is found by bisection on the t CDF, integrated numerically.
+The t-intervals assume roughly normal seed-to-seed scatter of the mean. A mean of probabilities
+that are skewed (most seeds near 0, one near 0.2) breaks that: its t-interval reaches below 0.
+The percentile bootstrap's ends are means of resampled seeds, so they stay inside [min, max] of
+the values and hence inside [0, 1]; the Wilson interval stays inside [0, 1] and is sensible at
+0 or n successes, where the normal-approximation interval collapses to a point.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
+from scipy import stats
 
 LEVEL = 0.95
 """The confidence level of every interval the lab reports."""
-
-_SIMPSON_INTERVALS = 2000  # enough for 1e-8 accuracy of the t CDF on the quantiles used here
+BOOTSTRAP_RESAMPLES = 9999
+"""Resamples of the percentile bootstrap of `probability_interval`."""
+BOOTSTRAP_SEED = 0
+"""Seed of the numpy Generator the bootstrap draws from when the caller gives none (a local generator)."""
 
 
 @dataclass(frozen=True)
@@ -42,36 +49,61 @@ class Interval:
         return f"{self.estimate:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
 
 
-def _t_cdf(x: float, df: int) -> float:
-    """P(T <= x) for x >= 0: 1/2 + integral_0^x of the t density (Simpson's rule)."""
-    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-    grid = np.linspace(0.0, x, _SIMPSON_INTERVALS + 1)
-    density = np.exp(log_norm - (df + 1) / 2 * np.log1p(grid**2 / df))
-    weights = np.ones_like(grid)
-    weights[1:-1:2], weights[2:-1:2] = 4, 2
-    return 0.5 + float((weights * density).sum()) * (x / _SIMPSON_INTERVALS) / 3
-
-
-def t_quantile(p: float, df: int) -> float:
-    """The p-quantile (p > 1/2) of Student's t with df degrees of freedom."""
-    low, high = 0.0, 1.0
-    while _t_cdf(high, df) < p:
-        high *= 2
-    for _ in range(60):
-        mid = (low + high) / 2
-        low, high = (mid, high) if _t_cdf(mid, df) < p else (low, mid)
-    return (low + high) / 2
+def t_quantile(p: float, df: float) -> float:
+    """The p-quantile of Student's t with df degrees of freedom (scipy.stats.t.ppf)."""
+    return float(stats.t.ppf(p, df))
 
 
 def mean_interval(values, level: float = LEVEL) -> Interval:
     """Student-t interval for the mean of `values` (one per seed); undefined (NaN bounds) when n = 1:
-    one seed says nothing about the spread, so no interval is shown rather than a point."""
+    one seed says nothing about the spread, so no interval is shown rather than a point. A point when
+    every value is equal."""
     values = np.asarray(values, dtype=float)
     n, mean = len(values), float(values.mean())
     if n < 2:
         return Interval(mean, math.nan, math.nan, n)
+    if float(values.std(ddof=1)) == 0:
+        return Interval(mean, mean, mean, n)
     half = t_quantile(1 - (1 - level) / 2, n - 1) * float(values.std(ddof=1)) / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n)
+
+
+def paired_interval(a, b, level: float = LEVEL) -> Interval:
+    """Paired t-interval for mean(a_i - b_i), a_i and b_i from the same seed (scipy.stats.ttest_rel).
+
+    n = number of pairs. Pairs with a NaN on either side are dropped."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    keep = ~(np.isnan(a) | np.isnan(b))
+    a, b = a[keep], b[keep]
+    diff = a - b
+    if len(diff) < 2 or float(diff.std(ddof=1)) == 0:
+        value = float(diff.mean()) if len(diff) else float("nan")
+        return Interval(value, value, value, len(diff))
+    ci = stats.ttest_rel(a, b).confidence_interval(level)
+    return Interval(float(diff.mean()), float(ci.low), float(ci.high), len(diff))
+
+
+def paired_p_value(a, b) -> float:
+    """Two-sided p-value of the paired t-test of mean(a_i - b_i) = 0 (NaN pairs dropped)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    keep = ~(np.isnan(a) | np.isnan(b))
+    return float(stats.ttest_rel(a[keep], b[keep]).pvalue)
+
+
+def probability_interval(values, level: float = LEVEL, rng: np.random.Generator | None = None) -> Interval:
+    """Percentile bootstrap interval for the mean over seeds of probabilities in [0, 1]: stays in [0, 1].
+
+    The ends are quantiles of the means of `BOOTSTRAP_RESAMPLES` resamples of the seeds (with
+    replacement), drawn from `rng` (default: a new Generator seeded with BOOTSTRAP_SEED)."""
+    values = np.asarray(values, dtype=float)
+    n, mean = len(values), float(values.mean())
+    if n < 2 or float(values.max() - values.min()) == 0:
+        return Interval(mean, mean, mean, n)
+    rng = np.random.default_rng(BOOTSTRAP_SEED) if rng is None else rng
+    result = stats.bootstrap((values,), np.mean, confidence_level=level, n_resamples=BOOTSTRAP_RESAMPLES,
+                             method="percentile", random_state=rng, vectorized=True)
+    low, high = result.confidence_interval
+    return Interval(mean, float(low), float(high), n)
 
 
 def median_quartiles(values) -> Interval:
@@ -87,12 +119,9 @@ def median_quartiles(values) -> Interval:
 
 
 def wilson_interval(successes: int, n: int, level: float = LEVEL) -> Interval:
-    """Wilson score interval for a fraction successes / n."""
-    z = NormalDist().inv_cdf(1 - (1 - level) / 2)
-    p = successes / n
-    centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
-    half = z / (1 + z**2 / n) * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2))
-    return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n)
+    """Wilson score interval for a fraction successes / n (scipy.stats.binomtest)."""
+    ci = stats.binomtest(int(successes), int(n)).proportion_ci(level, method="wilson")
+    return Interval(successes / n, max(0.0, float(ci.low)), min(1.0, float(ci.high)), n)
 
 
 def difference_interval(a, b, level: float = LEVEL) -> Interval:

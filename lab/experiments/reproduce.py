@@ -19,10 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from lab.training.config import TrainConfig
 from lab.experiments.exploration_results import ENTROPY_COEFS, INIT_SCALES, STUCK
+from lab.experiments.temperature_section import SETTINGS as TEMPERATURE_SETTINGS
 from lab.files.output_folders import write_text_atomic
 from lab.training.records import Records
 from lab.policies.sampling import Sampler
@@ -34,6 +36,8 @@ LECTURE = TrainConfig()
 
 LECTURE_SEED = 5
 LENGTH_FIGURE = "length_bias.png"
+CRITIC_FIGURE = "critic.png"
+DPO_FIGURE = "dpo.png"
 SEEDS = 20
 KL_WEIGHTS = (0.0, 0.01, 0.1, 1.0)
 """beta values of the KL experiments (0 = no penalty, the reference is still tracked)."""
@@ -75,6 +79,9 @@ EXPERIMENTS = (
                tuple({"init_scale": s, "delta": d, "loss": m} for s in INIT_SCALES
                      for d in ("raw", "centered", "normalized") for m in ("naive", "clipped"))
                + tuple({**STUCK, "entropy_coef": c} for c in ENTROPY_COEFS), exploration=True),
+    Experiment("temperature", "Sampling temperature against the init scale (centered deltas, clipped loss)",
+               ("init_scale", "temperature"), tuple({"delta": "centered", "loss": "clipped", **s}
+                                                    for s in TEMPERATURE_SETTINGS)),
 )
 
 
@@ -88,10 +95,22 @@ class Reproduction:
     """(experiment name, setting index) -> run indices, in seed order"""
     lecture_runs: dict[tuple[str, int], int] = field(default_factory=dict)
     """(experiment name, setting index) -> the run with seed LECTURE_SEED drawn as the lecture's script draws"""
-    length: Records | None = None
-    """the length-bias experiment's runs (autoregressive policy: other shapes, so its own records)"""
-    length_groups: list[list[int]] = field(default_factory=list)
-    """per `lab.experiments.length_bias.SETTINGS` entry, its run indices in `length`"""
+    length: dict[str, Records] | None = None
+    """the length-bias experiment's runs per task (autoregressive policy: other shapes, so their own records)"""
+    length_pairs: list[tuple[list[int], list[int]]] = field(default_factory=list)
+    """per `lab.experiments.length_bias.SETTINGS` entry, its (1/|o| runs, C runs) in its task's records"""
+    length_exact: tuple[dict, dict] | None = None
+    """(slopes, flows) of `lab.experiments.length_bias.exact_numbers`"""
+    lr_control: dict | None = None
+    """`lab.experiments.controls.lr_success`"""
+    batch_effect: dict | None = None
+    """`lab.experiments.controls.batch_effect`"""
+    critic: object = None
+    """the critic experiment's runs (`lab.experiments.critic_results.CriticRuns`: one batch per setting)"""
+    dpo: Records | None = None
+    """the DPO section's runs (GRPO + KL and DPO at one beta, longer: its own records)"""
+    dpo_groups: list[list[int]] = field(default_factory=list)
+    """per `lab.experiments.dpo_results.SETTINGS` entry, its run indices in `dpo`"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -106,9 +125,12 @@ def config_of(overrides: dict, seed: int, base: TrainConfig = LECTURE) -> TrainC
 
 def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: torch.device | str = "cpu",
                      progress: Callable[[int, int], None] | None = None,
-                     experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True) -> Reproduction:
+                     experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
+                     controls: bool = True, critic: bool = True, dpo: bool = True) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
-    length-bias experiment (`lab.experiments.length_bias`) as its own batch. `progress` counts both: 2 x epochs."""
+    length-bias experiment (`lab.experiments.length_bias`) as its own batches, then the critic experiment
+    (`lab.experiments.critic_results`), a batch per setting, then the DPO section (`lab.experiments.dpo_results`).
+    `progress` counts epochs over all of them (`progress_epochs`)."""
     configs: list[TrainConfig] = []
     index: dict[TrainConfig, int] = {}
     runs, lecture_runs = {}, {}
@@ -126,13 +148,50 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                 sampler=Sampler.multinomial)))
     records = run_sweep(make_task(), configs, device=device, progress=progress)
     reproduction = Reproduction(records, seeds, runs, lecture_runs)
-    if length_bias:
-        from lab.experiments.length_bias import length_configs
+    if controls and any(e.exploration for e in experiments):  # the learning-rate control, the batch effect
+        from lab.experiments import controls as c
 
-        length_runs, reproduction.length_groups = length_configs(seeds, base)
-        later = None if progress is None else lambda done, total: progress(base.epochs + done, 2 * base.epochs)
-        reproduction.length = run_sweep(make_task(), length_runs, device=device, progress=later)
+        reproduction.lr_control = c.lr_success(make_task(), seeds, base, device)
+        reproduction.batch_effect = c.batch_effect(make_task(), reproduction, base, device)
+    if length_bias:  # its own batches (other shapes), then its exact numbers (lab.experiments.length_oracle)
+        from lab.experiments import length_bias as lb
+
+        length_runs, reproduction.length_pairs = lb.length_configs(seeds, base)
+        tasks = length_tasks()
+        later = None if progress is None else lambda done, _: progress(base.epochs + done, progress_epochs(base))
+        reproduction.length = {name: run_sweep(tasks[name], runs, device=device, progress=later if
+                                               name == lb.LECTURE else None) for name, runs in length_runs.items()}
+        reproduction.length_exact = lb.exact_numbers(tasks, length_runs, seeds)
+    if critic:
+        from lab.experiments.critic_results import run_critic_experiment
+
+        later = None if progress is None else lambda done, _: progress(2 * base.epochs + done, progress_epochs(base))
+        reproduction.critic = run_critic_experiment(seeds, base, device, later)
+    if dpo:
+        from lab.experiments.critic_results import SETTINGS as CRITIC_SETTINGS
+        from lab.experiments.dpo_results import dpo_configs
+
+        dpo_runs, reproduction.dpo_groups = dpo_configs(seeds, base)
+        offset = (2 + (len(CRITIC_SETTINGS) if critic else 0)) * base.epochs
+        later = None if progress is None else lambda done, _: progress(offset + done, progress_epochs(base))
+        reproduction.dpo = run_sweep(make_task(), dpo_runs, device=device, progress=later)
     return reproduction
+
+
+def progress_epochs(base: TrainConfig = LECTURE) -> int:
+    """The epochs `run_reproduction`'s progress counts: the experiments', the length bias's, each critic
+    setting's, the DPO section's (three batches: GRPO, online and offline pairs)."""
+    from lab.experiments.critic_results import SETTINGS
+    from lab.experiments.dpo_results import EPOCH_FACTOR
+
+    return (2 + len(SETTINGS)) * base.epochs + 3 * EPOCH_FACTOR * base.epochs
+
+
+def length_tasks() -> dict:
+    """The length-bias experiment's tasks by name: the lecture's, and Dr. GRPO's setting."""
+    from lab.experiments.length_bias import DR_GRPO, DR_GRPO_TASK, LECTURE
+
+    return {LECTURE: make_task(), DR_GRPO: make_task(DR_GRPO_TASK["prompts"], vocab_size=DR_GRPO_TASK["vocab_size"])}
 
 
 def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]:
@@ -140,7 +199,7 @@ def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]
     from lab.experiments.exploration_results import FIGURES
 
     return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
-            LENGTH_FIGURE, "RESULTS.md"]
+            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,
@@ -177,13 +236,28 @@ def write_figures(reproduction: Reproduction, out: Path,
                                 else None)
         paths.append(path)
     if reproduction.length is not None:
-        from lab.experiments.length_bias import SETTINGS
+        from lab.experiments.length_figures import plot_length_bias
 
-        paths.append(figures.plot_length_bias(
-            reproduction.length, SETTINGS, reproduction.length_groups, Path(out) / LENGTH_FIGURE,
-            f"Length of sampled responses, autoregressive policy; {reproduction.seeds} seeds, mean over seeds"))
+        paths.append(plot_length_bias(
+            reproduction.length, reproduction.length_pairs, reproduction.length_exact[1], Path(out) / LENGTH_FIGURE,
+            f"Wrong responses' length under 1/|o| and under the constant divisor C; {reproduction.seeds} seeds"))
+    if reproduction.critic is not None:
+        from lab.experiments.critic_figures import plot_critic
+
+        paths.append(plot_critic(reproduction.critic, Path(out) / CRITIC_FIGURE,
+                                 f"PPO's learned critic (gae) against GRPO's group baseline; {reproduction.seeds} "
+                                 "seeds, mean and 95% t-band; inset: late exact error by position"))
+    text = results_markdown(reproduction, experiments, analysis)
+    if reproduction.dpo is not None:
+        from lab.experiments.dpo_results import dpo_markdown, plot_dpo
+
+        paths.append(plot_dpo(reproduction.dpo, reproduction.dpo_groups, Path(out) / DPO_FIGURE,
+                              f"GRPO + KL and DPO at the same beta; {reproduction.seeds} seeds, mean over seeds"))
+        text += "\n".join(["", "## GRPO with a KL penalty and DPO: the same optimum? (Rafailov et al. 2023; "
+                           "Azar et al. 2023)", "", f"![dpo]({DPO_FIGURE})", "",
+                           *dpo_markdown(reproduction.dpo, reproduction.dpo_groups, reproduction.seeds)]) + "\n"
     results = Path(out) / "RESULTS.md"
-    write_text_atomic(results, results_markdown(reproduction, experiments, analysis))
+    write_text_atomic(results, text)
     return [*paths, results]
 
 
@@ -201,10 +275,35 @@ def exploration_analysis(reproduction: Reproduction, experiment: Experiment, ks:
     by_scale = {scale: runs[xr._key({"init_scale": scale, "delta": "centered", "loss": "clipped"})]
                 for scale in xr.INIT_SCALES}
     fit_settings = [{"init_scale": scale, "delta": "centered", "loss": "clipped"} for scale in xr.INIT_SCALES]
+    from lab.experiments import exploration_checks as checks
+    from lab.experiments.sweep import final_endings
+
+    centered_clipped = [r for scale in xr.INIT_SCALES for r in by_scale[scale]]
+    entropy = xr.sampling_entropy(records)
+    hit = {scale: xr.initial_group_hit(records, r, prompts, reward) for scale, r in by_scale.items()}
+    at_k_settings = [("stuck", xr._key(xr.STUCK)), ("exploring", xr._key(xr.EXPLORING))]
+    naive = runs[xr._key({**xr.EXPLORING, "loss": "naive"})]
+    clipped = runs[xr._key(xr.EXPLORING)]
+    solved = xr.optimal_everywhere(records)
     return dict(
+        centered_clipped=centered_clipped,
+        initial_quantities={"initial entropy": entropy[centered_clipped, 0],
+                            "initial optimal_prob": records.epoch_metrics["optimal_prob"][centered_clipped, 0],
+                            "initial P(a group contains the sorted response)":
+                                np.concatenate([hit[scale] for scale in xr.INIT_SCALES])},
+        at_k_settings=at_k_settings,
+        p_opt={key: checks.optimal_probs(records, runs[key], prompts, reward, xr.initial_policy)
+               for _, key in at_k_settings},
+        solved={key: ~final_endings(records, runs[key]).stuck for _, key in at_k_settings},
+        fit_quality={xr._key(s): checks.fit_quality(entropy[runs[xr._key(s)]],
+                                                    records.epoch_metrics["mean_reward"][runs[xr._key(s)]])
+                     for s in fit_settings},
+        loss_share={"naive_success": solved[naive], "clipped_success": solved[clipped],
+                    "naive_entropy": entropy[naive, min(checks.EARLY_EPOCH, entropy.shape[1] - 1)],
+                    "clipped_entropy": entropy[clipped, min(checks.EARLY_EPOCH, entropy.shape[1] - 1)]},
         records=records, seeds=reproduction.seeds, runs=runs, grid=grid,
         bonus=[s for s in settings if "entropy_coef" in s],
-        initial_hit={scale: xr.initial_group_hit(records, r, prompts, reward) for scale, r in by_scale.items()},
+        initial_hit=hit, lr_control=reproduction.lr_control or {},
         ks=ks or xr.KS,
         at_k={xr._key(s): xr.at_k_curves(records, runs[xr._key(s)], prompts, reward, ks or xr.KS)
               for s in (xr.STUCK, xr.EXPLORING)},

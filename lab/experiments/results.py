@@ -1,7 +1,7 @@
 """figures/RESULTS.md, written from a reproduction's records: tables, verdicts on the lecture's claims.
 
 Verdict rules (all intervals 95%: Student t for means, Welch t for differences
-of means, Wilson for fractions; lab.experiments.intervals):
+of means, Wilson for fractions, a percentile bootstrap for mean shares; lab.experiments.intervals):
 - "X is higher than Y":   holds if the interval of mean(X) - mean(Y) lies above 0,
                           does not hold if it lies below 0, else inconclusive.
 - "X makes little difference to Y": holds if that interval lies inside +-MARGIN x optimum,
@@ -11,7 +11,7 @@ of means, Wilson for fractions; lab.experiments.intervals):
                           does not hold if below, else inconclusive.
 - "stuck in local optima" (a stuck ending is a local optimum when no single-token change raises
                           its reward, lab.exact.stuck): per run with a stuck ending, the share of its
-                          stuck endings that are local optima; t-interval over those runs.
+                          stuck endings that are local optima; percentile bootstrap interval over those runs (inside [0, 1]).
                           holds if it lies above 1 - STUCK_SHARE (nearly all are), does not hold
                           if below STUCK_SHARE (nearly none are), partly if it lies between them
                           (some are, some are one token from a better reward), else inconclusive.
@@ -24,11 +24,11 @@ of means, Wilson for fractions; lab.experiments.intervals):
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 
 import numpy as np
 
-from lab.experiments.intervals import Interval, difference_interval, median_quartiles, mean_interval, wilson_interval
+from lab.experiments.intervals import (Interval, difference_interval, median_quartiles, mean_interval,
+                                       probability_interval, wilson_interval)
 from lab.experiments.sweep import final_endings
 from lab.experiments.sweep import batches, optimal_everywhere
 
@@ -72,9 +72,8 @@ def _mostly(interval: Interval, share: float) -> str:
 
 
 def _share_interval(shares) -> Interval:
-    """t-interval of a mean share, cut to [0, 1] (the mean of shares cannot leave it)."""
-    i = mean_interval(shares)
-    return replace(i, low=max(i.low, 0.0), high=min(i.high, 1.0))
+    """Percentile bootstrap interval of a mean share over runs: inside [0, 1] by construction."""
+    return probability_interval(shares)
 
 
 def _fraction(interval: Interval) -> str:
@@ -137,7 +136,7 @@ def _claims(records, lecture, groups, optimum: float) -> list[str]:
         ("... in local optima.", "per centered run, share of its stuck endings (prompts it ends not optimal on) "
          "where no single-token change raises the reward: above "
          f"{1 - STUCK_SHARE:.0%} holds, between {STUCK_SHARE:.0%} and {1 - STUCK_SHARE:.0%} partly",
-         f"{_fraction(local)} (t, {len(shares)} runs)" if local else "no stuck run",
+         f"{_fraction(local)} (bootstrap, {len(shares)} runs)" if local else "no stuck run",
          _mostly(local, STUCK_SHARE) if local else "does not hold"),
         ("Normalizing by the std makes little difference (compared with centered).",
          f"final mean reward, normalized - centered, within +-{MARGIN:.0%} of the optimum "
@@ -162,7 +161,7 @@ def _what_the_rules_show(records, lecture, groups) -> list[str]:
                   "all of them and does not single raw rewards out. What tells the settings apart is the final "
                   "mean reward (the second row, and the tables below) and how many prompts a run ends up solving:", ""]
     lines += ["| setting | (run, prompt) pairs solved by the final greedy response | share of prompts solved per "
-              "run, mean [95% t] | stuck endings (pairs not solved) | of which local optima (no single-token change raises the "
+              "run, mean [95% bootstrap] | stuck endings (pairs not solved) | of which local optima (no single-token change raises the "
               "reward) | of which one token from a higher reward |", "| --- | --- | --- | --- | --- | --- |"]
     for i, overrides in enumerate(lecture.settings):
         e = endings[i]
@@ -216,8 +215,10 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
            f"{config.epochs} epochs x {config.steps} steps, G = {config.group_size}, Adam lr {config.lr:g}, "
            "the lecture's prompts [[1,0,2],[3,2,4],[1,2,3]]. 'Final' = the last epoch (mean reward of its "
            "samples) or the last step (KL). 'Optimal on every prompt' = the final greedy (argmax) response "
-           "reaches the optimum reward on all three prompts. Intervals: 95% Student t over seeds for means, "
-           "Welch t for differences, Wilson for fractions. 'Seed 5, the lecture's draw' is one more run per "
+           "reaches the optimum reward on all three prompts. Intervals (`lab/experiments/intervals.py`, "
+           "scipy.stats): 95% Student t over seeds for means, Welch t for differences of independent runs, a "
+           "paired t where runs share seeds, Wilson for fractions of runs, and a percentile bootstrap over seeds "
+           "(9999 resamples) for means of probabilities and shares, whose ends stay inside [0, 1]. 'Seed 5, the lecture's draw' is one more run per "
            "setting, not among the seeds above: seed 5 drawn as the lecture's script draws (`--sampler "
            "multinomial`); in the lecture's three experiments it is the lecture's own run, whose logged loss "
            "and mean reward it reproduces at every step (`tests/experiments/test_lecture_run.py`).",
@@ -236,6 +237,10 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
         groups = reproduction.setting_runs(experiment)
         out += [f"## {experiment.title}", "", f"![{experiment.name}]({experiment.name}.png)", ""]
         out += _experiment_table(records, experiment, groups, reproduction.setting_lecture_runs(experiment))
+        if experiment.name == "temperature":
+            from lab.experiments.temperature_section import temperature_lines
+
+            out += ["", *temperature_lines(records, experiment.settings, groups)]
         out.append("")
     out += ["## What the lecture did not show: where runs get stuck", "",
             "Per setting of the lecture's three experiments, the prompts on which runs end with a wrong "
@@ -252,18 +257,25 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
     # why runs stay stuck: a group whose rewards are all equal gives zero deltas, so no update at all
     zero = records.epoch_metrics["zero_std_fraction"][:, -LATE_EPOCHS:].mean(axis=1)
     out += ["", f"Why they stay there: the fraction of groups whose rewards are all equal (no GRPO signal, "
-            f"`zero_std_fraction`), averaged over the last {LATE_EPOCHS} epochs, mean over seeds [95% t]:", "",
+            f"`zero_std_fraction`), averaged over the last {LATE_EPOCHS} epochs, mean over seeds [95% bootstrap]:", "",
             "| setting | groups with equal rewards, last epochs |", "| --- | --- |"]
     for overrides, runs in zip(lecture.settings, lecture_groups):
-        out.append(f"| {_setting_text(lecture, overrides)} | {_fraction(mean_interval(zero[runs]))} |")
+        out.append(f"| {_setting_text(lecture, overrides)} | {_fraction(probability_interval(zero[runs]))} |")
     if exploration is not None:
         from lab.experiments.exploration_results import exploration_markdown
 
         out += ["", *exploration_markdown(exploration)]
-    if reproduction.length is not None:
-        from lab.experiments.length_bias import length_bias_markdown
+    if reproduction.batch_effect is not None:
+        from lab.experiments.controls import batch_effect_lines
 
-        out += ["", "## Variable length: does 1/|o| lengthen wrong responses? (Dr. GRPO)", "",
-                "![length_bias](length_bias.png)", ""]
-        out += length_bias_markdown(reproduction.length, reproduction.length_groups)
+        out += ["", *batch_effect_lines(reproduction.batch_effect)]
+    if reproduction.length is not None:
+        from lab.experiments.length_section import length_section
+
+        out += ["", *length_section(reproduction)]
+    if reproduction.critic is not None:
+        from lab.experiments.critic_results import critic_markdown
+
+        out += ["", "## The critic GRPO removes: PPO's GAE against the group baseline", "", "![critic](critic.png)",
+                "", *critic_markdown(reproduction.critic)]
     return "\n".join(out) + "\n"

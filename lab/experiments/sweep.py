@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from lab.exact.stuck import Endings, judge_endings
+from lab.core.deltas import NEEDS_CRITIC
 from lab.training.config import SHARED_FIELDS, ConfigError, TrainConfig
 from lab.experiments.intervals import Interval, mean_interval, wilson_interval
 from lab.training.records import Records
@@ -35,9 +36,28 @@ from tasks import Task
 from tasks import OPTIMAL_TOLERANCE
 
 GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
-               "loss_agg")
-"""TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option)."""
+               "loss_agg", "temperature")
+"""TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option), each a column of its tables
+(`temperature` only when some run has T != 1); DPO's and the critic's come after them."""
 
+DPO_GRID_FIELDS = ("pairs", "preference", "dpo_loss")
+"""The grid fields of --loss dpo: a sweep's tables have their columns only when some run is DPO."""
+
+CRITIC_GRID_FIELDS = ("gae_lambda",)
+"""The critic's fields a sweep may vary (`--delta gae` points only); columns of its tables only when some run
+has a critic, so the tables of a sweep without one keep their columns."""
+
+
+def table_fields(configs: Sequence[TrainConfig]) -> list[str]:
+    """The settings a sweep's tables carry as `config_<name>` columns: the GRID_FIELDS (`temperature` only when
+    some run has T != 1), DPO's when some run is DPO, the critic's when some run has a critic; so the tables of
+    sweeps without these keep their bytes."""
+    fields = [name for name in GRID_FIELDS if name != "temperature" or any(c.temperature != 1.0 for c in configs)]
+    if any(c.is_dpo for c in configs):
+        fields += DPO_GRID_FIELDS
+    if any(c.delta in NEEDS_CRITIC for c in configs):
+        fields += CRITIC_GRID_FIELDS
+    return fields
 
 
 def check_seeds(seeds: int) -> None:
@@ -45,12 +65,18 @@ def check_seeds(seeds: int) -> None:
         raise ConfigError(f"--seeds must be a positive integer, got {seeds}")
 
 
-def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int) -> list[TrainConfig]:
-    """Every combination of the grid's values (in the order given), each with seeds 0..seeds-1."""
+def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
+               critic: dict | None = None) -> list[TrainConfig]:
+    """Every combination of the grid's values (in the order given), each with seeds 0..seeds-1.
+
+    The critic's settings (`gae_lambda` in the grid, the fields of `critic` for every point) apply to
+    the `--delta gae` points only; a point of another delta keeps their defaults, and is kept once.
+    """
     check_seeds(seeds)
-    unknown = set(grid) - set(GRID_FIELDS)
+    unknown = set(grid) - set(GRID_FIELDS + DPO_GRID_FIELDS + CRITIC_GRID_FIELDS)
     if unknown:
-        raise ConfigError(f"cannot sweep over {', '.join(sorted(unknown))}; choose from: {', '.join(GRID_FIELDS)}")
+        raise ConfigError(f"cannot sweep over {', '.join(sorted(unknown))}; choose from: "
+                          f"{', '.join(GRID_FIELDS + DPO_GRID_FIELDS + CRITIC_GRID_FIELDS)}")
     names = list(grid)
     for name in names:
         values = list(grid[name])
@@ -59,13 +85,24 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int) -> list
         if len(set(values)) < len(values):
             shown = ", ".join(str(v.value if isinstance(v, Enum) else v) for v in values)
             raise ConfigError(f"{name} is given the same value twice: {shown}")
-    points = itertools.product(*(list(grid[n]) for n in names))
-    return [base.replace(**dict(zip(names, point)), seed=seed) for point in points for seed in range(seeds)]
+    points, seen = [], set()
+    for point in itertools.product(*(list(grid[n]) for n in names)):
+        settings = dict(zip(names, point))
+        delta = settings.get("delta", base.delta)  # a wrong name is the config's error to report
+        if getattr(delta, "value", delta) in {m.value for m in NEEDS_CRITIC}:
+            settings.update(critic or {})
+        else:
+            settings.pop("gae_lambda", None)
+        key = tuple((n, settings[n]) for n in names if n in settings)
+        if key not in seen:
+            seen.add(key)
+            points.append(settings)
+    return [base.replace(**settings, seed=seed) for settings in points for seed in range(seeds)]
 
 
 def setting(config: TrainConfig, names: Sequence[str]) -> tuple:
     """The grid point of a config: its values of `names`, as plain values (enums as their names)."""
-    data = config.to_dict()
+    data = config.plain()
     return tuple(data[name] for name in names)
 
 
@@ -82,6 +119,7 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
     """
     if len(parts) == 1 and list(parts[0][0]) == list(range(order)):  # one batch, in order: nothing to copy
         return dataclasses.replace(parts[0][1], samples=[])
+    # several batches: the critics' final states (`critic_state`) are not merged
     where = np.empty(order, dtype=int)
     flat = [(i, part, r) for part, (indices, _) in enumerate(parts) for r, i in enumerate(indices)]
     for position, (i, _, _) in enumerate(flat):
@@ -94,12 +132,21 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
                                       constant_values=np.nan))
 
     first = parts[0][1]
+    critics = [rec.parameters.get("critic") for _, rec in parts if rec.parameters.get("critic") is not None]
+
+    def table(get) -> dict[str, np.ndarray]:
+        """Every metric any batch holds (a DPO or critic batch has its own); NaN for the runs of a batch without it."""
+        names = list(dict.fromkeys(k for _, rec in parts for k in get(rec)))
+        missing = lambda rec: np.full((rec.num_runs, next(iter(get(rec).values())).shape[1]), np.nan,  # noqa: E731
+                                       dtype=np.float32)
+        return {k: cat_padded(lambda rec: get(rec)[k] if k in get(rec) else missing(rec)) for k in names}
+
     return Records(
         configs=[parts[p][1].configs[r] for _, p, r in sorted(flat)],
         prompts=first.prompts,
         optimum=cat(lambda rec: rec.optimum),
-        step_metrics={k: cat_padded(lambda rec: rec.step_metrics[k]) for k in first.step_metrics},
-        epoch_metrics={k: cat_padded(lambda rec: rec.epoch_metrics[k]) for k in first.epoch_metrics},
+        step_metrics=table(lambda rec: rec.step_metrics),
+        epoch_metrics=table(lambda rec: rec.epoch_metrics),
         samples=[],
         state={k: torch.from_numpy(cat(lambda rec: rec.state[k].numpy())) for k in first.state},
         greedy_responses=cat(lambda rec: rec.greedy_responses),
@@ -107,6 +154,7 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
         exploration_exact=all(rec.exploration_exact for _, rec in parts),
         eos=first.eos,
         divergence=[parts[p][1].divergence[r] for _, p, r in sorted(flat)],
+        parameters={"policy": first.parameters.get("policy"), "critic": critics[0] if critics else None},
     )
 
 

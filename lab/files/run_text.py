@@ -14,7 +14,8 @@ import io
 
 import numpy as np
 
-from lab.training.records import EPOCH_METRICS, METRIC_COLUMNS, STEP_METRICS, Records
+from lab.training.records import (EPOCH_METRICS, STEP_METRICS, Records, epoch_metric_names, metric_columns,
+                                  step_metric_names)
 
 
 def format_value(value) -> str:
@@ -44,18 +45,23 @@ def metrics_csv(records: Records, extra_columns: dict[str, list] | None = None) 
     `format_value`'s.
     """
     extra_columns = extra_columns or {}
+    epoch_names, step_names = epoch_metric_names(records), step_metric_names(records)
     header = io.StringIO()
-    csv.writer(header, lineterminator="\n").writerow([*extra_columns, *METRIC_COLUMNS])
+    csv.writer(header, lineterminator="\n").writerow([*extra_columns, *metric_columns(records)])
     lines = [header.getvalue()]
     total = next(iter(records.step_metrics.values())).shape[1]
     for run in range(records.num_runs):
         prefix = "".join(f"{v if isinstance(v, str) else format_value(v)},"
                          for v in (values[run] for values in extra_columns.values()))
         epoch, inner = np.divmod(np.arange(total), records.configs[run].steps)
-        per_epoch = [_column_text(records.epoch_metrics[m][run]) for m in EPOCH_METRICS]
+        per_epoch = [_column_text(records.epoch_metrics[m][run]) for m in epoch_names]
+        per_step = [_column_text(records.step_metrics[m][run]) for m in step_names]
+        # the order of metric_columns: every run's epoch then step metrics, then the extra epoch and step ones
         columns = [_column_text(epoch), _column_text(np.arange(total)), _column_text(inner),
-                   *([text[e] for e in epoch.tolist()] for text in per_epoch),
-                   *(_column_text(records.step_metrics[m][run]) for m in STEP_METRICS)]
+                   *([text[e] for e in epoch.tolist()] for text in per_epoch[:len(EPOCH_METRICS)]),
+                   *per_step[:len(STEP_METRICS)],
+                   *([text[e] for e in epoch.tolist()] for text in per_epoch[len(EPOCH_METRICS):]),
+                   *per_step[len(STEP_METRICS):]]
         lines.extend(prefix + ",".join(row) + "\n" for row in zip(*columns))
     return "".join(lines)
 

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from lab.files.temporaries import atomic_path
-from lab.training.records import EPOCH_METRICS, STEP_METRICS, Records
+from lab.training.records import (DPO_STEP_METRICS, EPOCH_METRICS, OPTIMUM_METRICS, STEP_METRICS, Records,
+                                  epoch_metric_names, is_critic_metric, step_metric_names)
 
 SETTING_PREFIX = "config_"
 """A swept setting's column is this prefix + its `TrainConfig` field name."""
@@ -43,7 +44,7 @@ def setting_column(name: str) -> str:
 
 def run_columns(records: Records, names: Sequence[str]) -> dict[str, np.ndarray]:
     """One value per run: `run`, `seed`, then `config_<name>` for each setting in `names`."""
-    configs = [c.to_dict() for c in records.configs]
+    configs = [c.plain() for c in records.configs]
     columns = {"run": np.arange(len(configs), dtype=np.int32), "seed": np.array([c["seed"] for c in configs])}
     for name in names:
         columns[setting_column(name)] = np.array([c[name] for c in configs])
@@ -57,7 +58,7 @@ def step_table(records: Records, names: Sequence[str]):
     index = np.arange(total, dtype=np.int32)
     per_row = dict(epoch=np.tile(index // steps, runs), step=np.tile(index, runs),
                    inner_step=np.tile(index % steps, runs))
-    per_row.update({m: records.step_metrics[m].reshape(-1) for m in STEP_METRICS})
+    per_row.update({m: records.step_metrics[m].reshape(-1) for m in step_metric_names(records)})  # critic's too
     return _arrow_table(run_columns(records, names), total, per_row)
 
 
@@ -65,7 +66,7 @@ def epoch_table(records: Records, names: Sequence[str]):
     """The epoch table (a `pyarrow.Table`): rows run-major, then epoch."""
     runs, epochs = next(iter(records.epoch_metrics.values())).shape
     per_row = {"epoch": np.tile(np.arange(epochs, dtype=np.int32), runs)}
-    per_row.update({m: records.epoch_metrics[m].reshape(-1) for m in EPOCH_METRICS})
+    per_row.update({m: records.epoch_metrics[m].reshape(-1) for m in epoch_metric_names(records)})  # critic's too
     return _arrow_table(run_columns(records, names), epochs, per_row)
 
 
@@ -90,7 +91,8 @@ def _arrow_table(per_run: dict[str, np.ndarray], rows_per_run: int, per_row: dic
 def _write_parquet(table, path: Path) -> None:
     import pyarrow.parquet as pq
 
-    metrics = [n for n in table.column_names if n in STEP_METRICS or n in EPOCH_METRICS]
+    metrics = [n for n in table.column_names
+               if n in {**STEP_METRICS, **EPOCH_METRICS, **DPO_STEP_METRICS, **OPTIMUM_METRICS} or is_critic_metric(n)]
     # measured floats rarely repeat: split their bytes for zstd instead of trying a dictionary
     pq.write_table(table, path, compression=PARQUET_COMPRESSION,
                    use_dictionary=[n for n in table.column_names if n not in metrics],

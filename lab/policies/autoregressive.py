@@ -78,7 +78,7 @@ class AutoregressiveStack(AutoregressivePolicy):
         # Speed path: kept in memory as [run d q e] and [run d j q e], so the fused log-probs' matrices of
         # decode [d (q e)] and of previous [d (j q e)] (`lab.policies.ar_fused`) are views and their
         # gradients need no permuted copies (lab.training.optim updates them in that memory order); bitwise
-        # the contiguous (plain) stack's values, gradients and Adam steps (tests/test_ar_fused.py).
+        # the contiguous (plain) stack's values, gradients and Adam steps (tests/policies/test_fused.py).
         # Measured: the fused forward, backward and Adam of 500 runs take 1.41 s CPU per 50 steps stored so
         # against 1.91 s contiguous (medians of 5 interleaved pairs), about 0.1 s of an epoch's 0.45 s:
         # about 20% of the 500-run autoregressive `lab bench` row (busy 2-core machine, one thread)

@@ -149,7 +149,7 @@ class PolicyStack(nn.Module):
         decode = torch.stack([p["decode"] for p in per_run])  # float[run pos dim dim]
         # Speed path: kept in memory as [run dim pos dim], so the decode matrix [dim (pos dim)] of every
         # product (policy_logits, lab.policies.fused) is a view and its gradient needs no transposed copy;
-        # values, gradients and Adam steps bitwise those of the contiguous (plain) stack (tests/test_fused.py).
+        # values, gradients and Adam steps bitwise those of the contiguous (plain) stack (tests/policies/test_fused.py).
         # Measured: the fused forward, backward and Adam of 500 runs x 1000 steps at one thread take 4.01 s
         # CPU stored so against 4.33 s contiguous (medians of 7 interleaved pairs; best 3.61 against 4.10),
         # 5-7% of the 500-run one-thread `lab bench` row (6.7 s CPU on the same busy 2-core machine)

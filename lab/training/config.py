@@ -17,7 +17,8 @@ import torch
 from lab.core.aggregation import LossAgg
 from lab.core.choices import parse_choice
 from lab.core.deltas import NEEDS_GROUP, DeltaMode
-from lab.core.losses import LossMode
+from lab.core.dpo import DPOLoss, Pairs, Preference
+from lab.core.losses import TrainingLoss
 from lab.policies.interface import PolicyKind
 from lab.policies.sampling import Sampler
 
@@ -69,8 +70,9 @@ class TrainConfig:
     """name of a reward registered by the task"""
     delta: DeltaMode = DeltaMode.raw
     """how rewards become deltas (lab.core.deltas)"""
-    loss: LossMode = LossMode.naive
-    """which surrogate loss (lab.core.losses)"""
+    loss: TrainingLoss = TrainingLoss.naive
+    """which surrogate loss (lab.core.losses), or `dpo`: DPO's loss on preference pairs (lab.core.dpo), with
+    beta = `kl` and the reference frozen at the initial policy (`kl_period` does not apply)"""
     clip_eps: float = 0.01
     """clip band half-width eps of the clipped loss (TRL `epsilon`, verl `clip_ratio`); the lecture's 0.01"""
     kl: float = 0.0
@@ -101,11 +103,43 @@ class TrainConfig:
     None = the prompt length + 2"""
     loss_agg: LossAgg = LossAgg.token_mean
     """how per-token losses and KL estimates are averaged (lab.core.aggregation; verl `loss_agg_mode`)"""
+    pairs: Pairs | None = None
+    """DPO only (None otherwise; `online` by default): `online` takes each epoch's group of G samples from the
+    current policy and pairs its highest with its lowest reward (no pair when all are equal); `offline` draws
+    one fixed set of pairs from pi_ref before training and takes `steps` Adam steps on it every epoch"""
+    pairs_per_prompt: int | None = None
+    """DPO with offline pairs only (default 16): pairs drawn per prompt (a tie under argmax drops its pair)"""
+    preference: Preference | None = None
+    """DPO only (default `argmax`): which response of a pair wins: the higher reward (ties dropped), or
+    `bradley-terry`: the first with probability sigmoid(r_1 - r_2), drawn from a generator seeded from the run's"""
+    dpo_loss: DPOLoss | None = None
+    """DPO only (default `sigmoid`): Rafailov et al.'s -log sigmoid(beta h), or `ipo`: (h - 1/(2 beta))^2 (TRL's
+    `loss_type`)"""
+    optimum_metrics: bool = False
+    """record the exact distance to the KL-regularised optimum pi* each epoch (kl_to_optimum, objective_exact,
+    objective_gap: lab.exact.optimum, beta = `kl`, pi_ref = the initial policy); always on for DPO"""
+    critic_lr: float | None = None
+    """`--delta gae` only: the critic's Adam learning rate (verl `critic.optim.lr`); None = the policy's lr"""
+    gae_lambda: float = 1.0
+    """`--delta gae` only: GAE's lambda in [0, 1], gamma = 1 (verl `algorithm.lam`, default 1.0; TRL `lam`)"""
+    cliprange_value: float = 0.5
+    """`--delta gae` only: how far a value prediction may move from the one its targets were made with before
+    the value loss stops rewarding the move (verl `critic.cliprange_value`, 0.5; TRL `cliprange_value`, 0.2)"""
+    critic_warmup: int = 0
+    """`--delta gae` only: the first this many epochs train the critic alone (verl `trainer.critic_warmup`)"""
+    whiten_advantages: bool = False
+    """`--delta gae` only: whiten the advantages over each run's batch of tokens, (A - mean) / std, as verl's
+    `masked_whiten` and TRL's PPO do; off by default, so the expected update is the unbiased one of claim 23"""
+    temperature: float = 1.0
+    """sampling temperature T: responses drawn from softmax(logits / T), and the loss's (and the reference's)
+    log-probs taken at the same T, as verl's rollout and actor do (lab.training.kinds); 1 = the plain policy.
+    Left out of `to_dict` at 1, so the files of a run without it are unchanged"""
 
     def __post_init__(self) -> None:
-        for name, enum in (("delta", DeltaMode), ("loss", LossMode), ("sampler", Sampler), ("policy", PolicyKind),
+        for name, enum in (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind),
                            ("loss_agg", LossAgg)):
             object.__setattr__(self, name, parse_choice(enum, getattr(self, name), name, ConfigError))
+        self._check_dpo()
         object.__setattr__(self, "adam_betas", tuple(self.adam_betas))
         for name in ("epochs", "steps", "group_size", "dim", "sample_every"):
             value = getattr(self, name)
@@ -123,6 +157,8 @@ class TrainConfig:
             raise ConfigError(f"kl_period must be >= 0 (0 = frozen reference), got {self.kl_period!r}")
         if not 0 < self.init_scale < math.inf:
             raise ConfigError(f"init_scale must be > 0 and finite, got {self.init_scale!r}")
+        if not 0 < self.temperature < math.inf:
+            raise ConfigError(f"temperature must be > 0 and finite, got {self.temperature!r}")
         if not 0 <= self.entropy_coef < math.inf:
             raise ConfigError(f"entropy_coef must be >= 0 and finite, got {self.entropy_coef!r}")
         if not self.std_eps >= 0:
@@ -139,13 +175,76 @@ class TrainConfig:
             if self.policy is PolicyKind.factorized:
                 raise ConfigError("max_length applies to the autoregressive policy only (the factorised one "
                                   "answers with exactly the prompt's length); add --policy autoregressive")
+        self._check_critic()
         if self.delta in NEEDS_GROUP and self.group_size < 2:
             raise ConfigError(f"delta {self.delta.value!r} needs group_size >= 2 (a group of one has no "
                               f"baseline), got {self.group_size}; use raw or max for G = 1")
 
-    def to_dict(self) -> dict:
+    def _check_dpo(self) -> None:
+        """DPO's settings: filled with their defaults for --loss dpo, refused (one line each) otherwise."""
+        given = [name for name in DPO_DEFAULTS if getattr(self, name) is not None]
+        if self.loss is not TrainingLoss.dpo:
+            if given:
+                raise ConfigError(f"--{given[0].replace('_', '-')} applies to --loss dpo only; drop it or add "
+                                  "--loss dpo")
+            return
+        for name, enum in (("pairs", Pairs), ("preference", Preference), ("dpo_loss", DPOLoss)):
+            value = DPO_DEFAULTS[name] if getattr(self, name) is None else getattr(self, name)
+            option = "--" + name.replace("_", "-")
+            object.__setattr__(self, name, parse_choice(enum, value, option, ConfigError))
+        if self.pairs is Pairs.offline and self.pairs_per_prompt is None:
+            object.__setattr__(self, "pairs_per_prompt", DPO_DEFAULTS["pairs_per_prompt"])
+        if self.pairs is not Pairs.offline and self.pairs_per_prompt is not None:
+            raise ConfigError("--pairs-per-prompt applies to --pairs offline only (online pairs come one per group)")
+        n = self.pairs_per_prompt
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n <= 0):
+            raise ConfigError(f"--pairs-per-prompt must be a positive integer, got {n!r}")
+        if not self.kl > 0:
+            raise ConfigError("--loss dpo needs --kl > 0: beta is the KL weight of the objective DPO optimises, "
+                              "pi* = pi_ref exp(r / beta) / Z")
+        if self.pairs is Pairs.online and self.group_size < 2:
+            raise ConfigError(f"--loss dpo with online pairs needs --group-size >= 2 (a pair per group), "
+                              f"got {self.group_size}")
+        if self.entropy_coef > 0:
+            raise ConfigError("--entropy-coef applies to the policy-gradient losses; use --entropy-coef 0 with "
+                              "--loss dpo")
+        if self.delta is DeltaMode.gae:
+            raise ConfigError("--loss dpo uses no advantages, so --delta gae (a learned critic) has nothing to do; "
+                              "drop --delta gae or use a policy-gradient --loss")
+
+    @property
+    def is_dpo(self) -> bool:
+        return self.loss is TrainingLoss.dpo
+
+    def _check_critic(self) -> None:
+        """The critic's options: valid numbers, and only with `--delta gae` (they would do nothing else)."""
+        if self.critic_lr is not None and not 0 < self.critic_lr < math.inf:
+            raise ConfigError(f"critic_lr must be > 0 and finite, got {self.critic_lr!r}")
+        if not 0 <= self.gae_lambda <= 1:
+            raise ConfigError(f"gae_lambda must lie in [0, 1], got {self.gae_lambda!r}")
+        if not 0 < self.cliprange_value < math.inf:
+            raise ConfigError(f"cliprange_value must be > 0 and finite, got {self.cliprange_value!r}")
+        if isinstance(self.critic_warmup, bool) or not isinstance(self.critic_warmup, int) or \
+                not 0 <= self.critic_warmup < self.epochs:
+            raise ConfigError(f"critic_warmup must be an integer from 0 to epochs - 1 = {self.epochs - 1}, "
+                              f"got {self.critic_warmup!r}")
+        if self.delta is not DeltaMode.gae:
+            changed = [f.name for f in dataclasses.fields(self) if f.name in CRITIC_FIELDS
+                       and getattr(self, f.name) != f.default]
+            if changed and self.is_dpo:
+                raise ConfigError(f"{changed[0]} applies to the learned critic of --delta gae, which --loss dpo "
+                                  "does not use")
+            if changed:
+                raise ConfigError(f"{changed[0]} applies to the learned critic only; add --delta gae")
+
+    def plain(self) -> dict:
+        """Every field as a plain value (enums as their names, tuples as lists)."""
         return {f.name: (v.value if isinstance(v, Enum) else list(v) if isinstance(v, tuple) else v)
                 for f in dataclasses.fields(self) for v in [getattr(self, f.name)]}
+
+    def to_dict(self) -> dict:
+        """`plain()` as written to config.json: `temperature` left out at 1, so earlier runs' files are unchanged."""
+        return {k: v for k, v in self.plain().items() if not (k == "temperature" and v == 1.0)}
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
@@ -159,8 +258,16 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
 
+DPO_DEFAULTS = {"pairs": Pairs.online, "pairs_per_prompt": 16, "preference": Preference.argmax,
+                "dpo_loss": DPOLoss.sigmoid}
+"""The DPO settings a --loss dpo run takes when not given (None for the other losses)."""
+
+CRITIC_FIELDS = ("critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages")
+"""The critic's settings (`--delta gae` only)."""
+
 SHARED_FIELDS = ("epochs", "steps", "group_size", "dim", "kl_period", "std_eps", "std_unbiased",
-                 "adam_betas", "adam_eps", "sample_every", "policy", "max_length")
+                 "adam_betas", "adam_eps", "sample_every", "policy", "max_length", "pairs", "pairs_per_prompt",
+                 "optimum_metrics", "critic_warmup")
 """Fields that must be equal across the runs of one batched computation."""
 
 PER_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in SHARED_FIELDS)

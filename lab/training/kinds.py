@@ -32,6 +32,56 @@ from lab.training.runs import RunGroups
 from tasks import Task
 from tasks.sorting import variable_length_reward
 
+def temperature_scale(configs: list[TrainConfig], device: torch.device) -> Tensor | None:
+    """1 / sqrt(T) per run, float[run]; None when every run has T = 1, so that such runs take exactly the
+    code path they took before temperatures existed (bit for bit).
+
+    Sampling at temperature T draws from softmax(logits / T), and the loss's log-probs (and the
+    reference's, and the entropy) are taken at the same T, as verl's rollout and actor do. Both
+    policies' logits are quadratic in the embedding E (it gives the hidden state and is the tied output
+    layer), so logits(E / sqrt(T)) = logits(E) / T: scaling the embedding inside the fused nodes divides
+    every logit by T, with the gradient taken through the scaling (tests/training/test_temperature.py)."""
+    temperatures = [c.temperature for c in configs]
+    if all(t == 1.0 for t in temperatures):
+        return None
+    return torch.tensor(temperatures, dtype=torch.float64, device=device).rsqrt()
+
+
+def tempered(parameters: list[Tensor], scale: Tensor | None) -> list[Tensor]:
+    """The parameters (embedding first, each with a leading run axis) seen at each run's temperature."""
+    if scale is None:
+        return parameters
+    return [parameters[0] * scale.to(parameters[0].dtype).view(-1, *[1] * (parameters[0].dim() - 1)),
+            *parameters[1:]]
+
+
+def tempered_module(policy, scale: Tensor | None):
+    """A policy stack at each run's temperature as a module of its own (a copy whose embedding is scaled by
+    1 / sqrt(T)), for code that takes a policy module, such as the exact analyses of lab.exact; the stack
+    itself when every T is 1."""
+    if scale is None:
+        return policy
+    import copy
+
+    view = copy.deepcopy(policy)
+    embedding = dict(view.named_parameters())["embedding"]
+    with torch.no_grad():
+        embedding.mul_(scale.to(embedding.dtype).view(-1, *[1] * (embedding.dim() - 1)))
+    return view
+
+
+class TemperedView:
+    """A policy stack's parameters at temperature, where exact code reads `embedding` and `named_parameters()`."""
+
+    def __init__(self, policy, scale: Tensor) -> None:
+        names, values = zip(*policy.named_parameters())
+        self.params = dict(zip(names, tempered(list(values), scale)))
+        self.embedding = self.params["embedding"]
+
+    def named_parameters(self):
+        return self.params.items()
+
+
 class Factorized:
     """The lecture's policy (`lab.policies.factorized`): responses of exactly the task's length."""
 
@@ -56,8 +106,19 @@ class Factorized:
             lambda s, lg: SAMPLERS[s](lg, self.group_size, run_generators[s]), logits)
         self.exact = is_exact(task.vocab_size, task.response_length)
         self.epoch_logits: list[Tensor] = []  # each epoch's sampling policy, for the exact exploration metrics
+        self.scale = temperature_scale(configs, device)
         with torch.no_grad():
-            self.logits = self.policy(self.prompts)  # float[run batch pos vocab]; later: each epoch's end
+            self.logits = self.sampling_logits()  # float[run batch pos vocab]; later: each epoch's end
+
+    def sampling_logits(self) -> Tensor:
+        """logits / T of every run on the training prompts (the plain forward pass when every T is 1)."""
+        if self.scale is None:
+            return self.policy(self.prompts)
+        return policy_logits(*tempered(list(self.policy.parameters()), self.scale), self.prompts)
+
+    def tempered_policy(self, policy=None):
+        """`policy` (default: the kind's stack) at each run's temperature, as a module (`tempered_module`)."""
+        return tempered_module(self.policy if policy is None else policy, self.scale)
 
     def targets(self, prompts: Tensor) -> Tensor:
         return self.task.targets(prompts)
@@ -78,17 +139,19 @@ class Factorized:
 
     def log_probs(self, parameters: list[Tensor], responses: Tensor, mask: None) -> tuple[Tensor, Tensor]:
         """float[run batch trial pos] and the log-softmaxes float[run batch pos vocab], through one node."""
-        return policy_log_probs(*parameters, self.prompts, responses)
+        return policy_log_probs(*tempered(parameters, self.scale), self.prompts, responses)
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         """The exact mean entropy of the given runs' policies on the prompts, differentiable: float[runs]."""
-        return entropy_bonus(policy_logits(*(p.index_select(0, runs) for p in parameters), self.prompts))
+        chosen = None if self.scale is None else self.scale.index_select(0, runs)
+        return entropy_bonus(policy_logits(*tempered([p.index_select(0, runs) for p in parameters], chosen),
+                                           self.prompts))
 
     def end_epoch(self, guard: DivergenceGuard, epoch: int, losses: list[Tensor], parameters: list[Tensor]) -> None:
         with torch.no_grad():
-            self.logits = self.policy(self.prompts)  # the next epoch's sampling logits: unchanged until then
+            self.logits = self.sampling_logits()  # the next epoch's sampling logits: unchanged until then
             if guard.check(epoch, losses, self.logits, parameters):  # a diverged run is back at its epoch start
-                self.logits = self.policy(self.prompts)
+                self.logits = self.sampling_logits()
 
     def greedy(self, prompts: Tensor) -> Tensor:
         with torch.no_grad():  # on the training prompts, the epoch's end logits (end_epoch) are at hand
@@ -127,6 +190,15 @@ class Autoregressive:
         self.exact_metrics = SamplingPolicyMetrics(self.prompts, self.targets(self.prompts), self.rewards,
                                                    reward_groups, shared.group_size, task.vocab_size, self.max_length)
         self.exact = self.exact_metrics.exact
+        self.scale = temperature_scale(configs, device)
+
+    def sampling_policy(self):
+        """The policy stack, or a view of its parameters at each run's temperature."""
+        return self.policy if self.scale is None else TemperedView(self.policy, self.scale)
+
+    def tempered_policy(self, policy=None):
+        """`policy` (default: the kind's stack) at each run's temperature, as a module (`tempered_module`)."""
+        return tempered_module(self.policy if policy is None else policy, self.scale)
 
     def targets(self, prompts: Tensor) -> Tensor:
         return eos_targets(self.task.targets(prompts), self.eos, self.max_length)  # sorted(x), then EOS
@@ -138,17 +210,22 @@ class Autoregressive:
     def start_epoch(self, fresh_reference: bool) -> dict[str, Tensor]:
         """`kl_exact` at the epoch's first step only, from the prefix tree that also gives the exploration
         metrics; later steps leave it empty (the tree costs about three training steps at 500 runs)."""
-        return dict(kl_exact=self.exact_metrics.epoch(self.policy, fresh_reference))
+        with torch.no_grad():
+            return dict(kl_exact=self.exact_metrics.epoch(self.sampling_policy(), fresh_reference))
 
     def sample(self) -> Tensor:
-        return P.sample(self.policy, self.prompts, self.group_size, self.generators)  # int[run batch trial pos]
+        if self.scale is None:
+            return P.sample(self.policy, self.prompts, self.group_size, self.generators)  # int[run batch trial pos]
+        with torch.no_grad():
+            return P.ops_of(self.policy).sample(self.sampling_policy().params, self.prompts, self.group_size,
+                                                self.generators)
 
     def live_tokens(self, responses: Tensor) -> Tensor:
         return P.response_mask(self.policy, responses)  # bool[run batch trial pos]
 
     def log_probs(self, parameters: list[Tensor], responses: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """float[run batch trial pos] (0 on padding) and each position's entropy, through one node."""
-        return ar_log_probs(*parameters, self.prompts, responses, mask)
+        return ar_log_probs(*tempered(parameters, self.scale), self.prompts, responses, mask)
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         raise ValueError("the autoregressive policy has no entropy bonus (TrainConfig rejects one)")

@@ -69,12 +69,87 @@ EPOCH_METRICS = {
 """Measured once per epoch; in a run's metrics.csv repeated on its step rows, in a sweep's
 `metrics_epoch` table stored once (`lab.files.tables`)."""
 
+DPO_STEP_METRICS = {
+    "chosen_rewards": "DPO: mean implicit reward beta (log pi_theta - log pi_ref) of the pairs' winners, over kept "
+                      "pairs (TRL `rewards/chosen`)",
+    "rejected_rewards": "DPO: the same for the losers (TRL `rewards/rejected`)",
+    "reward_accuracy": "DPO: fraction of kept pairs whose winner has the higher implicit reward (TRL "
+                       "`rewards/accuracies`)",
+    "reward_margin": "DPO: mean chosen minus rejected implicit reward, beta h (TRL `rewards/margins`)",
+    "chosen_logps": "DPO: mean sequence log-prob log pi_theta of the winners (TRL `logps/chosen`)",
+    "rejected_logps": "DPO: the same for the losers (TRL `logps/rejected`)",
+    "pair_fraction": "DPO: fraction of the step's possible pairs that count (online: groups whose rewards are not "
+                     "all equal; argmax: pairs that are not ties)",
+}
+"""Recorded on every step of a DPO run (`--loss dpo`) only, before that step's update; its `loss` is the DPO
+loss and its `pg_loss` the same. Other runs' files have none of these columns."""
+
+OPTIMUM_METRICS = {
+    "kl_to_optimum": "exact KL(pi_theta || pi*) per sequence, mean over prompts, pi* = pi_ref exp(r / beta) / Z with "
+                     "beta = --kl and pi_ref the initial policy (lab.exact.optimum); after the epoch's steps",
+    "objective_exact": "exact J_beta(pi_theta) = E[r] - beta KL(pi_theta || pi_ref), mean over prompts",
+    "objective_gap": "J_beta(pi*) - J_beta(pi_theta) = beta kl_to_optimum (claim 26): how far from the optimum the "
+                     "objective is",
+}
+"""Recorded each epoch for DPO runs and for runs with `optimum_metrics`, on enumerable response spaces only.
+A DPO run's `kl_exact` (a step metric) is the exact KL to its reference, the initial policy."""
+
 GREEDY_METRICS = ("greedy_reward", "greedy_fraction", "greedy_accuracy", "heldout_greedy_reward",
                   "heldout_greedy_accuracy")
 """The epoch metrics taken after the epoch's steps (the others describe its samples, taken before)."""
 
+CRITIC_STEP_METRICS = {
+    "vf_loss": "the critic's value loss, verl's clipped one: 0.5 x token mean of max((V - R_t)^2, (V_clip - R_t)^2) "
+               "with V_clip = V_old + clip(V - V_old, -cliprange_value, cliprange_value) (verl `critic/vf_loss`, TRL "
+               "`loss/value_avg`), before that step's critic update",
+    "vf_clipfrac": "fraction of live tokens where the clipped term of the value loss is the larger (verl "
+                   "`critic/vf_clipfrac`, TRL `val/clipfrac_avg`)",
+}
+"""`--delta gae` only: measured on every optimizer step (NaN for the runs without a critic)."""
+
+CRITIC_EPOCH_METRICS = {
+    "values_mean": "mean of the critic's values V_old(s_t) over the epoch's live tokens (verl `critic/vpred_mean`)",
+    "vf_explained_var": "1 - Var(R_t - V_old) / Var(R_t) over the epoch's live tokens: 1 for a critic that "
+                        "predicts its targets, 0 for one no better than their mean (verl `critic/vf_explained_var`)",
+    "value_error_exact": "exact E_{s~pi}[(V_psi(s) - V^pi(s))^2] of the critic that made the epoch's values, over "
+                         "every state the epoch's sampling policy visits, once per live token, prompts weighted "
+                         "equally (lab.exact.critic_error); what no PPO implementation can log",
+    "value_error_exact_<t>": "the same at the states before token t only (its expectation given t is live); the "
+                             "factorised policy's one state is the prompt, so every t has the total",
+}
+"""`--delta gae` only: measured once per epoch (NaN for the runs without a critic); in metrics.csv and a
+sweep's tables after the other columns, only when some run has a critic."""
+
+
+def is_critic_metric(name: str) -> bool:
+    """A critic metric's name (value_error_exact_<t> included)."""
+    return name in CRITIC_STEP_METRICS or name in CRITIC_EPOCH_METRICS or name.startswith("value_error_exact_")
+
+
 INDEX_COLUMNS = ("epoch", "step", "inner_step")
 METRIC_COLUMNS = (*INDEX_COLUMNS, *EPOCH_METRICS, *STEP_METRICS)
+
+
+def epoch_metric_names(records: Records) -> list[str]:
+    """The epoch metrics a records holds: EPOCH_METRICS, then the optimum metrics where recorded, then the
+    critic's where some run has a critic."""
+    return [*EPOCH_METRICS, *(name for name in OPTIMUM_METRICS if name in records.epoch_metrics),
+            *records.critic_columns()[1]]
+
+
+def step_metric_names(records: Records) -> list[str]:
+    """The step metrics a records holds: STEP_METRICS, then the DPO metrics of a DPO run, then the critic's
+    where some run has a critic."""
+    return [*STEP_METRICS, *(name for name in DPO_STEP_METRICS if name in records.step_metrics),
+            *records.critic_columns()[0]]
+
+
+def metric_columns(records: Records) -> tuple[str, ...]:
+    """A metrics.csv's columns: METRIC_COLUMNS, then the other epoch metrics the records hold (optimum, critic),
+    then the other step metrics (DPO, critic), so a run of the other losses and deltas keeps exactly its columns."""
+    extra_epoch = epoch_metric_names(records)[len(EPOCH_METRICS):]
+    extra_step = step_metric_names(records)[len(STEP_METRICS):]
+    return (*METRIC_COLUMNS, *extra_epoch, *extra_step)
 
 
 @dataclass
@@ -113,6 +188,19 @@ class Records:
     """the EOS token id of variable-length responses (None: fixed length)"""
     divergence: list = field(default_factory=list)
     """per run: None, or the `lab.training.divergence.Divergence` where it stopped (its later records are NaN)"""
+    critic_state: dict = field(default_factory=dict)
+    """`--delta gae`: the critics' final parameters, name -> float[critic-run ...] (cpu), for the runs
+    `critic_runs` in that order (a sweep of several batches keeps none)"""
+    critic_runs: list = field(default_factory=list)
+    parameters: dict = field(default_factory=dict)
+    """free parameters of one run's policy and, with `--delta gae`, of its critic (None without):
+    {"policy": int, "critic": int | None}"""
+
+    def critic_columns(self) -> tuple[list[str], list[str]]:
+        """The critic's (step, epoch) metric names these records hold, in glossary order (none without a critic)."""
+        steps = [name for name in CRITIC_STEP_METRICS if name in self.step_metrics]
+        epochs = [name for name in self.epoch_metrics if is_critic_metric(name)]
+        return steps, epochs
 
     @property
     def num_runs(self) -> int:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from lab.training.records import EPOCH_METRICS, GREEDY_METRICS, Records
+from lab.training.records import EPOCH_METRICS, GREEDY_METRICS, OPTIMUM_METRICS, Records
 from lab.training.config import TrainConfig
 
 
@@ -86,15 +86,21 @@ class RunSettings(NamedTuple):
 
 
 def records_of(configs: list[TrainConfig], prompts: Tensor, optimum: Tensor, step_log: dict[str, list[Tensor]],
-               epoch_log: dict[str, Tensor], guard, policy, **rest) -> Records:
+               epoch_log: dict[str, Tensor], guard, policy, critic_log: tuple[dict, dict] | None = None,
+               **rest) -> Records:
     """The loop's ending: step metrics (blocks float[step run]) as float[run step], epoch metrics
     float[run epoch] (NaN where the loop has none), a diverged run's later records emptied
     (`lab.training.divergence.DivergenceGuard.finish`), the final parameters on the CPU, contiguous.
-    `rest`: the other `Records` fields (samples, greedy_responses, seconds, eos, ...)."""
+    `critic_log`: the critics' (step, epoch) metrics float[run time] (`lab.training.critic`), only where some
+    run has one. `rest`: the other `Records` fields (samples, greedy_responses, seconds, eos, ...)."""
     epochs = next(iter(epoch_log.values())).shape[1]
     nan_epochs = torch.full((len(configs), epochs), float("nan"))
     step_values = {name: torch.cat(values).T.cpu().float().numpy() for name, values in step_log.items()}
-    epoch_values = {name: epoch_log.get(name, nan_epochs).cpu().float().numpy() for name in EPOCH_METRICS}
+    names = [*EPOCH_METRICS, *(name for name in OPTIMUM_METRICS if name in epoch_log)]
+    epoch_values = {name: epoch_log.get(name, nan_epochs).cpu().float().numpy() for name in names}
+    if critic_log is not None:
+        step_values.update({name: value.cpu().numpy() for name, value in critic_log[0].items()})
+        epoch_values.update({name: value.cpu().numpy() for name, value in critic_log[1].items()})
     return Records(
         configs=configs, prompts=prompts.cpu().numpy(), optimum=optimum.cpu().numpy(),
         step_metrics=guard.finish(step_values, epoch_values, GREEDY_METRICS), epoch_metrics=epoch_values,

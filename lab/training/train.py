@@ -17,7 +17,8 @@ R runs train as one computation: parameters and Adam state carry a leading
 `run` axis, per-run losses are summed (so each run gets exactly its own
 gradient), and each run samples with its own generator. A seed's run is the
 same alone or inside a sweep; a diverging run is stopped and frozen (`lab.training.divergence`).
-The loop returns `Records` and never prints.
+The loop returns `Records` and never prints. A DPO batch (`--loss dpo`) replaces the surrogate and the KL
+penalty by DPO's loss on preference pairs and freezes its reference at the initial policy (`lab.training.dpo`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from lab.core.deltas import compute_deltas
 from lab.core.kl import freeze, k3, reference_due
 from lab.core.losses import compute_loss
 from lab.training.config import TrainConfig, check_batchable
+from lab.training import dpo
+from lab.training.critic import CriticRuns, critic_runs, policy_parameter_count
 from lab.training.divergence import DivergenceGuard
 from lab.training.kinds import KINDS, Kind
 from lab.training.lengths import length_metrics, response_lengths
@@ -56,7 +59,10 @@ class Groups:
     rewards: Tensor
     """float[run batch trial]"""
     deltas: Tensor
-    """float[run batch trial]"""
+    """float[run batch trial] (a critic run's: its first token's advantage, as samples.txt shows it)"""
+    token_deltas: Tensor | None = None
+    """float[run batch trial pos]: one delta per token, when some run has a critic (GAE's advantages;
+    the other runs' deltas repeated); None: every run's deltas broadcast over the positions"""
 
 
 @dataclass
@@ -101,18 +107,33 @@ def train(
     targets = kind.targets(prompts)  # int[batch pos]
     optimum = kind.optimum(prompts, targets)  # float[run batch]
     step_log, history = {name: [] for name in STEP_METRICS}, History()
+    pairing = dpo.DPOSetup.of(configs, kind, settings, list(generators), device) if shared.is_dpo else None
+    tracker = (dpo.OptimumTracker(kind.tempered_policy(policy), prompts, [c.reward for c in configs],
+                                  [c.kl for c in configs])
+               if (pairing or shared.optimum_metrics) and kind.exact else None)  # pi* of the initial policy
+    optimum_log = {}
+    critic = CriticRuns(kind, configs, critic_runs(configs), device) if critic_runs(configs) else None
     start = time.perf_counter()
 
     for epoch in range(shared.epochs):
         guard.start_epoch(parameters)
-        fresh_reference = reference_due(epoch, shared.kl_period)
+        fresh_reference = reference_due(epoch, 0 if pairing else shared.kl_period)  # DPO: frozen at the start
         if fresh_reference:
             reference = [p for _, p in freeze(policy).named_parameters()]
+        if pairing is not None and epoch == 0 and pairing.offline:
+            pairing.pairs = dpo.offline_pairs(kind, reference, shared.pairs_per_prompt, pairing.preference_groups,
+                                              pairing.generators, pairing.reward_of)
         first_step = kind.start_epoch(fresh_reference)  # exact metrics of the sampling policy, if any
-        groups = sample_groups(kind, settings, shared)
+        groups = sample_groups(kind, settings, shared, critic)
         keep_samples(history, epoch, groups, targets, epoch % shared.sample_every == 0 or epoch == shared.epochs - 1)
+        if pairing is not None and not pairing.offline:
+            pairing.pairs = dpo.online_pairs(groups.responses, groups.rewards, pairing.preference_groups,
+                                             pairing.generators)
         losses = train_steps(kind, parameters, reference, fresh_reference, groups, first_step,
-                             settings, optimizer, guard, block)
+                             settings, optimizer, guard, block, pairing, critic, epoch >= shared.critic_warmup)
+        if tracker is not None:
+            for name, values in tracker.measure(kind.tempered_policy(policy)).items():
+                optimum_log.setdefault(name, []).append(values)
         kind.end_epoch(guard, epoch, losses, parameters)  # a diverged run goes back to its epoch start
         stop = guard.all_diverged  # nothing left to train
         if block.full or epoch == shared.epochs - 1 or stop:
@@ -127,20 +148,31 @@ def train(
             break
 
     epoch_log = epoch_metrics(kind, settings, shared, history, (prompts, targets, optimum), eval_prompts)
+    epoch_log.update({name: torch.stack(values, dim=1) for name, values in optimum_log.items()})  # float[run epoch]
+    if pairing is not None:
+        step_log.update({name: [torch.stack(values)] for name, values in pairing.step_log.items()})
+    parameters = {"policy": policy_parameter_count(policy), "critic": None if critic is None else critic.parameter_count}
     return records_of(configs, task.prompts, optimum, step_log, epoch_log, guard, policy, samples=history.samples,
                       greedy_responses=history.greedy[-1].cpu().numpy(), seconds=time.perf_counter() - start,
-                      eos=kind.eos, exploration_exact=kind.exact)
+                      eos=kind.eos, exploration_exact=kind.exact, parameters=parameters,
+                      **({} if critic is None else critic.final_state()),
+                      critic_log=None if critic is None else critic.metrics(len(configs)))
 
 
-def sample_groups(kind: Kind, settings: RunSettings, shared: TrainConfig) -> Groups:
-    """Draw the epoch's groups from the sampling policy and score them."""
+def sample_groups(kind: Kind, settings: RunSettings, shared: TrainConfig, critic: CriticRuns | None) -> Groups:
+    """Draw the epoch's groups from the sampling policy and score them; the critic runs' advantages per token."""
     with torch.no_grad():
         responses = kind.sample()  # int[run batch trial pos]
         mask = kind.live_tokens(responses)
         rewards = settings.reward_groups.apply(lambda name, y: kind.rewards[name](kind.prompts, y), responses)
         deltas = settings.delta_groups.apply(  # float[run batch trial]
             lambda mode, r: compute_deltas(r, mode, shared.std_eps, shared.std_unbiased), rewards)
-    return Groups(responses, mask, rewards, deltas)
+        if critic is None:
+            return Groups(responses, mask, rewards, deltas)
+        advantages = critic.advantages(responses, mask, rewards)  # float[critic-run batch trial pos]
+        token_deltas = deltas.unsqueeze(-1).expand(*responses.shape).clone().index_copy_(0, critic.runs, advantages)
+        deltas = deltas.index_copy(0, critic.runs, advantages[..., 0])
+    return Groups(responses, mask, rewards, deltas, token_deltas)
 
 
 def keep_samples(history: History, epoch: int, groups: Groups, targets: Tensor, write: bool) -> None:
@@ -155,9 +187,11 @@ def keep_samples(history: History, epoch: int, groups: Groups, targets: Tensor, 
 
 def train_steps(kind: Kind, parameters: list[Tensor], reference: list[Tensor], fresh_reference: bool, groups: Groups,
                 first_step: dict[str, Tensor], settings: RunSettings, optimizer: RunAdam, guard: DivergenceGuard,
-                block: StepMetricBlock) -> list[Tensor]:
-    """The epoch's S optimizer steps on its groups; returns each step's loss float[run] (for the divergence
-    check) and hands each step's tensors to the metric block."""
+                block: StepMetricBlock, pairing: dpo.DPOSetup | None = None, critic: CriticRuns | None = None,
+                train_policy: bool = True) -> list[Tensor]:
+    """The epoch's S optimizer steps on its groups (the policy's unless `train_policy` is False, in a critic
+    warm-up; each critic's every step), on the DPO loss of its pairs for a DPO batch; returns each step's loss
+    float[run] (for the divergence check) and hands each step's tensors to the metric block."""
     losses = []
     nans = torch.full((len(parameters[0]),), math.nan, device=parameters[0].device)
     for step in range(block.steps):
@@ -170,18 +204,29 @@ def train_steps(kind: Kind, parameters: list[Tensor], reference: list[Tensor], f
             with torch.no_grad():
                 ref_log_probs, ref_aux = ((old_log_probs, aux.detach()) if fresh_reference else
                                           kind.log_probs(reference, groups.responses, groups.mask))
-        pg_loss, loss = step_loss(kind, parameters, settings, groups, log_probs, old_log_probs, ref_log_probs)
+        if pairing is None:
+            pg_loss, loss = step_loss(kind, parameters, settings, groups, log_probs, old_log_probs, ref_log_probs)
+        else:
+            logps, ref_logps = dpo.pair_log_probs(pairing.pairs, kind, parameters, log_probs, ref_log_probs)
+            loss, metrics = dpo.pair_loss(logps, ref_logps, pairing.pairs.keep, pairing.loss_groups, settings.beta)
+            pg_loss = loss
+            for name, values in metrics.items():
+                pairing.step_log.setdefault(name, []).append(values)
         optimizer.zero_grad()
         # d(sum of the runs' losses)/d(loss_r) = 1: each run gets exactly its own gradient (no parameter
         # is shared). Not loss.backward(ones): an explicit gradient makes torch import its symbolic-shape
         # machinery (sympy), about 0.6 s of start-up, far more than the sum costs
         loss.sum().backward()
-        optimizer.step()
+        if train_policy:
+            optimizer.step()
+        if critic is not None:
+            critic.step()
         guard.after_step(parameters)
         losses.append(loss.detach())
         exact = {name: value if step == 0 else nans for name, value in first_step.items()}
         block.add_step(step, log_probs, aux, loss=loss.detach(), pg_loss=pg_loss.detach(), **exact)
-    block.end_epoch(old_log_probs, ref_log_probs, ref_aux, groups.mask, groups.deltas)
+    block.end_epoch(old_log_probs, ref_log_probs, ref_aux, groups.mask,
+                    groups.deltas if groups.token_deltas is None else groups.token_deltas)
     return losses
 
 
@@ -189,9 +234,11 @@ def step_loss(kind: Kind, parameters: list[Tensor], settings: RunSettings, group
               old_log_probs: Tensor, ref_log_probs: Tensor) -> tuple[Tensor, Tensor]:
     """The surrogate and the minimised loss (+ beta * the KL term - c_H * the entropy bonus), float[run] each."""
     mask, horizon, s = groups.mask, kind.max_length, settings  # horizon: C of the aggregations, the cap
+    per_token = groups.token_deltas is not None  # some run's critic gives one advantage per token
     pg_loss = s.loss_groups.apply(
-        lambda key, lp, d, old, eps, m: compute_loss(lp, d, key[0], old, eps, key[1], m, horizon),
-        log_probs, groups.deltas, old_log_probs, s.clip_eps, mask)
+        lambda key, lp, d, old, eps, m: compute_loss(lp, d, key[0], old, eps, key[1], m, horizon, per_token),
+        log_probs, groups.deltas if groups.token_deltas is None else groups.token_deltas, old_log_probs,
+        s.clip_eps, mask)
     group_kl_term = lambda agg, lp, ref, m: kl_term(k3(lp, ref), agg, m, horizon)  # noqa: E731
     # beta = 0 everywhere adds exactly nothing to the gradient: leave the KL out of the graph
     if not s.any_kl:

@@ -1,7 +1,7 @@
 """Deltas from a group's rewards (README "The experiment"; claims 4 and 12 in docs/claims.md).
 
 Every mode is checked against a plain-Python formula written here, per group:
-    raw r_i;  centered r_i - mean;  normalized (r_i - mean) / (std + eps);
+    raw r_i (and gae's return r_i);  centered r_i - mean;  normalized (r_i - mean) / (std + eps);
     max r_i if r_i == max else 0;  loo r_i - mean of the other G - 1.
 """
 
@@ -24,7 +24,7 @@ def group_formula(group: list[float], mode: str, std_eps: float, unbiased: bool)
     """The definition of one group's deltas (lab/core/deltas.py), on a list."""
     g = len(group)
     mean = sum(group) / g
-    if mode == "raw":
+    if mode in ("raw", "gae"):  # gae: the return, which the learned critic's GAE turns into advantages
         return list(group)
     if mode == "max":
         return [r if r == max(group) else 0.0 for r in group]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tests.proofs.proof_tools import close, make_toy, toys
 
-from lab.core.deltas import DeltaMode, compute_deltas
+from lab.core.deltas import REWARD_MODES, DeltaMode, compute_deltas
 from lab.exact.estimators import LINEAR_COEFFICIENTS, delta_moments, gradient_covariance, gradient_moments
 from lab.exact.enumeration import (
     ExactLimits,
@@ -108,7 +108,7 @@ def test_a_reward_table_is_accepted_and_a_wrong_shape_refused():
         expected_reward(policy, prompts, table[:, :4])
 
 
-@given(toy=toys(), G=st.integers(1, 4), mode=st.sampled_from(list(DeltaMode)))
+@given(toy=toys(), G=st.integers(1, 4), mode=st.sampled_from(REWARD_MODES))
 def test_closed_form_value_enumeration_and_tuple_enumeration_agree(toy, G, mode):
     """The closed form of the linear modes and the multiset enumeration against all n^G tuples."""
     if mode is not DeltaMode.raw and mode is not DeltaMode.max and G == 1:
@@ -122,7 +122,7 @@ def test_closed_form_value_enumeration_and_tuple_enumeration_agree(toy, G, mode)
         assert close(moments.first, reference.first) and close(moments.second, reference.second)
 
 
-@given(seed=st.integers(0, 2**31 - 1), G=st.integers(1, 3), mode=st.sampled_from(list(DeltaMode)))
+@given(seed=st.integers(0, 2**31 - 1), G=st.integers(1, 3), mode=st.sampled_from(REWARD_MODES))
 def test_gradient_moments_match_a_direct_sum_over_every_group_of_responses(seed, G, mode):
     """E[g], Cov[g] and tr Cov[g] against g = (1/G) sum_i d_i s_{o_i} evaluated on every G-tuple."""
     if mode not in (DeltaMode.raw, DeltaMode.max) and G == 1:
@@ -198,3 +198,11 @@ def test_expected_reward_takes_a_reward_name_and_list_prompts():
     assert torch.equal(by_name, by_function)
     with pytest.raises(ValueError, match="choose one of"):
         expected_reward(policy, [[1, 0, 2]], "no-such-reward")
+
+
+def test_the_critic_mode_has_no_delta_moments():
+    """gae's advantages come from a learned critic: the group estimator's moments refuse it, naming where its
+    exact moments are (lab.exact.critic_moments)."""
+    toy = make_toy(0)
+    with pytest.raises(ValueError, match="critic_moments"):
+        delta_moments(toy.probs(), toy.rewards, DeltaMode.gae, 2)

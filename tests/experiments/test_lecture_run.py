@@ -246,7 +246,8 @@ def test_reproduce_marks_the_lectures_own_run_and_keeps_it_out_of_the_seeds(tmp_
     from lab.experiments.reproduce import EXPERIMENTS, LECTURE_SEED, run_reproduction, write_figures
 
     experiments = EXPERIMENTS[:1]  # the lecture's three experiments
-    reproduction = run_reproduction(seeds=2, base=TrainConfig(epochs=3, steps=2), experiments=experiments)
+    reproduction = run_reproduction(seeds=2, base=TrainConfig(epochs=3, steps=2), experiments=experiments,
+                                    critic=False)
     write_figures(reproduction, tmp_path, experiments)
     table = (tmp_path / "RESULTS.md").read_text().split("## The lecture's three experiments")[1]
     final = reproduction.records.final("mean_reward")

@@ -1,41 +1,70 @@
-"""The length-bias section of RESULTS.md (lab/experiments/length_bias.py): its rule on made-up records."""
+"""The length-bias section of RESULTS.md (lab/experiments/length_bias.py): its paired rule on made-up records."""
 
 import numpy as np
 import pytest
 
+from lab.experiments.length_bias import (DR_GRPO, LECTURE, SETTINGS, late, length_bias_markdown, length_configs,
+                                         predicted_sign, verdict, window)
 from lab.training.config import TrainConfig
-from lab.experiments.length_bias import BIASED, LATE_EPOCHS, SETTINGS, UNBIASED, late, length_bias_markdown, length_configs
 from lab.training.records import Records
 
-SEEDS, EPOCHS = 4, LATE_EPOCHS + 2
+SEEDS, EPOCHS = 6, 14
 
 
-def made_up(wrong_length_of) -> tuple[Records, list[list[int]]]:
-    """Records whose incorrect_length is wrong_length_of(setting) + a seed wobble; one correct epoch only."""
-    configs, groups = length_configs(SEEDS, TrainConfig(epochs=EPOCHS))
-    wrong = np.array([[wrong_length_of(SETTINGS[i // SEEDS]) + 0.01 * (i % SEEDS)] * EPOCHS
-                      for i in range(len(configs))], dtype=np.float32)
-    right = np.full_like(wrong, np.nan)
-    right[:, -1] = 4.0
-    right[0] = np.nan  # a run without any correct sample
-    metrics = {"incorrect_length": wrong, "correct_length": right, "mean_reward": np.ones_like(wrong),
-               "greedy_fraction": np.ones_like(wrong)}
-    return Records(configs, np.zeros((3, 3)), np.ones((len(configs), 3)), {}, metrics), groups
+def made_up(shift: float, seed_wobble: float = 1.0):
+    """Records per task whose 1/|o| runs' incorrect_length = the C runs' + shift, both with a large shared seed effect
+    (so only a paired test can see a small shift); slopes at init all `shift`'s sign."""
+    configs, pairs = length_configs(SEEDS, TrainConfig(epochs=EPOCHS))
+    records, slopes, flows = {}, {}, {}
+    for name, runs in configs.items():
+        wrong = np.zeros((len(runs), EPOCHS), dtype=np.float32)
+        for biased, unbiased in (p for p, s in zip(pairs, SETTINGS) if s.task == name):
+            for seed, (b, u) in enumerate(zip(biased, unbiased)):
+                wrong[u] = 3.0 + seed_wobble * seed
+                wrong[b] = wrong[u] + shift + 0.01 * (seed % 2)
+        wrong[0, :3] = np.nan  # epochs without wrong samples are skipped
+        metrics = {"incorrect_length": wrong}
+        records[name] = Records(runs, np.zeros((2, 1)), np.ones((len(runs), 2)), {}, metrics)
+        slopes[name] = np.array([np.sign(shift) if c.loss_agg == "seq-mean-token-mean" else 0.0 for c in runs])
+        flows[name] = np.full((len(runs), EPOCHS + 1), np.nan)
+    return records, pairs, slopes, flows
 
 
-@pytest.mark.parametrize("biased, verdict", [(5.0, "holds"), (3.0, "does not hold"), (4.0, "inconclusive")])
-def test_the_verdict_follows_the_sign_of_the_welch_interval(biased, verdict):
-    records, groups = made_up(lambda s: biased if s["loss_agg"] == BIASED else 4.0)
-    if verdict == "inconclusive":  # equal means: the difference interval straddles 0
-        records.epoch_metrics["incorrect_length"][::2] += 0.5
-        records.epoch_metrics["incorrect_length"][1::2] -= 0.5
-    text = "\n".join(length_bias_markdown(records, groups))
-    assert text.count(f"**{verdict}**") == 2, text
-    assert f"{BIASED} - {UNBIASED}" in text
+@pytest.mark.parametrize("shift, words", [(0.1, "lengthens, as predicted"), (-0.1, "shortens, as predicted")])
+def test_the_verdict_is_the_paired_interval_against_the_exact_prediction(shift, words):
+    text = "\n".join(length_bias_markdown(*made_up(shift)))
+    assert text.count(f"**{words}**") == len(SETTINGS), text
+    assert "6 of 6" in text or "0 of 6" in text
 
 
-def test_late_means_skip_empty_epochs_and_runs_without_samples():
-    records, _ = made_up(lambda s: 4.0)
-    right = late(records, "correct_length")
-    assert np.isnan(right[0]) and (right[1:] == 4.0).all()
-    assert len(length_configs(3, TrainConfig())[0]) == 3 * len(SETTINGS) == 18
+def test_a_shift_hidden_in_seed_scatter_is_seen_only_because_runs_are_paired():
+    records, pairs, *_ = made_up(0.05, seed_wobble=2.0)
+    whole = window(records[LECTURE], "incorrect_length", slice(None))
+    biased, unbiased = pairs[0]
+    from lab.experiments.intervals import difference_interval, paired_interval
+
+    assert paired_interval(whole[biased], whole[unbiased]).low > 0
+    assert difference_interval(whole[biased], whole[unbiased]).low < 0  # Welch cannot see it
+
+
+def test_prediction_needs_agreement_and_against_is_reported():
+    assert predicted_sign(np.array([1.0] * 9 + [-1.0])) == 1
+    assert predicted_sign(np.array([1.0] * 8 + [-1.0] * 2)) == 0
+    assert verdict(0.1, 0.3, -1) == "lengthens, against the prediction"
+    assert verdict(-0.1, 0.3, 1) == "no difference seen"
+
+
+def test_configs_pair_seeds_and_cover_both_tasks():
+    configs, pairs = length_configs(3, TrainConfig())
+    assert set(configs) == {LECTURE, DR_GRPO}
+    for setting, (biased, unbiased) in zip(SETTINGS, pairs):
+        runs = configs[setting.task]
+        assert [runs[i].seed for i in biased] == [runs[i].seed for i in unbiased] == [0, 1, 2]
+        assert {runs[i].loss_agg.value for i in biased} == {"seq-mean-token-mean"}
+        assert {runs[i].loss_agg.value for i in unbiased} == {"seq-mean-token-sum-norm"}
+    assert configs[DR_GRPO][0].reward == "exact-match" and configs[DR_GRPO][0].max_length == 6
+
+
+def test_late_skips_empty_epochs():
+    records, *_ = made_up(0.1)
+    assert not np.isnan(late(records[LECTURE], "incorrect_length")).any()

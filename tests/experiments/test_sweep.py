@@ -98,7 +98,8 @@ def test_a_sweeps_seed_3_run_equals_lab_run_seed_3(tmp_path):
     steps = read_table(tmp_path / "sweep" / "metrics_step.parquet")
     epochs = read_table(tmp_path / "sweep" / "metrics_epoch.parquet")
     run_rows = _rows((tmp_path / "run" / "metrics.csv").read_text())
-    assert {"run", "seed", *(f"config_{n}" for n in GRID_FIELDS)} <= set(steps) & set(epochs)
+    assert {"run", "seed", *(f"config_{n}" for n in GRID_FIELDS if n != "temperature")} <= set(steps) & set(epochs)
+    assert "config_temperature" not in set(steps)  # only a sweep with some T != 1 carries it
     assert len(steps["run"]) == 2 * 4 * 6 * 3 and len(epochs["run"]) == 2 * 4 * 6
     mine = (steps["seed"] == 3) & (steps["config_delta"] == "centered")
     mine_epochs = (epochs["seed"] == 3) & (epochs["config_delta"] == "centered")
@@ -156,18 +157,31 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     exploration = ["exploration_init.png", "exploration_bonus.png", "exploration_pass_at_k.png",
                    "exploration_entropy_reward.png"]
     assert sorted(p.name for p in paths) == sorted([f"{e.name}.png" for e in EXPERIMENTS if not e.exploration]
-                                                   + exploration + ["length_bias.png", "RESULTS.md"])
+                                                   + exploration + ["length_bias.png", "critic.png", "dpo.png",
+                                                                    "RESULTS.md"])
     text = (tmp_path / "RESULTS.md").read_text()
     lecture_part, exploration_part = text.split("## Exploration", 1)
     exploration_part, length_part = exploration_part.split("## Variable length", 1)
+    length_part, critic_part = length_part.split("## The critic GRPO removes", 1)
+    exploration_part = exploration_part.split("## Reproducing a number", 1)[0]
+    critic_part, dpo_part = critic_part.split("## GRPO with a KL penalty and DPO", 1)
 
     def verdicts(part: str) -> list[str]:
         return [line.rsplit("**", 2)[-2] for line in part.splitlines() if line.endswith("** |")]
     assert len(verdicts(lecture_part)) == 6 and set(verdicts(lecture_part)) <= {"holds", "does not hold", "inconclusive", "partly"}
-    assert len(verdicts(exploration_part)) == 14
+    from lab.experiments.controls import LR_CONTROL
+
+    assert len(verdicts(exploration_part)) == 16 + len(LR_CONTROL)
+    assert "## Reproducing a number: the batch a run shares" in text
     assert set(verdicts(exploration_part)) <= {"holds", "does not hold", "inconclusive"}
-    assert len(verdicts(length_part)) == 2 and set(verdicts(length_part)) <= {"holds", "does not hold", "inconclusive"}
-    assert "1/\\|o\\| normalisation lengthens wrong responses (centered deltas)" in text
+    from lab.experiments.length_bias import SETTINGS
+
+    assert len(verdicts(length_part)) == len(SETTINGS)
+    assert {v.split(",")[0] for v in verdicts(length_part)} <= {"lengthens", "shortens", "no difference seen"}
+    assert "paired t" in length_part and "0/1 reward (Dr. GRPO's setting)" in length_part
+    assert len(verdicts(critic_part)) == 3 and set(verdicts(critic_part)) <= {"holds", "does not hold", "inconclusive"}
+    assert "the critic reduces the gradient's variance" in critic_part and "t = 4" in critic_part
+    assert len(verdicts(dpo_part)) == 15 and set(verdicts(dpo_part)) <= {"holds", "does not hold", "inconclusive"}
     raw = reproduction.runs["lecture_deltas", 0]
     assert mean_interval(reproduction.records.final("mean_reward")[raw]).text(3) in text
     assert len(set(reproduction.runs["baselines", 1]) & set(reproduction.runs["lecture_deltas", 1])) == 6  # trained once

@@ -36,6 +36,7 @@ LECTURE_VALUES = {
     "distance": [4.0, 1.0, 1.0],
     "inclusion-ordering": [7.0, 6.0, 3.0],
     "blended": [4.0 + 1.5, 1.0 + 1.0, 1.0 + 1.0],
+    "exact-match": [1.0, 0.0, 0.0],  # only [0,1,2,3] is sorted([3,1,0,2])
 }
 
 
@@ -47,7 +48,7 @@ def test_lecture_examples_have_the_hand_computed_rewards(name):
     assert values == LECTURE_VALUES[name]
     assert values == [REFERENCES[name](LECTURE_PROMPT, y) for y in (HIGH, MIDDLE, LOW)]
     high, middle, low = values
-    assert high > middle >= low
+    assert high > middle >= low or name == "exact-match"  # no partial credit: middle = low = 0
     if name == "inclusion-ordering":
         assert middle > low  # strictly ordered under the second reward
 
@@ -238,6 +239,7 @@ VARLEN_HAND = {
     "distance": [3.0, 2.0, 2.0, 1.0, 0.0],
     "inclusion-ordering": [5.0, 3.0, 4.0, 3.0, 0.0],
     "blended": [4.0, 2.5, 3.0, 2.0, 0.0],
+    "exact-match": [1.0, 0.0, 0.0, 0.0, 0.0],  # only sorted(x) + EOS: short, long and truncated score 0
 }
 
 

@@ -1,0 +1,200 @@
+"""The critic experiment: PPO's learned critic (`--delta gae`) against GRPO's group baseline.
+
+    factorised policy, the lecture's task and schedule, seeds 0..N-1, each setting its own batch:
+        GRPO normalized G = 10,  GRPO centered G = 10,  gae G = 10 (equal samples per epoch),  gae G = 1 (equal epochs),
+        gae G = 10 with its advantages whitened over the batch (verl's and TRL's choice; the lab's is off)
+    autoregressive policy:  GRPO centered G = 10,  gae G = 10 with lambda in {0, 0.9, 1}
+    exact, per run: value_error_exact every epoch (by position for the autoregressive policy); for the factorised
+        policy tr Cov[g] per prompt of each run's own estimator at its start and its end (`lab.exact.critic_moments`:
+        the group estimator for GRPO, the GAE estimator with the run's critic for gae; no whitening)
+
+Verdicts (95% intervals over seeds; `late` = the mean over the last LATE_EPOCHS epochs):
+- "the critic reduces the gradient's variance": per factorised gae run at its end, log(tr Cov[g] with its learned
+  critic / tr Cov[g] without a baseline, the same policy and G); t-interval below 0 -> holds, above 0 -> does not
+  hold, else inconclusive.
+- "under a terminal reward the critic's regression is hard, and harder at early tokens": per autoregressive gae run,
+  late value_error_exact at the first position minus at the last; t-interval above 0 -> holds, below 0 -> does not
+  hold (there the later tokens are the harder ones), else inconclusive.
+- "the group mean is a low-cost substitute for the critic": final mean reward of GRPO centered G = 10 minus gae
+  G = 10 (factorised, equal samples per epoch); a Welch interval within +-MARGIN x the optimum -> holds, beyond it
+  -> does not hold, else inconclusive; the exact variance per sample and the samples per epoch beside it (the
+  seconds are `lab bench`'s gae row: a timing cannot be reproduced byte for byte, so RESULTS.md holds none).
+Pure: training is `lab.training.train.train`; the figure is `lab.experiments.critic_figures`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from lab.exact import critic_moments
+from lab.experiments.intervals import difference_interval, mean_interval, wilson_interval
+from lab.experiments.sweep import optimal_everywhere
+from lab.policies import make_policy, policy_from_state
+from lab.policies.critic import CRITICS
+from lab.training.config import TrainConfig
+from lab.training.records import Records
+from lab.training.train import train
+
+FACTORISED = ({"delta": "normalized"}, {"delta": "centered"}, {"delta": "gae"}, {"delta": "gae", "group_size": 1},
+              {"delta": "gae", "whiten_advantages": True})
+AUTOREGRESSIVE = tuple({"policy": "autoregressive", **o} for o in (
+    {"delta": "centered"}, *({"delta": "gae", "gae_lambda": lam} for lam in (0.0, 0.9, 1.0))))
+SETTINGS = FACTORISED + AUTOREGRESSIVE
+LATE_EPOCHS = 10
+MARGIN = 0.05
+"""'Little difference' in final mean reward: within this fraction of the optimum (as `lab.experiments.results`)."""
+
+
+@dataclass
+class CriticRuns:
+    """One `Records` per setting (each trained alone, so its seconds are its own), in `SETTINGS` order."""
+
+    records: list[Records]
+    seeds: int
+
+
+def run_critic_experiment(seeds: int, base: TrainConfig, device="cpu", progress=None) -> CriticRuns:
+    """Every setting's seeds as one batch; `progress(epochs done, epochs)` over all settings."""
+    parts, total = [], len(SETTINGS) * base.epochs
+    for i, overrides in enumerate(SETTINGS):
+        later = None if progress is None else (lambda done, _, i=i: progress(i * base.epochs + done, total))
+        parts.append(train(_task(), [base.replace(**overrides, seed=s) for s in range(seeds)], device=device,
+                           progress=later))
+    return CriticRuns(parts, seeds)
+
+
+def _task():
+    from tasks.sorting import make_task
+
+    return make_task()
+
+
+def label(overrides: dict) -> str:
+    policy = "autoregressive" if overrides.get("policy") == "autoregressive" else "factorised"
+    name = "GRPO " + overrides["delta"] if overrides["delta"] != "gae" else "gae"
+    extra = f", lambda = {overrides['gae_lambda']:g}" if "gae_lambda" in overrides else ""
+    extra += ", whitened" if overrides.get("whiten_advantages") else ""
+    return f"{policy}: {name}, G = {overrides.get('group_size', 10)}{extra}"
+
+
+def late(records: Records, metric: str) -> np.ndarray:
+    return np.nanmean(records.epoch_metrics[metric][:, -LATE_EPOCHS:], axis=1)
+
+
+def _estimator_variance(records: Records, run: int, start: bool) -> float:
+    """Exact tr Cov[g] per prompt (mean over the prompts) of run `run`'s own estimator, at its start or end."""
+    config, prompts = records.configs[run], torch.as_tensor(records.prompts)
+    if start:
+        policy = make_policy(config.policy, 5, prompts.shape[1], prompts.shape[1], config.dim,
+                             torch.Generator().manual_seed(config.seed), config.init_scale)
+    else:
+        policy = policy_from_state(records.state, run)
+    if config.delta.value != "gae":
+        moments = critic_moments.group_moments(policy, prompts, config.reward, config.delta, config.group_size)
+        return float(moments.trace_cov.mean())
+    values = torch.zeros(len(prompts), dtype=torch.float64)  # every critic starts at V = 0
+    if not start:
+        index = records.critic_runs.index(run)
+        params = {name: value[index].double() for name, value in records.critic_state.items()}
+        values = CRITICS[config.policy].values(params, prompts, torch.zeros(len(prompts), 1, prompts.shape[1],
+                                                                            dtype=torch.long))[..., 0, 0]
+    moments = critic_moments.gae_moments(policy, prompts, config.reward, values, 1.0, config.group_size)
+    return float(moments.trace_cov.mean())
+
+
+def variances(runs: CriticRuns) -> dict[int, np.ndarray]:
+    """Per factorised setting, float[seed 2]: the exact tr Cov at the start and the end."""
+    return {i: np.array([[_estimator_variance(runs.records[i], r, s) for s in (True, False)]
+                         for r in range(runs.seeds)])
+            for i, overrides in enumerate(FACTORISED) if not overrides.get("whiten_advantages")}
+
+
+def _raw_variance_at_end(records: Records, run: int) -> float:
+    config, prompts = records.configs[run], torch.as_tensor(records.prompts)
+    policy = policy_from_state(records.state, run)
+    raw = critic_moments.group_moments(policy, prompts, config.reward, "raw", config.group_size)
+    return float(raw.trace_cov.mean())
+
+
+def _verdict(interval, above: bool) -> str:
+    if (interval.low > 0) if above else (interval.high < 0):
+        return "holds"
+    return "does not hold" if ((interval.high < 0) if above else (interval.low > 0)) else "inconclusive"
+
+
+def critic_markdown(runs: CriticRuns) -> list[str]:
+    """The RESULTS.md section: per setting reward, success, exact critic error, variance, networks trained; then verdicts."""
+    var = variances(runs)
+    lines = ["| setting | samples / epoch | final mean reward [95% t] | optimal on every prompt [95% Wilson] | "
+             "late value_error_exact [95% t] | tr Cov[g] per prompt, start -> end (mean) | networks trained |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for i, (overrides, records) in enumerate(zip(SETTINGS, runs.records)):
+        config = records.configs[0]
+        success = wilson_interval(int(optimal_everywhere(records).sum()), runs.seeds)
+        error = (mean_interval(late(records, "value_error_exact")).text(3) if config.delta.value == "gae" else "-")
+        variance = f"{var[i][:, 0].mean():.2f} -> {var[i][:, 1].mean():.2f}" if i in var else "not computed"
+        lines.append(f"| {label(overrides)} | {len(records.prompts) * config.group_size} | "
+                     f"{mean_interval(records.final('mean_reward')).text(3)} | {success.estimate:.0%} "
+                     f"[{success.low:.0%}, {success.high:.0%}] | {error} | {variance} | "
+                     f"{'policy + critic' if config.delta.value == 'gae' else 'policy'} |")
+    lines += ["", *_by_position(runs), "", *_verdicts(runs, var)]
+    return lines
+
+
+def _by_position(runs: CriticRuns) -> list[str]:
+    ar = [(o, r) for o, r in zip(SETTINGS, runs.records) if o.get("policy") == "autoregressive" and o["delta"] == "gae"]
+    length = ar[0][1].configs[0].max_length or len(ar[0][1].prompts[0]) + 2
+    lines = ["Exact critic error by position, late in training (autoregressive policy, mean over seeds [95% t]):", "",
+             "| setting | " + " | ".join(f"t = {t}" for t in range(length)) + " |",
+             "| --- | " + " | ".join("---" for _ in range(length)) + " |"]
+    for overrides, records in ar:
+        cells = [mean_interval(late(records, f"value_error_exact_{t}")).text(3) for t in range(length)]
+        lines.append(f"| {label(overrides)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _verdicts(runs: CriticRuns, var: dict[int, np.ndarray]) -> list[str]:
+    rows = ["| the material says | decided by | 95% interval | verdict |", "| --- | --- | --- | --- |"]
+    ratios = [math.log(var[i][r, 1] / _raw_variance_at_end(runs.records[i], r))
+              for i in (2, 3) for r in range(runs.seeds)]
+    interval = mean_interval(np.array(ratios))
+    rows.append(f"| the critic reduces the gradient's variance | log(tr Cov with the learned critic / without a "
+                f"baseline) at the end, factorised gae runs, below 0 | {interval.text(2)} | "
+                f"**{_verdict(interval, above=False)}** |")
+    ar = [r for o, r in zip(SETTINGS, runs.records) if o.get("policy") == "autoregressive" and o["delta"] == "gae"]
+    last = max(int(k.rsplit("_", 1)[1]) for k in ar[0].epoch_metrics if k.startswith("value_error_exact_"))
+    gaps = np.concatenate([late(r, "value_error_exact_0") - late(r, f"value_error_exact_{last}") for r in ar])
+    interval = mean_interval(gaps)
+    rows.append(f"| under a terminal reward the critic's regression is harder at early tokens | late exact error "
+                f"at t = 0 minus at t = {last}, autoregressive gae runs, above 0 | {interval.text(3)} | "
+                f"**{_verdict(interval, above=True)}** |")
+    grpo, gae = runs.records[1], runs.records[2]
+    optimum = float(grpo.optimum.mean())
+    diff = difference_interval(grpo.final("mean_reward"), gae.final("mean_reward"))
+    inside = -MARGIN * optimum <= diff.low and diff.high <= MARGIN * optimum
+    outside = diff.low > MARGIN * optimum or diff.high < -MARGIN * optimum
+    per_sample = [var[i][:, 1].mean() * runs.records[i].configs[0].group_size for i in (1, 2)]
+    rows.append(f"| the group mean is a low-cost substitute for the critic | final mean reward, GRPO centered minus "
+                f"gae, G = 10, within +-{MARGIN:.0%} of the optimum | {diff.text(3)} | "
+                f"**{'holds' if inside else 'does not hold' if outside else 'inconclusive'}** |")
+    whitened = difference_interval(runs.records[4].final("mean_reward"), gae.final("mean_reward"))
+    return rows + ["", f"Whitening the advantages over the batch (verl, TRL) against not (the lab's default), gae "
+                   f"G = 10, factorised: final mean reward difference {whitened.text(3)} (whitened minus not).",
+                   "", "Beside the last verdict, at the end, tr Cov per prompt x G (the variance per sample): GRPO "
+                   f"centered {per_sample[0]:.2f}, gae {per_sample[1]:.2f}; the critic costs a second network's forward and "
+                   "backward pass per step and its own Adam state (seconds: `lab bench`'s gae row in the README).", "",
+                   "Each setting's seeds train as one batch, the lecture's schedule otherwise (100 epochs x 10 steps, "
+                   "Adam lr 1e-3 for the policy and the critic, naive loss, inclusion-ordering). gae: the critic of "
+                   "`lab/policies/critic.py`, GAE with gamma = 1, advantages not whitened, value clip 0.5; on the "
+                   "factorised policy lambda does not matter (one state per response). tr Cov[g] is exact "
+                   "(`lab/exact/critic_moments.py`) for each run's own estimator, summed over tokens, per prompt "
+                   "and averaged over prompts and seeds: the group estimator for GRPO, the GAE estimator with the "
+                   "run's critic for gae (at the start every critic is 0, so it is the estimator without a "
+                   "baseline); not computed for the whitened runs (whitening couples a batch's responses: no exact "
+                   "form here) nor for the autoregressive policy (3,906 responses per prompt). Verdict "
+                   "rules: the docstring of `lab/experiments/critic_results.py`; the exact statements behind them: "
+                   "claims 22-25 in `docs/claims.md`."]
