@@ -166,6 +166,16 @@ class OptimumTracker:
             tilted = self.log_ref + self.rewards / self.beta
             self.log_star = torch.log_softmax(tilted, dim=-1)  # lab.exact.optimum.log_optimum
             self.best = self.beta.squeeze(-1) * torch.logsumexp(tilted, dim=-1)  # J_beta(pi*) = beta log Z
+        self.log: dict[str, list[Tensor]] = {}  # name -> one float[run] per epoch
+
+    def record(self, policy) -> None:
+        """Measure the policy stack at the end of an epoch and keep the values for `epoch_metrics`."""
+        for name, values in self.measure(policy).items():
+            self.log.setdefault(name, []).append(values)
+
+    def epoch_metrics(self) -> dict[str, Tensor]:
+        """name -> float[run epoch], every recorded epoch."""
+        return {name: torch.stack(values, dim=1) for name, values in self.log.items()}
 
     def measure(self, policy) -> dict[str, Tensor]:
         """float[run] each, for the policy stack as it is now."""
@@ -190,6 +200,17 @@ class DPOSetup:
     pairs: PairSet | None = None
     step_log: dict[str, list[Tensor]] = field(default_factory=dict)
     """name -> one float[run] per optimizer step"""
+
+    def start_epoch(self, epoch: int, kind, reference: list[Tensor], pairs_per_prompt: int) -> None:
+        """Offline: the fixed set, drawn from pi_ref (the reference, frozen at the start) before the first epoch."""
+        if self.offline and epoch == 0:
+            self.pairs = offline_pairs(kind, reference, pairs_per_prompt, self.preference_groups, self.generators,
+                                       self.reward_of)
+
+    def take_groups(self, responses: Tensor, rewards: Tensor) -> None:
+        """Online: each group of the epoch gives its pair (highest, lowest reward), judged by the preference."""
+        if not self.offline:
+            self.pairs = online_pairs(responses, rewards, self.preference_groups, self.generators)
 
     @classmethod
     def of(cls, configs: list[TrainConfig], kind, settings: RunSettings, generators: list[torch.Generator],

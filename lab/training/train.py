@@ -107,12 +107,7 @@ def train(
     targets = kind.targets(prompts)  # int[batch pos]
     optimum = kind.optimum(prompts, targets)  # float[run batch]
     step_log, history = {name: [] for name in STEP_METRICS}, History()
-    pairing = dpo.DPOSetup.of(configs, kind, settings, list(generators), device) if shared.is_dpo else None
-    tracker = (dpo.OptimumTracker(kind.tempered_policy(policy), prompts, [c.reward for c in configs],
-                                  [c.kl for c in configs])
-               if (pairing or shared.optimum_metrics) and kind.exact else None)  # pi* of the initial policy
-    optimum_log = {}
-    critic = CriticRuns(kind, configs, critic_runs(configs), device) if critic_runs(configs) else None
+    pairing, tracker, critic = extensions(configs, kind, settings, list(generators), device)
     start = time.perf_counter()
 
     for epoch in range(shared.epochs):
@@ -120,43 +115,67 @@ def train(
         fresh_reference = reference_due(epoch, 0 if pairing else shared.kl_period)  # DPO: frozen at the start
         if fresh_reference:
             reference = [p for _, p in freeze(policy).named_parameters()]
-        if pairing is not None and epoch == 0 and pairing.offline:
-            pairing.pairs = dpo.offline_pairs(kind, reference, shared.pairs_per_prompt, pairing.preference_groups,
-                                              pairing.generators, pairing.reward_of)
+        if pairing is not None:
+            pairing.start_epoch(epoch, kind, reference, shared.pairs_per_prompt)
         first_step = kind.start_epoch(fresh_reference)  # exact metrics of the sampling policy, if any
         groups = sample_groups(kind, settings, shared, critic)
         keep_samples(history, epoch, groups, targets, epoch % shared.sample_every == 0 or epoch == shared.epochs - 1)
-        if pairing is not None and not pairing.offline:
-            pairing.pairs = dpo.online_pairs(groups.responses, groups.rewards, pairing.preference_groups,
-                                             pairing.generators)
+        if pairing is not None:
+            pairing.take_groups(groups.responses, groups.rewards)
         losses = train_steps(kind, parameters, reference, fresh_reference, groups, first_step,
                              settings, optimizer, guard, block, pairing, critic, epoch >= shared.critic_warmup)
         if tracker is not None:
-            for name, values in tracker.measure(kind.tempered_policy(policy)).items():
-                optimum_log.setdefault(name, []).append(values)
+            tracker.record(kind.tempered_policy(policy))
         kind.end_epoch(guard, epoch, losses, parameters)  # a diverged run goes back to its epoch start
         stop = guard.all_diverged  # nothing left to train
         if block.full or epoch == shared.epochs - 1 or stop:
             for name, values in block.flush(settings.clip_eps).items():  # float[(epoch step) run]
                 step_log[name].append(values)
-        history.greedy.append(kind.greedy(prompts))  # int[run batch pos]
-        if eval_prompts is not None:
-            history.heldout_greedy.append(kind.greedy(eval_prompts))
+        keep_greedy(history, kind, prompts, eval_prompts)
         if progress is not None:
             progress(epoch + 1, shared.epochs)
         if stop:
             break
 
     epoch_log = epoch_metrics(kind, settings, shared, history, (prompts, targets, optimum), eval_prompts)
-    epoch_log.update({name: torch.stack(values, dim=1) for name, values in optimum_log.items()})  # float[run epoch]
+    return finish(task, configs, kind, optimum, step_log, epoch_log, guard, history, time.perf_counter() - start,
+                  pairing, tracker, critic)
+
+
+def finish(task: Task, configs: list[TrainConfig], kind: Kind, optimum: Tensor, step_log: dict, epoch_log: dict,
+           guard: DivergenceGuard, history: History, seconds: float, pairing: dpo.DPOSetup | None,
+           tracker: dpo.OptimumTracker | None, critic: CriticRuns | None) -> Records:
+    """The records of the loop: its logs, with DPO's and the critic's metrics where a run has them."""
+    if tracker is not None:
+        epoch_log.update(tracker.epoch_metrics())  # float[run epoch]
     if pairing is not None:
         step_log.update({name: [torch.stack(values)] for name, values in pairing.step_log.items()})
+    policy = kind.policy
     parameters = {"policy": policy_parameter_count(policy), "critic": None if critic is None else critic.parameter_count}
     return records_of(configs, task.prompts, optimum, step_log, epoch_log, guard, policy, samples=history.samples,
-                      greedy_responses=history.greedy[-1].cpu().numpy(), seconds=time.perf_counter() - start,
+                      greedy_responses=history.greedy[-1].cpu().numpy(), seconds=seconds,
                       eos=kind.eos, exploration_exact=kind.exact, parameters=parameters,
                       **({} if critic is None else critic.final_state()),
                       critic_log=None if critic is None else critic.metrics(len(configs)))
+
+
+def extensions(configs: list[TrainConfig], kind: Kind, settings: RunSettings, generators: list[torch.Generator],
+               device: torch.device) -> tuple[dpo.DPOSetup | None, dpo.OptimumTracker | None, CriticRuns | None]:
+    """What some batches add to the loop: DPO's pairs, the exact distance to pi* (of the initial policy), a critic."""
+    shared = configs[0]
+    pairing = dpo.DPOSetup.of(configs, kind, settings, generators, device) if shared.is_dpo else None
+    tracker = (dpo.OptimumTracker(kind.tempered_policy(kind.policy), kind.prompts, [c.reward for c in configs],
+                                  [c.kl for c in configs])
+               if (pairing or shared.optimum_metrics) and kind.exact else None)
+    critic = CriticRuns(kind, configs, critic_runs(configs), device) if critic_runs(configs) else None
+    return pairing, tracker, critic
+
+
+def keep_greedy(history: History, kind: Kind, prompts: Tensor, eval_prompts: Tensor | None) -> None:
+    """The epoch's greedy responses, int[run batch pos], on the training prompts and the held-out ones."""
+    history.greedy.append(kind.greedy(prompts))
+    if eval_prompts is not None:
+        history.heldout_greedy.append(kind.greedy(eval_prompts))
 
 
 def sample_groups(kind: Kind, settings: RunSettings, shared: TrainConfig, critic: CriticRuns | None) -> Groups:
