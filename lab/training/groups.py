@@ -1,0 +1,141 @@
+"""One epoch's groups and what the training loop keeps of them (`lab.training.train`).
+
+    groups:   y ~ pi_theta(. | x), G per prompt;  m = live tokens;  r = R(x, y);  d = deltas(r)
+              (a critic run's d: its GAE advantages per token, `lab.training.critic`)
+    kept:     the samples every `sample_every` epochs, each epoch's greedy responses, rewards and lengths
+    records:  the epoch metrics computed for all epochs at once after the loop, then `Records`
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from lab.core.deltas import compute_deltas
+from lab.training.config import TrainConfig
+from lab.training import dpo
+from lab.training.critic import CriticRuns, critic_runs, policy_parameter_count
+from lab.training.divergence import DivergenceGuard
+from lab.training.kinds import Kind
+from lab.training.lengths import length_metrics, response_lengths
+from lab.training.metrics import greedy_log, sample_metrics
+from lab.training.records import Records, Samples
+from lab.training.runs import RunSettings, records_of
+from tasks import Task
+
+
+@dataclass(frozen=True)
+class Groups:
+    """One epoch's sampled groups, what its S steps train on."""
+
+    responses: Tensor
+    """int[run batch trial pos]"""
+    mask: Tensor | None
+    """bool[run batch trial pos]: the live tokens (None: every position is live)"""
+    rewards: Tensor
+    """float[run batch trial]"""
+    deltas: Tensor
+    """float[run batch trial] (a critic run's: its first token's advantage, as samples.txt shows it)"""
+    token_deltas: Tensor | None = None
+    """float[run batch trial pos]: one delta per token, when some run has a critic (GAE's advantages;
+    the other runs' deltas repeated); None: every run's deltas broadcast over the positions"""
+
+
+@dataclass
+class History:
+    """What the epoch metrics need of each epoch; they are computed for all epochs at once after the loop."""
+
+    rewards: list[Tensor] = field(default_factory=list)  # float[run batch trial]
+    lengths: list[Tensor] = field(default_factory=list)  # int[run batch trial]
+    correct: list[Tensor] = field(default_factory=list)  # bool[run batch trial]
+    greedy: list[Tensor] = field(default_factory=list)  # int[run batch pos]
+    heldout_greedy: list[Tensor] = field(default_factory=list)
+    samples: list[Samples] = field(default_factory=list)
+
+
+def finish(task: Task, configs: list[TrainConfig], kind: Kind, optimum: Tensor, step_log: dict, epoch_log: dict,
+           guard: DivergenceGuard, history: History, seconds: float, pairing: dpo.DPOSetup | None,
+           tracker: dpo.OptimumTracker | None, critic: CriticRuns | None) -> Records:
+    """The records of the loop: its logs, with DPO's and the critic's metrics where a run has them."""
+    if tracker is not None:
+        epoch_log.update(tracker.epoch_metrics())  # float[run epoch]
+    if pairing is not None:
+        step_log.update({name: [torch.stack(values)] for name, values in pairing.step_log.items()})
+    policy = kind.policy
+    parameters = {"policy": policy_parameter_count(policy), "critic": None if critic is None else critic.parameter_count}
+    return records_of(configs, task.prompts, optimum, step_log, epoch_log, guard, policy, samples=history.samples,
+                      greedy_responses=history.greedy[-1].cpu().numpy(), seconds=seconds,
+                      eos=kind.eos, exploration_exact=kind.exact, parameters=parameters,
+                      **({} if critic is None else critic.final_state()),
+                      critic_log=None if critic is None else critic.metrics(len(configs)))
+
+
+def extensions(configs: list[TrainConfig], kind: Kind, settings: RunSettings, generators: list[torch.Generator],
+               device: torch.device) -> tuple[dpo.DPOSetup | None, dpo.OptimumTracker | None, CriticRuns | None]:
+    """What some batches add to the loop: DPO's pairs, the exact distance to pi* (of the initial policy), a critic."""
+    shared = configs[0]
+    pairing = dpo.DPOSetup.of(configs, kind, settings, generators, device) if shared.is_dpo else None
+    tracker = (dpo.OptimumTracker(kind.tempered_policy(kind.policy), kind.prompts, [c.reward for c in configs],
+                                  [c.kl for c in configs])
+               if (pairing or shared.optimum_metrics) and kind.exact else None)
+    critic = CriticRuns(kind, configs, critic_runs(configs), device) if critic_runs(configs) else None
+    return pairing, tracker, critic
+
+
+def keep_greedy(history: History, kind: Kind, prompts: Tensor, eval_prompts: Tensor | None) -> None:
+    """The epoch's greedy responses, int[run batch pos], on the training prompts and the held-out ones."""
+    history.greedy.append(kind.greedy(prompts))
+    if eval_prompts is not None:
+        history.heldout_greedy.append(kind.greedy(eval_prompts))
+
+
+def sample_groups(kind: Kind, settings: RunSettings, shared: TrainConfig, critic: CriticRuns | None) -> Groups:
+    """Draw the epoch's groups from the sampling policy and score them; the critic runs' advantages per token."""
+    with torch.no_grad():
+        responses = kind.sample()  # int[run batch trial pos]
+        mask = kind.live_tokens(responses)
+        rewards = settings.reward_groups.apply(lambda name, y: kind.rewards[name](kind.prompts, y), responses)
+        deltas = settings.delta_groups.apply(  # float[run batch trial]
+            lambda mode, r: compute_deltas(r, mode, shared.std_eps, shared.std_unbiased), rewards)
+        if critic is None:
+            return Groups(responses, mask, rewards, deltas)
+        advantages = critic.advantages(responses, mask, rewards)  # float[critic-run batch trial pos]
+        token_deltas = deltas.unsqueeze(-1).expand(*responses.shape).clone().index_copy_(0, critic.runs, advantages)
+        deltas = deltas.index_copy(0, critic.runs, advantages[..., 0])
+    return Groups(responses, mask, rewards, deltas, token_deltas)
+
+
+def keep_samples(history: History, epoch: int, groups: Groups, targets: Tensor, write: bool) -> None:
+    """Keep what the epoch metrics need of the groups, and the groups themselves when `write` (samples.txt)."""
+    history.rewards.append(groups.rewards)
+    history.lengths.append(response_lengths(groups.responses, groups.mask))
+    history.correct.append((groups.responses == targets.unsqueeze(-2)).all(dim=-1))
+    if write:
+        history.samples.append(Samples(epoch, groups.responses.cpu().numpy(), groups.rewards.cpu().numpy(),
+                                       groups.deltas.cpu().numpy()))
+
+
+def epoch_metrics(kind: Kind, settings: RunSettings, shared: TrainConfig, history: History,
+                  training: tuple[Tensor, Tensor, Tensor], eval_prompts: Tensor | None) -> dict[str, Tensor]:
+    """Every epoch metric, float[run epoch] each: the samples', the lengths', the greedy responses' and
+    the exact exploration of each epoch's sampling policy. `training`: (prompts, targets, optimum)."""
+    heldout = None
+    if eval_prompts is not None:
+        eval_targets = kind.targets(eval_prompts)
+        heldout = (eval_prompts, eval_targets, kind.optimum(eval_prompts, eval_targets))
+
+    def score(some_prompts: Tensor, greedy: Tensor) -> Tensor:
+        """Each run's reward of argmax responses int[run epoch batch pos]: float[run epoch batch]."""
+        return settings.reward_groups.apply(lambda name, y: kind.rewards[name](some_prompts, y.unsqueeze(-2)),
+                                            greedy).squeeze(-1)
+
+    # a single reward has no spread: std 0 for G = 1 (Bessel's correction would give NaN)
+    correction = 1 if shared.std_unbiased and shared.group_size > 1 else 0
+    with torch.no_grad():
+        log = sample_metrics(torch.stack(history.rewards, dim=1), training[2], correction)
+        log.update(length_metrics(torch.stack(history.lengths, dim=1), torch.stack(history.correct, dim=1)))
+        log.update(greedy_log(score, training, history.greedy, heldout, history.heldout_greedy))
+        log.update(kind.exploration())
+    return log
