@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from lab.cli.commands import app
 from lab.experiments.intervals import mean_interval
+from tests.cli.cli_tools import one_line
 
 SHORT = ["--epochs", "1", "--steps", "1", "--quiet"]
 
@@ -19,13 +20,6 @@ def in_tmp_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
-def one_line(result, code: int, *fragments) -> str:
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == code and len(lines) == 1, result.output
-    assert lines[0].startswith("Error: ") and "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize("prompts, fragments", [

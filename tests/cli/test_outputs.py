@@ -26,6 +26,7 @@ import lab.files.writable
 from lab.cli.commands import app
 from lab.files.output_folders import MARKER, OutputError, OutputFiles, RunFolder, read_marker
 from lab.files.writable import TEMP_NAME_EXTRA, check_writable, name_max
+from tests.cli.cli_tools import one_line
 
 SHORT = ["run", "--epochs", "1", "--steps", "1", "--quiet"]
 
@@ -154,13 +155,6 @@ def no_training(monkeypatch):
     monkeypatch.setattr(lab.cli.run_command, "train", refuse)
 
 
-def one_line(result, code: int, *fragments) -> str:
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == code and len(lines) == 1, result.output
-    assert lines[0].startswith("Error: ") and "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 def everything(folder) -> list[str]:
