@@ -45,7 +45,7 @@ def layer(module: str) -> int:
 
 
 def imports(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The project modules `module` imports (a `from X import name` of a submodule counts as that submodule)."""
+    """The project modules `module` imports (`from X import sub` counts as both X and its submodule X.sub)."""
     found = set()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text())):
@@ -56,7 +56,8 @@ def imports(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([node.module] if node.module else []))
-            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+            # `from X import sub` names X as well as X.sub: it reads the name from X's namespace
+            targets = [base, *(f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in modules)]
         else:
             continue
         for target in targets:
@@ -124,6 +125,8 @@ def test_the_checks_see_an_upward_import_and_a_circle():
     real = import_graph()
     assert "lab.core.deltas" in real["lab.training.config"]  # the real graph is read, lazy imports included
     assert "lab.cli.commands" in real["lab.cli.main"]
+    assert cycles({"lab.exact": {"lab.exact.voting"}, "lab.exact.voting": {"lab.exact", "lab.exact.enumeration"},
+                   "lab.exact.enumeration": set()}) == [["lab.exact", "lab.exact.voting"]]  # `from lab.exact import x`
 
 
 def test_there_is_no_second_package_and_no_import_finder():

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lab.exact import enumeration
+import lab.exact.enumeration as enumeration
 from tasks import OPTIMAL_TOLERANCE
 
 

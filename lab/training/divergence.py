@@ -38,14 +38,14 @@ class Divergence:
 
     def message(self, lr: float, steps: int, init_scale: float | None = None) -> str:
         """One line for the user, with what to try: a smaller --init-scale when the run diverged in its
-        first epoch from an initialisation past `INIT_SCALE_SUSPECT` (no learning rate saves that)."""
+        first epoch from an initialisation past `LARGE_INIT_SCALE` (no learning rate saves that)."""
         where = f"the run diverged at epoch {self.epoch}, step {self.step} (inner step {self.inner_step}): {self.what}"
-        if self.epoch == 0 and init_scale is not None and init_scale > INIT_SCALE_SUSPECT:
+        if self.epoch == 0 and init_scale is not None and init_scale > LARGE_INIT_SCALE:
             return f"{where}; try a smaller --init-scale (now {init_scale:g}; 1 is the lecture's)"
         return f"{where}; try a smaller --lr (now {lr:g}) or fewer --steps (now {steps})"
 
 
-INIT_SCALE_SUSPECT = 10.0
+LARGE_INIT_SCALE = 10.0
 """An init scale above this makes logits of order scale^2 * dim: a first-epoch divergence is its doing."""
 
 
