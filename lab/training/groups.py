@@ -77,7 +77,7 @@ def extensions(configs: list[TrainConfig], kind: Kind, settings: RunSettings, ge
     """What some batches add to the loop: DPO's pairs, the exact distance to pi* (of the initial policy), a critic."""
     shared = configs[0]
     pairing = dpo.DPOSetup.of(configs, kind, settings, generators, device) if shared.is_dpo else None
-    tracker = (dpo.OptimumTracker(kind.tempered_policy(kind.policy), kind.prompts, [c.reward for c in configs],
+    tracker = (dpo.OptimumTracker(kind.tempered_policy(), kind.prompts, [c.reward for c in configs],
                                   [c.kl for c in configs])
                if (pairing or shared.optimum_metrics) and kind.exact else None)
     critic = CriticRuns(kind, configs, critic_runs(configs), device) if critic_runs(configs) else None

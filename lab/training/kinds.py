@@ -82,7 +82,15 @@ class TemperedView:
         return self.params.items()
 
 
-class Factorized:
+class TemperedStack:
+    """What both kinds share: their policy stack (`self.policy`) at each run's temperature (`self.scale`)."""
+
+    def tempered_policy(self):
+        """The kind's stack at each run's temperature, as a module of its own (`tempered_module`)."""
+        return tempered_module(self.policy, self.scale)
+
+
+class Factorized(TemperedStack):
     """The lecture's policy (`lab.policies.factorized`): responses of exactly the task's length."""
 
     step_metrics: BlockMetrics = FIXED_LENGTH_METRICS
@@ -115,10 +123,6 @@ class Factorized:
         if self.scale is None:
             return self.policy(self.prompts)
         return policy_logits(*tempered(list(self.policy.parameters()), self.scale), self.prompts)
-
-    def tempered_policy(self, policy=None):
-        """`policy` (default: the kind's stack) at each run's temperature, as a module (`tempered_module`)."""
-        return tempered_module(self.policy if policy is None else policy, self.scale)
 
     def targets(self, prompts: Tensor) -> Tensor:
         return self.task.targets(prompts)
@@ -170,7 +174,7 @@ class Factorized:
         return dict(zip(("optimal_prob", "zero_std_prob"), explored.unbind(-1)))
 
 
-class Autoregressive:
+class Autoregressive(TemperedStack):
     """The autoregressive policy (`lab.policies.autoregressive`): responses end at EOS or at max_length."""
 
     step_metrics: BlockMetrics = LIVE_TOKEN_METRICS
@@ -195,10 +199,6 @@ class Autoregressive:
     def sampling_policy(self):
         """The policy stack, or a view of its parameters at each run's temperature."""
         return self.policy if self.scale is None else TemperedView(self.policy, self.scale)
-
-    def tempered_policy(self, policy=None):
-        """`policy` (default: the kind's stack) at each run's temperature, as a module (`tempered_module`)."""
-        return tempered_module(self.policy if policy is None else policy, self.scale)
 
     def targets(self, prompts: Tensor) -> Tensor:
         return eos_targets(self.task.targets(prompts), self.eos, self.max_length)  # sorted(x), then EOS

@@ -104,7 +104,7 @@ def train(
         losses = train_steps(kind, parameters, reference, fresh_reference, groups, first_step,
                              settings, optimizer, guard, block, pairing, critic, epoch >= shared.critic_warmup)
         if tracker is not None:
-            tracker.record(kind.tempered_policy(policy))
+            tracker.record(kind.tempered_policy())
         kind.end_epoch(guard, epoch, losses, parameters)  # a diverged run goes back to its epoch start
         stop = guard.all_diverged  # nothing left to train
         if block.full or epoch == shared.epochs - 1 or stop:
