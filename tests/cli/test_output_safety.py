@@ -110,7 +110,7 @@ def test_signals_are_held_while_temporaries_are_made_and_delivered_after():
     reached = []
     with pytest.raises(KeyboardInterrupt):
         with lab.files.temporaries.signals_held():
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)  # to this thread: delivered before the next line, not whenever
             time.sleep(0.05)
             reached.append("end of block")
     assert reached == ["end of block"]
