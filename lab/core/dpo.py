@@ -70,6 +70,8 @@ def parse_pairs(mode: Pairs | str) -> Pairs:
 
 
 def _sigmoid(h: Tensor, beta: float | Tensor, label_smoothing: float) -> Tensor:
+    if label_smoothing == 0:  # the same value without a 0 * log sigmoid(-beta h) term (NaN where that is -inf)
+        return -F.logsigmoid(beta * h)
     return -F.logsigmoid(beta * h) * (1 - label_smoothing) - F.logsigmoid(-beta * h) * label_smoothing
 
 

@@ -5,6 +5,7 @@
     lab.exact.estimators      moments of the policy-gradient estimator for each delta mode
     lab.exact.varlen          any policy, variable-length responses included
     lab.exact.prefix_tree     the autoregressive policy's prefix recursion (KL, exploration)
+    lab.exact.distributions   a policy's distribution over all responses: expectations and KLs, either policy
     lab.exact.optimum         the KL-regularised optimum pi*, J_beta, the best J_beta a policy class reaches
     lab.exact.pairs           the population DPO loss over every pair of responses
     lab.exact.values          V^pi and Q^pi at every state, the exact expected GAE advantage of any critic

@@ -12,7 +12,8 @@ most 3x at 500 runs), and with PPO's learned critic (`--delta gae`, factorised p
 the same sweep without it (issue 17 asks for at most 2x at 500 runs). "One at a time" is the
 best time of a single run alone, times R (running 500 runs one by one would
 take minutes and measure the same thing). Every time is the best of `repeats`
-tries, because other processes share the machine.
+tries, because other processes share the machine; the sweeps of one size are tried in turn
+(round robin), so the ratios between rows compare tries spread over the same minutes.
 
 Threads are set explicitly and restored afterwards. The lab's runs are timed at
 the given thread count (`lab bench` reports one thread and all cores: tiny
@@ -25,8 +26,9 @@ reports, it asserts nothing.
 
 from __future__ import annotations
 
-import time
+import math
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -154,7 +156,8 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
     """Time one run alone and sweeps of each size on each device at `threads`; see the module docstring.
 
     `lecture_seconds` (from `lecture_baseline`) is measured here when not given. Single runs are
-    timed `repeats` times, each sweep min(repeats, 2) times after a warm-up; the best time counts.
+    timed `repeats` times, each sweep min(repeats, 2) times after a warm-up, the cases of one size in
+    turn (round robin); the best time counts.
     """
     config = config or TrainConfig()
     task = make_task()
@@ -169,17 +172,28 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
         cases = ([(d, p, None, {}) for d in devices for p in policies]
                  + [(d, "factorized", "gae", {"delta": "gae"}) for d in devices if critic]
                  + [(d, "factorized", None, DPO_BENCH) for d in devices if dpo])
-        for name, policy, delta, changes in cases:
+        singles = {}  # case -> best seconds of one run alone
+        for i, (name, policy, delta, changes) in enumerate(cases):
             device, setting = torch.device(name), config.replace(policy=policy, **changes)
             warm_runs = [setting.replace(seed=s, epochs=warm.epochs) for s in range(max(sizes))]
             train(task, warm_runs, device=device)  # warm-up
-            single = _best(lambda: train(task, setting, device=device), device, repeats)
-            result.single_run_seconds[row_label(name, policy, delta, setting.loss.value)] = single
+            singles[i] = _best(lambda: train(task, setting, device=device), device, repeats)
+            result.single_run_seconds[row_label(name, policy, delta, setting.loss.value)] = singles[i]
+        best: dict[tuple[int, int], float] = {}  # (case, R) -> best seconds
+        for runs in sizes:
+            # round robin: every case's tries are spread over the same minutes, so a ratio of two rows does not
+            # carry the machine's drift between them (on a shared VM the same sweep's time wanders by 10%)
+            for _ in range(min(repeats, 2)):
+                for i, (name, policy, delta, changes) in enumerate(cases):
+                    configs = [config.replace(policy=policy, seed=s, **changes) for s in range(runs)]
+                    seconds = _timed(lambda: train(task, configs, device=torch.device(name)), torch.device(name))
+                    best[i, runs] = min(best.get((i, runs), math.inf), seconds)
+        for i, (name, policy, delta, changes) in enumerate(cases):
             for runs in sizes:
-                configs = [setting.replace(seed=s) for s in range(runs)]
-                seconds = _best(lambda: train(task, configs, device=device), device, min(repeats, 2))
-                result.rows.append(BenchRow(name, runs, seconds, runs / seconds, runs * single / seconds,
-                                            runs * lecture / seconds, policy, setting.loss.value, delta))
+                seconds = best[i, runs]
+                result.rows.append(BenchRow(name, runs, seconds, runs / seconds, runs * singles[i] / seconds,
+                                            runs * lecture / seconds, policy, config.replace(**changes).loss.value,
+                                            delta))
         return result
     finally:
         torch.set_num_threads(previous_threads)

@@ -129,7 +129,7 @@ def _fraction(interval: Interval) -> str:
 
 def exploration_markdown(analysis: dict) -> list[str]:
     """RESULTS.md's exploration section from `analysis` (lab.experiments.reproduce.explore)."""
-    records, seeds, config = analysis["records"], analysis["seeds"], analysis["records"].configs[0]
+    records, seeds = analysis["records"], analysis["seeds"]
     grid, bonus = analysis["grid"], analysis["bonus"]
     lecture_settings = [s for s in grid if s["init_scale"] == 1.0]
     stuck_everywhere = [success(records, analysis["runs"][_key(s)]) for s in lecture_settings]

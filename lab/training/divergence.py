@@ -109,11 +109,11 @@ class DivergenceGuard:
         return True
 
     def mask(self, step_metrics: dict[str, np.ndarray], epoch_metrics: dict[str, np.ndarray],
-             greedy_names: tuple[str, ...]) -> None:
+             after_steps: tuple[str, ...]) -> None:
         """NaN every record of a diverged run after its divergence (in place): nothing after it is real.
 
-        Its epoch's sample metrics stay (sampled before the divergence); that epoch's greedy
-        evaluation (`greedy_names`, taken after the epoch's steps) does not.
+        Its epoch's sample metrics stay (sampled before the divergence); that epoch's measurements taken
+        after the epoch's steps (`after_steps`: the greedy evaluation, the distance to pi*) do not.
         """
         for r, d in enumerate(self.found):
             if d is None:
@@ -121,13 +121,13 @@ class DivergenceGuard:
             for values in step_metrics.values():
                 values[r, d.step + 1:] = np.nan
             for name, values in epoch_metrics.items():
-                values[r, d.epoch + (name not in greedy_names):] = np.nan
+                values[r, d.epoch + (name not in after_steps):] = np.nan
 
     def finish(self, step_metrics: dict[str, np.ndarray], epoch_metrics: dict[str, np.ndarray],
-               greedy_names: tuple[str, ...]) -> dict[str, np.ndarray]:
+               after_steps: tuple[str, ...]) -> dict[str, np.ndarray]:
         """`mask`, then, when every run diverged, the step records cut after the last run's divergence
         (nothing was trained after it); returns the step records to keep."""
-        self.mask(step_metrics, epoch_metrics, greedy_names)
+        self.mask(step_metrics, epoch_metrics, after_steps)
         if not self.all_diverged:
             return step_metrics
         last = max(d.step for d in self.found) + 1

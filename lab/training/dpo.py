@@ -23,8 +23,7 @@ import torch
 from torch import Tensor
 
 import lab.policies as P
-from lab.policies.factorized import policy_logits
-from lab.core.dpo import Preference, dpo_loss, preference_probability
+from lab.core.dpo import DPO_LOSSES, Preference, preference_probability
 from lab.exact import varlen
 from lab.training.config import TrainConfig
 from lab.training.runs import RunGroups, RunSettings
@@ -101,76 +100,84 @@ def offline_pairs(kind, reference: list[Tensor], n: int, preference_groups, gene
     return PairSet(pairs, mask, None, keep, ref_logps)
 
 
-def pair_log_probs(pairs: PairSet, kind, parameters: list[Tensor], log_probs: Tensor,
-                   ref_log_probs: Tensor) -> tuple[Tensor, Tensor]:
-    """Sequence log-probs of the pairs under the policy (with gradient) and pi_ref: float[run batch 2K] each.
+def pair_log_probs(pairs: PairSet, kind, parameters: list[Tensor], log_probs: Tensor) -> Tensor:
+    """Sequence log-probs of the pairs under the policy, with gradient: float[run batch 2K].
 
-    log_probs, ref_log_probs: the loop's per-token float[run batch trial pos] on the epoch's groups."""
-    if pairs.index is not None:  # online: a gather from the groups' sums over positions
-        return (log_probs.sum(dim=-1).gather(-1, pairs.index),
-                ref_log_probs.sum(dim=-1).gather(-1, pairs.index))
-    return kind.log_probs(parameters, pairs.responses, pairs.mask)[0].sum(dim=-1), pairs.ref_logps
+    log_probs: the loop's per-token float[run batch trial pos] on the epoch's groups (online pairs are a
+    gather from their sums over positions; the offline set takes a forward pass of its own)."""
+    if pairs.index is not None:
+        return log_probs.sum(dim=-1).gather(-1, pairs.index)
+    return kind.log_probs(parameters, pairs.responses, pairs.mask)[0].sum(dim=-1)
 
 
-def pair_loss(logps: Tensor, ref_logps: Tensor, keep: Tensor, loss_groups, beta: Tensor) -> tuple[Tensor, dict]:
-    """Each run's mean DPO loss over its kept pairs float[run], and the step's DPO metrics float[run] each.
+def pair_loss(logps: Tensor, ref_logps: Tensor, keep: Tensor, loss_groups, beta: Tensor) -> Tensor:
+    """Each run's mean DPO loss over its kept pairs, float[run] (0 without a kept pair: no update).
 
     logps, ref_logps float[run batch 2K] (winners, then losers); keep float[run batch K]; loss_groups: the
-    runs grouped by `dpo_loss`; beta float[run]."""
+    runs grouped by `dpo_loss`; beta float[run]. The same numbers as lab.core.dpo.dpo_loss on the pairs
+    (tests/training/test_dpo_train.py), written for a sweep's step: the log-ratios are taken once for
+    winners and losers together and the loss comes from lab.core.dpo.DPO_LOSSES (beta > 0 and no label
+    smoothing were checked with the configs)."""
     k = keep.shape[-1]
-    chosen, rejected, ref_chosen, ref_rejected = logps[..., :k], logps[..., k:], ref_logps[..., :k], ref_logps[..., k:]
-    per_run = beta.reshape(-1, 1, 1).to(logps)  # float[run 1 1]
-    losses = loss_groups.apply(lambda loss_type, c, r, rc, rr, b: dpo_loss(c, r, rc, rr, b, loss_type)[0],
-                               chosen, rejected, ref_chosen, ref_rejected, per_run)  # float[run batch K]
-    count = keep.sum(dim=(-2, -1))
-    mean = lambda values: (values * keep).sum(dim=(-2, -1)) / count.clamp_min(1)  # noqa: E731
-    with torch.no_grad():
-        chosen_rewards, rejected_rewards = per_run * (chosen - ref_chosen), per_run * (rejected - ref_rejected)
-        nan = torch.full_like(count, float("nan"))
-        metric = lambda values: torch.where(count > 0, mean(values), nan)  # noqa: E731
-        metrics = dict(chosen_rewards=metric(chosen_rewards), rejected_rewards=metric(rejected_rewards),
-                       reward_accuracy=metric((chosen_rewards > rejected_rewards).float()),
-                       reward_margin=metric(chosen_rewards - rejected_rewards),
-                       chosen_logps=metric(chosen), rejected_logps=metric(rejected),
-                       pair_fraction=count / keep[0].numel())
-    return mean(losses), metrics
+    ratios = logps - ref_logps  # float[run batch 2K]: log pi/pi_ref of the winners, then the losers
+    h = ratios[..., :k] - ratios[..., k:]  # float[run batch K]
+    losses = loss_groups.apply(lambda loss_type, h, b: DPO_LOSSES[loss_type](h, b, 0.0), h,
+                               beta.reshape(-1, 1, 1).to(logps))
+    return (losses * keep).sum(dim=(-2, -1)) / keep.sum(dim=(-2, -1)).clamp_min(1)
 
 
-def table_log_probs(policy, prompts: Tensor) -> Tensor:
-    """log pi(y | x) of every enumerated response in float64, for a run stack: float[run batch n]. The
-    factorised policy's positions are independent given the prompt, so one log-softmax per position is
-    gathered for every response (the same numbers as lab.exact.varlen, without a forward pass per response)."""
-    if P.ops_of(policy).eos(policy) is not None:
-        return varlen.all_log_probs(policy, prompts, torch.float64)
-    params = {name: p.detach().to(torch.float64) for name, p in policy.named_parameters()}
-    table = torch.log_softmax(policy_logits(params["embedding"], params["encode"], params["decode"], prompts), -1)
-    responses = varlen.enumerate_responses(policy).to(prompts.device)  # int[n pos]
-    picked = table.unsqueeze(-3).expand(*table.shape[:-2], len(responses), *table.shape[-2:])
-    return picked.gather(-1, responses.unsqueeze(-1).expand(*picked.shape[:-1], 1)).squeeze(-1).sum(-1)
+DPO_STEP_MEANS = ("chosen_rewards", "rejected_rewards", "reward_accuracy", "reward_margin", "chosen_logps",
+                  "rejected_logps")
+"""The step metrics that are means over kept pairs (lab.training.records.DPO_STEP_METRICS), pair_metrics' order."""
+
+
+@torch.no_grad()
+@torch.no_grad()
+def pair_metrics(logps: Tensor, ref_logps: Tensor, keep: Tensor, beta: Tensor) -> dict[str, Tensor]:
+    """TRL's DPO metrics of pairs measured at each step before its update, float[... run] each.
+
+    logps float[... run batch 2K] (the policy's, e.g. one entry per epoch and step), ref_logps float[... run batch 2K]
+    and keep float[... run batch K] broadcasting against them, beta float[run]: the means over kept pairs of
+    DPO_STEP_MEANS (NaN for a run without one) and `pair_fraction`. A block of epochs is measured together: a few
+    kernels per block, not a few dozen per step."""
+    k = keep.shape[-1]
+    rewards = beta.reshape(-1, 1, 1).to(logps) * (logps - ref_logps)  # TRL's implicit rewards, beta log pi/pi_ref
+    chosen_rewards, rejected_rewards = rewards[..., :k], rewards[..., k:]
+    values = torch.stack([chosen_rewards, rejected_rewards, (chosen_rewards > rejected_rewards).to(rewards),
+                          chosen_rewards - rejected_rewards, logps[..., :k], logps[..., k:]])
+    count = keep.sum(dim=(-2, -1))  # float[... run]
+    means = (values * keep).sum(dim=(-2, -1)) / count.clamp_min(1)  # float[6 ... run]
+    means = torch.where(count > 0, means, torch.full_like(means, float("nan")))
+    fraction = (count / (keep.shape[-2] * k)).expand_as(means[0])
+    return dict(zip(DPO_STEP_MEANS, means.unbind()), pair_fraction=fraction)
 
 
 class OptimumTracker:
     """Exact KL(pi_theta || pi*), J_beta(pi_theta) and J_beta(pi*) - J_beta(pi_theta) of every run, means over
-    prompts (lab.exact.optimum's formulas, all runs at once; NaN for a run with beta = 0). pi_ref's table and
-    pi* are computed once, from the initial policy."""
+    prompts, NaN for a run with beta = 0; from the kind's exact distribution (lab.exact.distributions), all runs
+    at once. pi* and J_beta(pi*) = beta log Z come once, from the initial policy's table (lab.exact.optimum):
 
-    def __init__(self, reference, prompts: Tensor, reward_names: list[str], betas: list[float]) -> None:
+        J_beta(pi_theta) = E_theta[r] - beta KL(pi_theta || pi_ref)
+        KL(pi_theta || pi*) = KL(pi_theta || pi_ref) - E_theta[r] / beta + log Z     (log pi* = log pi_ref + r / beta
+                            = (J_beta(pi*) - J_beta(pi_theta)) / beta                  - log Z, summed under pi_theta)
+    """
+
+    def __init__(self, kind, reward_names: list[str], betas: list[float]) -> None:
         with torch.no_grad():
-            self.prompts, self.log_ref = prompts, table_log_probs(reference, prompts)  # float[run batch n]
-            tables = {name: varlen.reward_table(reference, prompts, name).to(self.log_ref)
+            self.reference = kind.exact_distribution()
+            log_ref = self.reference.log_probs()  # float[run batch n]
+            tables = {name: varlen.reward_table(kind.policy, kind.prompts, name).to(log_ref)
                       for name in dict.fromkeys(reward_names)}
             self.rewards = torch.stack([tables[name] for name in reward_names])  # float[run batch n]
-            beta = torch.tensor(betas, dtype=torch.float64, device=self.log_ref.device)
+            beta = torch.tensor(betas, dtype=torch.float64, device=log_ref.device)
             self.off = beta <= 0
-            self.beta = torch.where(self.off, torch.ones_like(beta), beta).reshape(-1, 1, 1)  # float[run 1 1]
-            tilted = self.log_ref + self.rewards / self.beta
-            self.log_star = torch.log_softmax(tilted, dim=-1)  # lab.exact.optimum.log_optimum
-            self.best = self.beta.squeeze(-1) * torch.logsumexp(tilted, dim=-1)  # J_beta(pi*) = beta log Z
+            self.beta = torch.where(self.off, torch.ones_like(beta), beta).unsqueeze(-1)  # float[run 1]
+            self.best = self.beta * torch.logsumexp(log_ref + self.rewards / self.beta.unsqueeze(-1), dim=-1)
         self.log: dict[str, list[Tensor]] = {}  # name -> one float[run] per epoch
 
-    def record(self, policy) -> None:
-        """Measure the policy stack at the end of an epoch and keep the values for `epoch_metrics`."""
-        for name, values in self.measure(policy).items():
+    def record(self, kind) -> None:
+        """Measure the kind's policy after an epoch's steps and keep the values for `epoch_metrics`."""
+        for name, values in self.measure(kind.exact_distribution()).items():
             self.log.setdefault(name, []).append(values)
 
     def epoch_metrics(self) -> dict[str, Tensor]:
@@ -178,14 +185,13 @@ class OptimumTracker:
         return {name: torch.stack(values, dim=1) for name, values in self.log.items()}
 
     def measure(self, policy) -> dict[str, Tensor]:
-        """float[run] each, for the policy stack as it is now."""
+        """float[run] each, for a policy's exact distribution (the kind's, as `reference`)."""
         with torch.no_grad():
-            log_p = table_log_probs(policy, self.prompts)
-            probs = log_p.exp()
-            objective = (probs * (self.rewards - self.beta * (log_p - self.log_ref))).sum(-1)  # float[run batch]
-            values = {"kl_to_optimum": (probs * (log_p - self.log_star)).sum(-1), "objective_exact": objective,
-                      "objective_gap": self.best - objective}
-            return {name: v.mean(-1).masked_fill(self.off, float("nan")).float() for name, v in values.items()}
+            objective = policy.expectation(self.rewards) - self.beta * policy.kl(self.reference)  # float[run batch]
+            gap = self.best - objective
+            values = torch.stack([gap / self.beta, objective, gap]).mean(-1)  # float[3 run]
+            values = values.masked_fill(self.off, float("nan")).float()
+            return dict(zip(("kl_to_optimum", "objective_exact", "objective_gap"), values.unbind()))
 
 
 @dataclass
@@ -199,7 +205,13 @@ class DPOSetup:
     reward_of: Callable[[Tensor], Tensor]
     pairs: PairSet | None = None
     step_log: dict[str, list[Tensor]] = field(default_factory=dict)
-    """name -> one float[run] per optimizer step"""
+    """name -> one float[(epoch step) run] per flushed block of epochs"""
+    ref_logps: Tensor | None = None
+    """the epoch's pairs' sequence log-probs under pi_ref, float[run batch 2K]"""
+    epoch_logps: list[Tensor] = field(default_factory=list)
+    """the epoch's pairs' sequence log-probs under the policy, one float[run batch 2K] per step so far"""
+    block: list[tuple[Tensor, Tensor, Tensor]] = field(default_factory=list)
+    """per epoch since the last flush: its steps' pair log-probs float[step run batch 2K], ref_logps, keep"""
 
     def start_epoch(self, epoch: int, kind, reference: list[Tensor], pairs_per_prompt: int) -> None:
         """Offline: the fixed set, drawn from pi_ref (the reference, frozen at the start) before the first epoch."""
@@ -211,6 +223,29 @@ class DPOSetup:
         """Online: each group of the epoch gives its pair (highest, lowest reward), judged by the preference."""
         if not self.offline:
             self.pairs = online_pairs(responses, rewards, self.preference_groups, self.generators)
+
+    def step_loss(self, kind, parameters: list[Tensor], log_probs: Tensor, ref_log_probs: Tensor | None,
+                  beta: Tensor) -> Tensor:
+        """One step's DPO loss float[run]. `ref_log_probs` (per token, on the epoch's groups) is given at the
+        epoch's first step only: the pairs' reference log-probs stay fixed for the epoch."""
+        if ref_log_probs is not None:
+            self.ref_logps = (self.pairs.ref_logps if self.pairs.index is None else
+                              ref_log_probs.sum(dim=-1).gather(-1, self.pairs.index))
+        logps = pair_log_probs(self.pairs, kind, parameters, log_probs)
+        self.epoch_logps.append(logps.detach())
+        return pair_loss(logps, self.ref_logps, self.pairs.keep, self.loss_groups, beta)
+
+    def end_epoch(self) -> None:
+        """Keep the epoch's pairs and every step's log-probs of them for `flush`."""
+        self.block.append((torch.stack(self.epoch_logps), self.ref_logps, self.pairs.keep))
+        self.epoch_logps = []
+
+    def flush(self, beta: Tensor) -> None:
+        """The step metrics of the epochs kept since the last flush, all at once (float[(epoch step) run] each)."""
+        logps, ref_logps, keep = (torch.stack(parts) for parts in zip(*self.block))  # float[epoch (step) run ...]
+        for name, values in pair_metrics(logps, ref_logps.unsqueeze(1), keep.unsqueeze(1), beta).items():
+            self.step_log.setdefault(name, []).append(values.flatten(0, 1))
+        self.block = []
 
     @classmethod
     def of(cls, configs: list[TrainConfig], kind, settings: RunSettings, generators: list[torch.Generator],

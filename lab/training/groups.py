@@ -62,7 +62,7 @@ def finish(task: Task, configs: list[TrainConfig], kind: Kind, optimum: Tensor, 
     if tracker is not None:
         epoch_log.update(tracker.epoch_metrics())  # float[run epoch]
     if pairing is not None:
-        step_log.update({name: [torch.stack(values)] for name, values in pairing.step_log.items()})
+        step_log.update({name: [torch.cat(values)] for name, values in pairing.step_log.items()})  # float[step run]
     policy = kind.policy
     parameters = {"policy": policy_parameter_count(policy), "critic": None if critic is None else critic.parameter_count}
     return records_of(configs, task.prompts, optimum, step_log, epoch_log, guard, policy, samples=history.samples,
@@ -77,8 +77,7 @@ def extensions(configs: list[TrainConfig], kind: Kind, settings: RunSettings, ge
     """What some batches add to the loop: DPO's pairs, the exact distance to pi* (of the initial policy), a critic."""
     shared = configs[0]
     pairing = dpo.DPOSetup.of(configs, kind, settings, generators, device) if shared.is_dpo else None
-    tracker = (dpo.OptimumTracker(kind.tempered_policy(), kind.prompts, [c.reward for c in configs],
-                                  [c.kl for c in configs])
+    tracker = (dpo.OptimumTracker(kind, [c.reward for c in configs], [c.kl for c in configs])
                if (pairing or shared.optimum_metrics) and kind.exact else None)
     critic = CriticRuns(kind, configs, critic_runs(configs), device) if critic_runs(configs) else None
     return pairing, tracker, critic

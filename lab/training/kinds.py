@@ -17,7 +17,9 @@ import torch
 from torch import Tensor
 
 import lab.policies as P
+from lab.exact import varlen
 from lab.exact.ar_exploration import SamplingPolicyMetrics
+from lab.exact.distributions import Factorized as FactorizedDistribution, Table
 from lab.exact.exploration import entropy_bonus, epoch_exploration, is_exact
 from lab.policies.ar_fused import ar_log_probs
 from lab.policies.factorized import PolicyStack, policy_logits
@@ -157,6 +159,11 @@ class Factorized(TemperedStack):
             if guard.check(epoch, losses, self.logits, parameters):  # a diverged run is back at its epoch start
                 self.logits = self.sampling_logits()
 
+    def exact_distribution(self) -> FactorizedDistribution:
+        """The policy the loop samples from, over all its responses (lab.exact.distributions), in float64: the
+        softmax of its logits at each run's temperature (`self.logits`, at hand after `end_epoch`)."""
+        return FactorizedDistribution(torch.log_softmax(self.logits.to(torch.float64), dim=-1))  # [run batch pos vocab]
+
     def greedy(self, prompts: Tensor) -> Tensor:
         with torch.no_grad():  # on the training prompts, the epoch's end logits (end_epoch) are at hand
             return greedy_responses(self.logits if prompts is self.prompts else self.policy(prompts))
@@ -233,6 +240,12 @@ class Autoregressive(TemperedStack):
     def end_epoch(self, guard: DivergenceGuard, epoch: int, losses: list[Tensor], parameters: list[Tensor]) -> None:
         with torch.no_grad():
             guard.check(epoch, losses, None, parameters)  # a diverged run goes back to its epoch start
+
+    def exact_distribution(self) -> Table:
+        """The policy over all its EOS-ended responses (lab.exact.distributions), in float64, at each run's
+        temperature: log pi(y | x) of every response by lab.exact.varlen, float[run batch n]."""
+        with torch.no_grad():
+            return Table(varlen.all_log_probs(self.tempered_policy(), self.prompts, torch.float64))
 
     def greedy(self, prompts: Tensor) -> Tensor:
         return P.greedy(self.policy, prompts)

@@ -19,6 +19,7 @@ computes is one `BlockMetrics` (`FIXED_LENGTH_METRICS`, `LIVE_TOKEN_METRICS`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -44,26 +45,30 @@ def block_epochs(epochs: int, tokens_per_epoch: int) -> int:
 
 
 def step_metrics(log_probs: Tensor, old_log_probs: Tensor, ref_log_probs: Tensor, log_softmax: Tensor,
-                 ref_log_softmax: Tensor, deltas: Tensor, clip_eps: Tensor) -> dict[str, Tensor]:
+                 ref_log_softmax: Tensor, deltas: Tensor, clip_eps: Tensor | None) -> dict[str, Tensor]:
     """Every computed step metric of a block of epochs at fixed length, each float[step epoch run].
 
     log_probs float[step epoch run batch trial pos] (each measured before its step's update),
     log_softmax float[step epoch run batch pos vocab]; the epochs' old_log_probs, ref_log_probs
     float[epoch run batch trial pos], ref_log_softmax float[epoch run batch pos vocab] and deltas
     float[epoch run batch trial] (or float[epoch run batch trial pos]: GAE's advantages, one per token).
+    clip_eps None: the loss has no ratio clip and no deltas (DPO), the clip fractions are NaN.
     """
     kl = kl_estimate(log_probs, ref_log_probs)  # k3
     # a KL is >= 0; float rounding can leave -1e-8 where the policies agree
     kl_exact = exact_kl(log_softmax, ref_log_softmax).sum(dim=-1).mean(dim=-1).clamp_min(0)  # float[step epoch run]
     rho = (log_probs - old_log_probs).exp_()  # lab.core.losses.ratios
-    low, high = clip_fractions_from_ratios(rho, deltas, clip_eps, per_token=deltas.dim() == old_log_probs.dim())
+    if clip_eps is None:
+        low = high = torch.full_like(kl, math.nan)
+    else:
+        low, high = clip_fractions_from_ratios(rho, deltas, clip_eps, per_token=deltas.dim() == old_log_probs.dim())
     entropy = entropy_from_log_softmax(log_softmax).mean(dim=(-2, -1))
     return dict(kl=kl, kl_exact=kl_exact, ratio_mean=rho.mean(dim=(-3, -2, -1)), ratio_max=rho.amax(dim=(-3, -2, -1)),
                 clip_fraction=low + high, clip_low_fraction=low, clip_high_fraction=high, entropy=entropy)
 
 
 def live_step_metrics(log_probs: Tensor, entropy: Tensor, old: Tensor, ref: Tensor, mask: Tensor,
-                      deltas: Tensor, clip_eps: Tensor) -> dict[str, Tensor]:
+                      deltas: Tensor, clip_eps: Tensor | None) -> dict[str, Tensor]:
     """Token metrics over live tokens, float[step epoch run], from log_probs and each position's entropy
     float[step epoch run batch trial pos] (`lab.policies.ar_fused.ar_log_probs`), and the epochs' old, ref
     float[epoch run batch trial pos], mask bool[epoch run batch trial pos], deltas float[epoch run batch trial]
@@ -71,12 +76,16 @@ def live_step_metrics(log_probs: Tensor, entropy: Tensor, old: Tensor, ref: Tens
     live = mask.to(log_probs.dtype)
     tokens = live.sum(dim=TOKEN_AXES)
     rho = (log_probs - old).exp() * live  # padding: exp(0 - 0) = 1, counted as 0
-    eps = clip_eps.reshape(-1, 1, 1, 1)
-    side = deltas if deltas.dim() == old.dim() else deltas.unsqueeze(-1)
-    low = ((rho < 1 - eps) & (side < 0) & mask).sum(dim=TOKEN_AXES) / tokens
-    high = ((rho > 1 + eps) & (side > 0) & mask).sum(dim=TOKEN_AXES) / tokens
+    kl = kl_estimate(log_probs, ref)  # k3(0, 0) = 0 on padding
+    if clip_eps is None:  # no ratio clip and no deltas (DPO)
+        low = high = torch.full_like(kl, math.nan)
+    else:
+        eps = clip_eps.reshape(-1, 1, 1, 1)
+        side = deltas if deltas.dim() == old.dim() else deltas.unsqueeze(-1)
+        low = ((rho < 1 - eps) & (side < 0) & mask).sum(dim=TOKEN_AXES) / tokens
+        high = ((rho > 1 + eps) & (side > 0) & mask).sum(dim=TOKEN_AXES) / tokens
     entropy = entropy * live
-    return dict(kl=kl_estimate(log_probs, ref),  # k3(0, 0) = 0 on padding
+    return dict(kl=kl,
                 ratio_mean=rho.sum(dim=TOKEN_AXES) / tokens, ratio_max=rho.amax(dim=TOKEN_AXES),
                 clip_fraction=low + high, clip_low_fraction=low, clip_high_fraction=high,
                 entropy=entropy.sum(dim=TOKEN_AXES) / tokens)
@@ -146,8 +155,9 @@ class StepMetricBlock:
         return len(self.per_epoch) == self.epochs
 
     @torch.no_grad()
-    def flush(self, clip_eps: Tensor) -> dict[str, Tensor]:
-        """The collected epochs' step metrics, float[(epoch step) run] each; then start a new block."""
+    def flush(self, clip_eps: Tensor | None) -> dict[str, Tensor]:
+        """The collected epochs' step metrics, float[(epoch step) run] each; then start a new block.
+        clip_eps None: the clip fractions do not apply (DPO) and are NaN."""
         epochs = len(self.per_epoch)
 
         def by_step(part: int, name: str) -> Tensor:  # float[step epoch ...]

@@ -35,7 +35,8 @@ STEP_METRICS = {
     "clip_fraction": "tokens whose clipped term has no gradient: ratio > 1 + eps with delta > 0, or "
                      "ratio < 1 - eps with delta < 0 (a token whose delta is 0 never counts), as if eps "
                      "applied in every loss mode (TRL `clip_ratio/region_mean`, verl `actor/pg_clipfrac`; "
-                     "CleanRL's `clipfrac` differs: |ratio - 1| > eps whatever the delta's sign)",
+                     "CleanRL's `clipfrac` differs: |ratio - 1| > eps whatever the delta's sign). Empty for DPO, "
+                     "whose loss has no ratio clip and no deltas",
     "clip_low_fraction": "ratio < 1 - eps with delta < 0 (TRL `clip_ratio/low_mean`; not verl's "
                          "`actor/pg_clipfrac_lower`, which counts dual-clip events: delta < 0 and ratio "
                          "above clip_ratio_c = 3)",

@@ -103,7 +103,8 @@ def records_of(configs: list[TrainConfig], prompts: Tensor, optimum: Tensor, ste
         epoch_values.update({name: value.cpu().numpy() for name, value in critic_log[1].items()})
     return Records(
         configs=configs, prompts=prompts.cpu().numpy(), optimum=optimum.cpu().numpy(),
-        step_metrics=guard.finish(step_values, epoch_values, GREEDY_METRICS), epoch_metrics=epoch_values,
+        step_metrics=guard.finish(step_values, epoch_values, (*GREEDY_METRICS, *OPTIMUM_METRICS)),
+        epoch_metrics=epoch_values,
         state={name: p.detach().cpu().clone(memory_format=torch.contiguous_format)
                for name, p in policy.named_parameters()},
         divergence=guard.found, **rest)

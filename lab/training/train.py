@@ -103,13 +103,16 @@ def train(
             pairing.take_groups(groups.responses, groups.rewards)
         losses = train_steps(kind, parameters, reference, fresh_reference, groups, first_step,
                              settings, optimizer, guard, block, pairing, critic, epoch >= shared.critic_warmup)
-        if tracker is not None:
-            tracker.record(kind.tempered_policy())
         kind.end_epoch(guard, epoch, losses, parameters)  # a diverged run goes back to its epoch start
+        if tracker is not None:  # after the epoch's steps (a diverged run's value is emptied in the records)
+            tracker.record(kind)
         stop = guard.all_diverged  # nothing left to train
         if block.full or epoch == shared.epochs - 1 or stop:
-            for name, values in block.flush(settings.clip_eps).items():  # float[(epoch step) run]
+            # DPO has no ratio clip and no deltas: its clip fractions are NaN, not counted against GRPO's deltas
+            for name, values in block.flush(None if pairing else settings.clip_eps).items():  # float[(epoch step) run]
                 step_log[name].append(values)
+            if pairing is not None:
+                pairing.flush(settings.beta)
         keep_greedy(history, kind, prompts, eval_prompts)
         if progress is not None:
             progress(epoch + 1, shared.epochs)
@@ -143,11 +146,8 @@ def train_steps(kind: Kind, parameters: list[Tensor], reference: list[Tensor], f
         if pairing is None:
             pg_loss, loss = step_loss(kind, parameters, settings, groups, log_probs, old_log_probs, ref_log_probs)
         else:
-            logps, ref_logps = dpo.pair_log_probs(pairing.pairs, kind, parameters, log_probs, ref_log_probs)
-            loss, metrics = dpo.pair_loss(logps, ref_logps, pairing.pairs.keep, pairing.loss_groups, settings.beta)
-            pg_loss = loss
-            for name, values in metrics.items():
-                pairing.step_log.setdefault(name, []).append(values)
+            pg_loss = loss = pairing.step_loss(kind, parameters, log_probs, ref_log_probs if step == 0 else None,
+                                               settings.beta)
         optimizer.zero_grad()
         # d(sum of the runs' losses)/d(loss_r) = 1: each run gets exactly its own gradient (no parameter
         # is shared). Not loss.backward(ones): an explicit gradient makes torch import its symbolic-shape
@@ -161,6 +161,8 @@ def train_steps(kind: Kind, parameters: list[Tensor], reference: list[Tensor], f
         losses.append(loss.detach())
         exact = {name: value if step == 0 else nans for name, value in first_step.items()}
         block.add_step(step, log_probs, aux, loss=loss.detach(), pg_loss=pg_loss.detach(), **exact)
+    if pairing is not None:
+        pairing.end_epoch()
     block.end_epoch(old_log_probs, ref_log_probs, ref_aux, groups.mask,
                     groups.deltas if groups.token_deltas is None else groups.token_deltas)
     return losses

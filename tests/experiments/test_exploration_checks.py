@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import torch
 
 from lab.experiments.exploration_checks import (auc, crossing, discriminates, fit_quality, optimal_probs, pass_at_k)
 from lab.experiments.exploration_results import at_k_curves, initial_policy

@@ -51,6 +51,18 @@ def test_a_diverging_run_stops_where_its_loss_stops_being_finite(task):
         assert torch.isfinite(value).all()
 
 
+def test_a_diverged_runs_distance_to_the_optimum_is_emptied_from_its_divergence_epoch(task):
+    """The exact distance to pi* is measured after an epoch's steps, like the greedy evaluation: at the epoch
+    where a run diverged it would measure a policy past its last finite step, so it is NaN from there on."""
+    records = train(task, [DIVERGING.replace(optimum_metrics=True), HEALTHY.replace(optimum_metrics=True)])
+    found = records.divergence[0]
+    assert found is not None and records.divergence[1] is None
+    for name in ("kl_to_optimum", "objective_exact", "objective_gap"):
+        values = records.epoch_metrics[name]
+        assert np.isnan(values[0, found.epoch:]).all() and np.isfinite(values[0, :found.epoch]).all(), name
+        assert np.isfinite(values[1]).all(), name
+
+
 def test_a_diverged_run_in_a_batch_is_frozen_and_changes_no_other_run(task):
     """Runs never couple: the healthy runs of a batch are exactly what they are without the diverging one."""
     batch = train(task, [DIVERGING, HEALTHY, HEALTHY.replace(kl=0.0, seed=1)])

@@ -110,20 +110,49 @@ def test_lab_run_writes_the_dpo_columns_and_lab_sweep_runs_both_pair_sources(tmp
     assert "kl_to_optimum" in (tmp_path / "sweep" / "metrics_epoch.csv").read_text().splitlines()[0]
 
 
-def test_the_trackers_response_table_is_the_enumerations():
-    """lab.training.dpo.table_log_probs (one log-softmax per position, gathered) against lab.exact.varlen."""
+def test_each_kinds_exact_distribution_is_the_enumeration_of_the_policy_it_samples_from():
+    """The factorised kind's distribution (its sampling logits' log-softmaxes, lab.exact.distributions.Factorized)
+    has, response by response, the log-probs lab.exact.varlen enumerates from the parameters, to float32
+    rounding of the logits; the autoregressive kind's is that enumeration. At T = 1 and T = 0.7."""
     import torch
 
-    import lab.policies as P
     from lab.exact import varlen
-    from lab.training.dpo import table_log_probs
-    from tasks.sorting import lecture_prompts
+    from lab.training.kinds import KINDS
+    from lab.training.runs import RunGroups
 
-    for kind in ("factorized", "autoregressive"):
-        stack = P.make_stack(kind, 5, 3, 3, 4, [torch.Generator().manual_seed(i) for i in range(2)])
-        fast, exact = table_log_probs(stack, lecture_prompts()), varlen.all_log_probs(stack, lecture_prompts(),
-                                                                                      torch.float64)
-        assert fast.shape == exact.shape and float((fast - exact).abs().max()) < 1e-12
+    for policy in ("factorized", "autoregressive"):
+        for temperature in (1.0, 0.7):
+            length = {"max_length": 4} if policy == "autoregressive" else {}
+            configs = [TrainConfig(policy=policy, seed=s, temperature=temperature, **length) for s in (0, 1)]
+            kind = KINDS[configs[0].policy](TASK, configs, [torch.Generator().manual_seed(s) for s in (0, 1)],
+                                            RunGroups([c.reward for c in configs], torch.device("cpu")), "cpu")
+            fast = kind.exact_distribution().log_probs()
+            exact = varlen.all_log_probs(kind.tempered_policy(), kind.prompts, torch.float64).detach()
+            assert fast.dtype == torch.float64 and fast.shape == exact.shape
+            tolerance = 2e-5 if policy == "factorized" else 0.0  # float32 logits; log-probs down to about -30
+            assert float((fast - exact).abs().max()) <= tolerance
+
+
+@pytest.mark.parametrize("policy", ["factorized", "autoregressive"])
+def test_the_recorded_distance_to_pi_star_is_lab_exacts(policy):
+    """The loop's kl_to_optimum, objective_exact and objective_gap after the last epoch against lab.exact.optimum's
+    table formulas on the trained and the initial policy, run by run (two betas, one of them a sweep's second run)."""
+    import torch
+
+    import lab.exact.optimum as O
+    import lab.policies as P
+
+    length = {"max_length": 4} if policy == "autoregressive" else {}
+    configs = [dpo(seed=s, kl=beta, policy=policy, **length) for s, beta in ((0, 0.1), (1, 0.3))]
+    records = train(TASK, configs)
+    initial = train(TASK, [c.replace(epochs=1, steps=1, lr=1e-30) for c in configs]).state  # lr ~ 0: the start
+    for r, config in enumerate(configs):
+        policy_r, reference = P.policy_from_state(records.state, r), P.policy_from_state(initial, r)
+        expected = dict(kl_to_optimum=O.kl_to_optimum, objective_gap=O.objective_gap,
+                        objective_exact=O.policy_objective)
+        for name, formula in expected.items():
+            value = float(formula(policy_r, reference, TASK.prompts, config.reward, config.kl).mean())
+            assert records.epoch_metrics[name][r, -1] == pytest.approx(value, rel=1e-4, abs=1e-6), name
 
 
 def test_a_sweep_of_dpo_and_grpo_keeps_every_metric(tmp_path):
@@ -139,3 +168,55 @@ def test_a_sweep_of_dpo_and_grpo_keeps_every_metric(tmp_path):
                                       "--epochs", "2", "--steps", "1", "--format", "csv", "--quiet", "--device", "cpu",
                                       "--out", str(tmp_path / "mixed")])
     assert result.exit_code == 0, result.output
+
+
+def test_the_loops_pair_loss_and_metrics_are_dpo_loss_on_the_kept_pairs():
+    """lab.training.dpo.pair_loss and pair_metrics (a sweep's step: one log-ratio for winners and losers, the six
+    means in one reduction, an epoch's steps at once) against lab.core.dpo.dpo_loss pair by pair, for a sigmoid
+    and an IPO run with different betas, and a run whose pairs are all dropped (loss 0, metrics NaN)."""
+    import torch
+
+    from lab.core.dpo import dpo_loss
+    from lab.training.dpo import pair_loss, pair_metrics
+    from lab.training.runs import RunGroups
+
+    g = torch.Generator().manual_seed(0)
+    steps, runs, batch, k = 2, 3, 4, 3
+    logps = -5 * torch.rand(steps, runs, batch, 2 * k, generator=g, dtype=torch.float64)
+    ref_logps = -5 * torch.rand(runs, batch, 2 * k, generator=g, dtype=torch.float64)
+    keep = (torch.rand(runs, batch, k, generator=g) < 0.6).to(torch.float64)
+    keep[2] = 0
+    beta, loss_types = torch.tensor([0.1, 0.5, 0.2], dtype=torch.float64), ["sigmoid", "ipo", "sigmoid"]
+    groups = RunGroups(loss_types, torch.device("cpu"))
+    metrics = pair_metrics(logps, ref_logps, keep, beta)
+    for s in range(steps):
+        loss = pair_loss(logps[s], ref_logps, keep, groups, beta)
+        for r in range(runs):
+            kept = keep[r].bool()
+            c, rej, rc, rr = logps[s, r, ..., :k], logps[s, r, ..., k:], ref_logps[r, ..., :k], ref_logps[r, ..., k:]
+            losses, chosen_rewards, rejected_rewards = dpo_loss(c, rej, rc, rr, float(beta[r]), loss_types[r])
+            if not kept.any():
+                assert float(loss[r]) == 0.0 and all(np.isnan(float(v[s, r])) for name, v in metrics.items()
+                                                      if name != "pair_fraction")
+                continue
+            expected = dict(chosen_rewards=chosen_rewards[kept].mean(), rejected_rewards=rejected_rewards[kept].mean(),
+                            reward_accuracy=(chosen_rewards > rejected_rewards)[kept].double().mean(),
+                            reward_margin=(chosen_rewards - rejected_rewards)[kept].mean(),
+                            chosen_logps=c[kept].mean(), rejected_logps=rej[kept].mean(),
+                            pair_fraction=kept.double().mean())
+            assert float(loss[r]) == pytest.approx(float(losses[kept].mean()), rel=1e-12)
+            for name, value in expected.items():
+                assert float(metrics[name][s, r]) == pytest.approx(float(value), rel=1e-12, abs=1e-15), name
+
+
+@pytest.mark.parametrize("policy", ["factorized", "autoregressive"])
+def test_a_dpo_run_records_no_clip_fraction(policy):
+    """DPO's loss has no ratio clip and no deltas: its clip fractions are empty, not counted against the deltas
+    of a GRPO mode it never uses; its ratios, KL and entropy are recorded as for every loss."""
+    steps = train(TASK, [dpo(seed=s, policy=policy) for s in (0, 1)]).step_metrics
+    for name in ("clip_fraction", "clip_low_fraction", "clip_high_fraction"):
+        assert np.isnan(steps[name]).all(), name
+    for name in ("ratio_mean", "kl", "entropy"):
+        assert np.isfinite(steps[name]).all(), name
+    grpo = train(TASK, TrainConfig(kl=0.1, loss="clipped", **SHORT)).step_metrics
+    assert np.isfinite(grpo["clip_fraction"]).all()
