@@ -151,7 +151,7 @@ def test_the_recorded_distance_to_pi_star_is_lab_exacts(policy):
         expected = dict(kl_to_optimum=O.kl_to_optimum, objective_gap=O.objective_gap,
                         objective_exact=O.policy_objective)
         for name, formula in expected.items():
-            value = float(formula(policy_r, reference, TASK.prompts, config.reward, config.kl).mean())
+            value = float(formula(policy_r, reference, TASK.prompts, config.reward, config.kl).detach().mean())
             assert records.epoch_metrics[name][r, -1] == pytest.approx(value, rel=1e-4, abs=1e-6), name
 
 
