@@ -11,8 +11,10 @@
 Responses are in `lab.exact.enumeration.all_responses`' order (first position most significant) for
 Factorized, in `lab.exact.varlen.enumerate_responses`' order for a Table; f is float[... n] in the same
 order, broadcasting against the leading axes. Both give the same numbers for a factorised policy
-(tests/exact/test_distributions.py); Factorized never forms a tensor of n entries per run besides f, which
-at 500 runs made the training loop's exact distance to pi* 5x cheaper than its table (`lab bench`'s DPO row).
+(tests/exact/test_distributions.py). Speed, at 500 runs (the training loop's exact distance to pi*, every
+epoch of a DPO sweep): gathering every response's log-prob took 7.4 ms a call, the outer sums 0.4 ms; summing
+out position by position instead of over a table of pi(y) made a 500-run DPO sweep 5.6% faster (alternating
+runs, best of six each).
 """
 
 from __future__ import annotations

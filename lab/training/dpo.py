@@ -10,8 +10,9 @@
 
 A DPO batch (`TrainConfig.is_dpo`; never mixed with other losses, `pairs` is a shared field) freezes its
 reference once, at the initial policy. Step metrics (TRL's names, lab.training.records.DPO_STEP_METRICS) are
-means over kept pairs before each step's update; the exact optimum metrics (DPO_EPOCH_METRICS) are taken
-after each epoch's steps from every run's enumerated response table (lab.exact.optimum).
+means over kept pairs before each step's update, computed once per epoch; the exact optimum metrics
+(lab.training.records.OPTIMUM_METRICS) are taken after each epoch's steps from the kind's exact distribution
+over every response (lab.exact.distributions, lab.exact.optimum's formulas).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 from torch import Tensor
 
 import lab.policies as P
-from lab.core.dpo import DPO_LOSSES, Preference, preference_probability
+from lab.core.dpo import Preference, dpo_loss, preference_probability
 from lab.exact import varlen
 from lab.training.config import TrainConfig
 from lab.training.runs import RunGroups, RunSettings
@@ -111,18 +112,15 @@ def pair_log_probs(pairs: PairSet, kind, parameters: list[Tensor], log_probs: Te
 
 
 def pair_loss(logps: Tensor, ref_logps: Tensor, keep: Tensor, loss_groups, beta: Tensor) -> Tensor:
-    """Each run's mean DPO loss over its kept pairs, float[run] (0 without a kept pair: no update).
+    """Each run's mean DPO loss (lab.core.dpo.dpo_loss) over its kept pairs, float[run] (0 without a kept pair:
+    no update).
 
     logps, ref_logps float[run batch 2K] (winners, then losers); keep float[run batch K]; loss_groups: the
-    runs grouped by `dpo_loss`; beta float[run]. The same numbers as lab.core.dpo.dpo_loss on the pairs
-    (tests/training/test_dpo_train.py), written for a sweep's step: the log-ratios are taken once for
-    winners and losers together and the loss comes from lab.core.dpo.DPO_LOSSES (beta > 0 and no label
-    smoothing were checked with the configs)."""
+    runs grouped by `dpo_loss`; beta float[run]."""
     k = keep.shape[-1]
-    ratios = logps - ref_logps  # float[run batch 2K]: log pi/pi_ref of the winners, then the losers
-    h = ratios[..., :k] - ratios[..., k:]  # float[run batch K]
-    losses = loss_groups.apply(lambda loss_type, h, b: DPO_LOSSES[loss_type](h, b, 0.0), h,
-                               beta.reshape(-1, 1, 1).to(logps))
+    losses = loss_groups.apply(lambda loss_type, lp, ref, b: dpo_loss(lp[..., :k], lp[..., k:], ref[..., :k],
+                                                                      ref[..., k:], b, loss_type)[0],
+                               logps, ref_logps, beta.reshape(-1, 1, 1).to(logps))  # float[run batch K]
     return (losses * keep).sum(dim=(-2, -1)) / keep.sum(dim=(-2, -1)).clamp_min(1)
 
 
@@ -134,12 +132,13 @@ DPO_STEP_MEANS = ("chosen_rewards", "rejected_rewards", "reward_accuracy", "rewa
 @torch.no_grad()
 @torch.no_grad()
 def pair_metrics(logps: Tensor, ref_logps: Tensor, keep: Tensor, beta: Tensor) -> dict[str, Tensor]:
-    """TRL's DPO metrics of pairs measured at each step before its update, float[... run] each.
+    """TRL's DPO metrics of pairs measured before each step's update, float[... run] each.
 
-    logps float[... run batch 2K] (the policy's, e.g. one entry per epoch and step), ref_logps float[... run batch 2K]
-    and keep float[... run batch K] broadcasting against them, beta float[run]: the means over kept pairs of
-    DPO_STEP_MEANS (NaN for a run without one) and `pair_fraction`. A block of epochs is measured together: a few
-    kernels per block, not a few dozen per step."""
+    logps float[... run batch 2K] (the policy's, one entry per step of an epoch), ref_logps float[run batch 2K],
+    keep float[run batch K] and beta float[run]: the means over kept pairs of DPO_STEP_MEANS (NaN for a run
+    without one) and `pair_fraction`. An epoch's steps are measured together, all six means in one reduction:
+    a few dozen small kernels per step made a 500-run DPO sweep about 10% slower (1.1x a GRPO sweep against
+    1.0x, `lab bench`'s DPO row)."""
     k = keep.shape[-1]
     rewards = beta.reshape(-1, 1, 1).to(logps) * (logps - ref_logps)  # TRL's implicit rewards, beta log pi/pi_ref
     chosen_rewards, rejected_rewards = rewards[..., :k], rewards[..., k:]
@@ -205,13 +204,11 @@ class DPOSetup:
     reward_of: Callable[[Tensor], Tensor]
     pairs: PairSet | None = None
     step_log: dict[str, list[Tensor]] = field(default_factory=dict)
-    """name -> one float[(epoch step) run] per flushed block of epochs"""
+    """name -> one float[step run] per epoch"""
     ref_logps: Tensor | None = None
     """the epoch's pairs' sequence log-probs under pi_ref, float[run batch 2K]"""
     epoch_logps: list[Tensor] = field(default_factory=list)
     """the epoch's pairs' sequence log-probs under the policy, one float[run batch 2K] per step so far"""
-    block: list[tuple[Tensor, Tensor, Tensor]] = field(default_factory=list)
-    """per epoch since the last flush: its steps' pair log-probs float[step run batch 2K], ref_logps, keep"""
 
     def start_epoch(self, epoch: int, kind, reference: list[Tensor], pairs_per_prompt: int) -> None:
         """Offline: the fixed set, drawn from pi_ref (the reference, frozen at the start) before the first epoch."""
@@ -235,17 +232,12 @@ class DPOSetup:
         self.epoch_logps.append(logps.detach())
         return pair_loss(logps, self.ref_logps, self.pairs.keep, self.loss_groups, beta)
 
-    def end_epoch(self) -> None:
-        """Keep the epoch's pairs and every step's log-probs of them for `flush`."""
-        self.block.append((torch.stack(self.epoch_logps), self.ref_logps, self.pairs.keep))
+    def end_epoch(self, beta: Tensor) -> None:
+        """The epoch's step metrics, from every step's pair log-probs at once (float[step run] each)."""
+        for name, values in pair_metrics(torch.stack(self.epoch_logps), self.ref_logps, self.pairs.keep,
+                                         beta).items():
+            self.step_log.setdefault(name, []).append(values)
         self.epoch_logps = []
-
-    def flush(self, beta: Tensor) -> None:
-        """The step metrics of the epochs kept since the last flush, all at once (float[(epoch step) run] each)."""
-        logps, ref_logps, keep = (torch.stack(parts) for parts in zip(*self.block))  # float[epoch (step) run ...]
-        for name, values in pair_metrics(logps, ref_logps.unsqueeze(1), keep.unsqueeze(1), beta).items():
-            self.step_log.setdefault(name, []).append(values.flatten(0, 1))
-        self.block = []
 
     @classmethod
     def of(cls, configs: list[TrainConfig], kind, settings: RunSettings, generators: list[torch.Generator],

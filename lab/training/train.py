@@ -111,8 +111,6 @@ def train(
             # DPO has no ratio clip and no deltas: its clip fractions are NaN, not counted against GRPO's deltas
             for name, values in block.flush(None if pairing else settings.clip_eps).items():  # float[(epoch step) run]
                 step_log[name].append(values)
-            if pairing is not None:
-                pairing.flush(settings.beta)
         keep_greedy(history, kind, prompts, eval_prompts)
         if progress is not None:
             progress(epoch + 1, shared.epochs)
@@ -162,7 +160,7 @@ def train_steps(kind: Kind, parameters: list[Tensor], reference: list[Tensor], f
         exact = {name: value if step == 0 else nans for name, value in first_step.items()}
         block.add_step(step, log_probs, aux, loss=loss.detach(), pg_loss=pg_loss.detach(), **exact)
     if pairing is not None:
-        pairing.end_epoch()
+        pairing.end_epoch(settings.beta)
     block.end_epoch(old_log_probs, ref_log_probs, ref_aux, groups.mask,
                     groups.deltas if groups.token_deltas is None else groups.token_deltas)
     return losses

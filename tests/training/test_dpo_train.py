@@ -141,11 +141,15 @@ def test_the_recorded_distance_to_pi_star_is_lab_exacts(policy):
 
     import lab.exact.optimum as O
     import lab.policies as P
+    from lab.training.kinds import KINDS
+    from lab.training.runs import RunGroups
 
     length = {"max_length": 4} if policy == "autoregressive" else {}
     configs = [dpo(seed=s, kl=beta, policy=policy, **length) for s, beta in ((0, 0.1), (1, 0.3))]
     records = train(TASK, configs)
-    initial = train(TASK, [c.replace(epochs=1, steps=1, lr=1e-30) for c in configs]).state  # lr ~ 0: the start
+    start = KINDS[configs[0].policy](TASK, configs, [torch.Generator().manual_seed(c.seed) for c in configs],
+                                     RunGroups([c.reward for c in configs], torch.device("cpu")), "cpu")
+    initial = {name: p.detach() for name, p in start.policy.named_parameters()}  # the stack train() starts from
     for r, config in enumerate(configs):
         policy_r, reference = P.policy_from_state(records.state, r), P.policy_from_state(initial, r)
         expected = dict(kl_to_optimum=O.kl_to_optimum, objective_gap=O.objective_gap,
@@ -171,9 +175,9 @@ def test_a_sweep_of_dpo_and_grpo_keeps_every_metric(tmp_path):
 
 
 def test_the_loops_pair_loss_and_metrics_are_dpo_loss_on_the_kept_pairs():
-    """lab.training.dpo.pair_loss and pair_metrics (a sweep's step: one log-ratio for winners and losers, the six
-    means in one reduction, an epoch's steps at once) against lab.core.dpo.dpo_loss pair by pair, for a sigmoid
-    and an IPO run with different betas, and a run whose pairs are all dropped (loss 0, metrics NaN)."""
+    """lab.training.dpo.pair_loss (the mean over kept pairs) and pair_metrics (an epoch's steps at once, the six
+    means in one reduction) against lab.core.dpo.dpo_loss pair by pair and TRL's definitions, for a sigmoid and
+    an IPO run with different betas, and a run whose pairs are all dropped (loss 0, metrics NaN)."""
     import torch
 
     from lab.core.dpo import dpo_loss
