@@ -39,7 +39,7 @@ class Factorized(NamedTuple):
     def expectation(self, values: Tensor) -> Tensor:
         """sum_y pi(y) f(y) for f float[... n]: float[...]."""
         probs = self.log_softmax.exp()  # float[... pos vocab]
-        vocab = probs.shape[-1]
+        values, vocab = values.to(probs), probs.shape[-1]
         for q in range(probs.shape[-2] - 1, -1, -1):  # the last position is the least significant digit
             values = (values.unflatten(-1, (-1, vocab)) @ probs[..., q, :].unsqueeze(-1)).squeeze(-1)
         return values.squeeze(-1)

@@ -2,7 +2,8 @@
 
     run r diverges at step s  <=>  loss_r(s) is inf or NaN,  or  a parameter of r is after step s
     then: run r's parameters go back to the last values known finite (its epoch's start) and stay
-          there; its records after step s are NaN (its greedy evaluation of that epoch too); the
+          there; its records after step s are NaN (its greedy evaluation and distance to pi* of that
+          epoch too, both taken after the epoch's steps); the
           other runs of the batch carry on untouched (nothing couples runs)
 
 The check is cheap on purpose: the loop keeps each step's per-run loss (computed anyway) and

@@ -130,7 +130,6 @@ DPO_STEP_MEANS = ("chosen_rewards", "rejected_rewards", "reward_accuracy", "rewa
 
 
 @torch.no_grad()
-@torch.no_grad()
 def pair_metrics(logps: Tensor, ref_logps: Tensor, keep: Tensor, beta: Tensor) -> dict[str, Tensor]:
     """TRL's DPO metrics of pairs measured before each step's update, float[... run] each.
 
@@ -144,7 +143,7 @@ def pair_metrics(logps: Tensor, ref_logps: Tensor, keep: Tensor, beta: Tensor) -
     chosen_rewards, rejected_rewards = rewards[..., :k], rewards[..., k:]
     values = torch.stack([chosen_rewards, rejected_rewards, (chosen_rewards > rejected_rewards).to(rewards),
                           chosen_rewards - rejected_rewards, logps[..., :k], logps[..., k:]])
-    count = keep.sum(dim=(-2, -1))  # float[... run]
+    count = keep.sum(dim=(-2, -1))  # float[run]
     means = (values * keep).sum(dim=(-2, -1)) / count.clamp_min(1)  # float[6 ... run]
     means = torch.where(count > 0, means, torch.full_like(means, float("nan")))
     fraction = (count / (keep.shape[-2] * k)).expand_as(means[0])
@@ -154,7 +153,7 @@ def pair_metrics(logps: Tensor, ref_logps: Tensor, keep: Tensor, beta: Tensor) -
 class OptimumTracker:
     """Exact KL(pi_theta || pi*), J_beta(pi_theta) and J_beta(pi*) - J_beta(pi_theta) of every run, means over
     prompts, NaN for a run with beta = 0; from the kind's exact distribution (lab.exact.distributions), all runs
-    at once. pi* and J_beta(pi*) = beta log Z come once, from the initial policy's table (lab.exact.optimum):
+    at once. J_beta(pi*) = beta log Z comes once, from the initial policy's table (lab.exact.optimum):
 
         J_beta(pi_theta) = E_theta[r] - beta KL(pi_theta || pi_ref)
         KL(pi_theta || pi*) = KL(pi_theta || pi_ref) - E_theta[r] / beta + log Z     (log pi* = log pi_ref + r / beta

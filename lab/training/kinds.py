@@ -3,11 +3,11 @@
     factorised:      pi(y | x) = prod_q p_q(y_q | x)             every position live (no mask), length L
     autoregressive:  pi(y | x) = prod_{q < |y|} p(y_q | x, y_<q)  live up to the first EOS, at most max_length
 
-The loop (`lab.training.train`) is one body for both; it asks its kind for the four things that
-truly differ: how responses are drawn (`sample`, `live_tokens`), the fused log-prob node
-(`log_probs`: `lab.policies.fused` or `lab.policies.ar_fused`), the exact per-epoch metrics
-(`start_epoch`, `exploration`) and which step metrics the node's second output feeds (`step_metrics`,
-`lab.training.metrics`). The factorised kind keeps each epoch's sampling logits: it samples from
+The loop (`lab.training.train`) is one body for both; it asks its kind for the things that truly
+differ: how responses are drawn (`sample`, `live_tokens`), the fused log-prob node (`log_probs`:
+`lab.policies.fused` or `lab.policies.ar_fused`), the exact per-epoch metrics (`start_epoch`,
+`exploration`, and `exact_distribution` for the distance to pi*: `lab.exact.distributions`) and which
+step metrics the node's second output feeds (`step_metrics`, `lab.training.metrics`). The factorised kind keeps each epoch's sampling logits: it samples from
 them, checks them for divergence and takes its greedy responses and exact exploration from them.
 """
 

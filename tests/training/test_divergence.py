@@ -59,7 +59,7 @@ def test_a_diverged_runs_distance_to_the_optimum_is_emptied_from_its_divergence_
     assert found is not None and records.divergence[1] is None
     for name in ("kl_to_optimum", "objective_exact", "objective_gap"):
         values = records.epoch_metrics[name]
-        assert np.isnan(values[0, found.epoch:]).all() and np.isfinite(values[0, :found.epoch]).all(), name
+        assert np.isnan(values[0, found.epoch:]).all(), name  # the reverted policy's value would be finite
         assert np.isfinite(values[1]).all(), name
 
 

@@ -40,8 +40,8 @@ def test_a_dpo_run_records_trls_metrics_and_starts_at_h_zero(changes):
     assert np.all((steps["reward_accuracy"][0][kept] >= 0) & (steps["reward_accuracy"][0][kept] <= 1))
     margin = steps["chosen_rewards"][0] - steps["rejected_rewards"][0]
     np.testing.assert_allclose(steps["reward_margin"][0][kept], margin[kept], rtol=1e-4, atol=1e-6)
-    gap, kl = records.epoch_metrics["objective_gap"][0], records.epoch_metrics["kl_to_optimum"][0]
-    np.testing.assert_allclose(gap, 0.1 * kl, rtol=1e-3, atol=1e-6)  # claim 26, on the trained policies
+    gap = records.epoch_metrics["objective_gap"][0]
+    assert np.all(gap >= -1e-6)  # J_beta(pi*) is the maximum (claim 26); the values: the test against lab.exact below
 
 
 def test_offline_pairs_are_one_fixed_set():
