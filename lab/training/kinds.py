@@ -7,8 +7,9 @@ The loop (`lab.training.train`) is one body for both; it asks its kind for the t
 differ: how responses are drawn (`sample`, `live_tokens`), the fused log-prob node (`log_probs`:
 `lab.policies.fused` or `lab.policies.ar_fused`), the exact per-epoch metrics (`start_epoch`,
 `exploration`, and `exact_distribution` for the distance to pi*: `lab.exact.distributions`) and which
-step metrics the node's second output feeds (`step_metrics`, `lab.training.metrics`). The factorised kind keeps each epoch's sampling logits: it samples from
-them, checks them for divergence and takes its greedy responses and exact exploration from them.
+step metrics the node's second output feeds (`step_metrics`, `lab.training.metrics`). The factorised
+kind keeps each epoch's sampling logits: it samples from them, checks them for divergence and takes
+its greedy responses, exact exploration and exact distribution from them.
 """
 
 from __future__ import annotations
