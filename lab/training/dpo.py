@@ -1,12 +1,15 @@
 """DPO inside the training loop: where a batch's preference pairs come from, its loss, its metrics.
 
     online   each epoch, pair (y_hi, y_lo) = the group's highest and lowest reward (first of ties); none when
-             all G rewards are equal. Sequence log-probs come from the loop's own per-token log-probs.
+             all G rewards are equal.
     offline  before training: 2N responses per prompt from pi_ref (the initial policy), paired (y_i, y_N+i);
              every epoch takes the loop's S Adam steps on this fixed set.
     preference decides each pair's winner (lab.core.dpo): argmax, or bradley-terry drawn from the run's
              pair generator (seeded from the run's generator, so the sampling stream is untouched by it).
     loss_r   = mean over run r's kept pairs of dpo_loss(...)   (0 without a kept pair: no update)
+    log pi(y) = sum over y's live tokens of the step's per-token log-probs, from a forward pass on the pairs
+             (`pair_responses`), or, where the kind needs the groups' pass for its step metrics (the
+             autoregressive policy), a gather from it (online) or a second pass on the fixed set (offline)
 
 A DPO batch (`TrainConfig.is_dpo`; never mixed with other losses, `pairs` is a shared field) freezes its
 reference once, at the initial policy. Step metrics (TRL's names, lab.training.records.DPO_STEP_METRICS) are
@@ -101,11 +104,23 @@ def offline_pairs(kind, reference: list[Tensor], n: int, preference_groups, gene
     return PairSet(pairs, mask, None, keep, ref_logps)
 
 
-def pair_log_probs(pairs: PairSet, kind, parameters: list[Tensor], log_probs: Tensor) -> Tensor:
+def pair_responses(pairs: PairSet, responses: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """The pairs' responses int[run batch 2K pos] and live tokens (None: fixed length); online, a gather from
+    the epoch's groups int[run batch trial pos]."""
+    if pairs.index is None:
+        return pairs.responses, pairs.mask
+    index = pairs.index.unsqueeze(-1).expand(*pairs.index.shape, responses.shape[-1])
+    return responses.gather(-2, index), None if mask is None else mask.gather(-2, index)
+
+
+def pair_log_probs(pairs: PairSet, kind, parameters: list[Tensor], log_probs: Tensor, on_groups: bool) -> Tensor:
     """Sequence log-probs of the pairs under the policy, with gradient: float[run batch 2K].
 
-    log_probs: the loop's per-token float[run batch trial pos] on the epoch's groups (online pairs are a
-    gather from their sums over positions; the offline set takes a forward pass of its own)."""
+    log_probs: the loop's per-token float[run batch trial pos], on the pairs themselves, or (`on_groups`) on
+    the epoch's groups: online pairs are then a gather from their sums over positions, and the offline set
+    takes a forward pass of its own."""
+    if not on_groups:
+        return log_probs.sum(dim=-1)
     if pairs.index is not None:
         return log_probs.sum(dim=-1).gather(-1, pairs.index)
     return kind.log_probs(parameters, pairs.responses, pairs.mask)[0].sum(dim=-1)
@@ -220,14 +235,19 @@ class DPOSetup:
         if not self.offline:
             self.pairs = online_pairs(responses, rewards, self.preference_groups, self.generators)
 
+    def responses(self, groups) -> tuple[Tensor, Tensor | None]:
+        """What the epoch's DPO loss reads: its pairs' responses int[run batch 2K pos] and live tokens."""
+        return pair_responses(self.pairs, groups.responses, groups.mask)
+
     def step_loss(self, kind, parameters: list[Tensor], log_probs: Tensor, ref_log_probs: Tensor | None,
-                  beta: Tensor) -> Tensor:
-        """One step's DPO loss float[run]. `ref_log_probs` (per token, on the epoch's groups) is given at the
+                  beta: Tensor, on_groups: bool) -> Tensor:
+        """One step's DPO loss float[run]. log_probs: per token, on the pairs (`responses`) or, `on_groups`,
+        on the epoch's groups (`pair_log_probs`); `ref_log_probs`, on the same responses, is given at the
         epoch's first step only: the pairs' reference log-probs stay fixed for the epoch."""
         if ref_log_probs is not None:
             self.ref_logps = (self.pairs.ref_logps if self.pairs.index is None else
-                              ref_log_probs.sum(dim=-1).gather(-1, self.pairs.index))
-        logps = pair_log_probs(self.pairs, kind, parameters, log_probs)
+                              pair_log_probs(self.pairs, kind, [], ref_log_probs, on_groups))
+        logps = pair_log_probs(self.pairs, kind, parameters, log_probs, on_groups)
         self.epoch_logps.append(logps.detach())
         return pair_loss(logps, self.ref_logps, self.pairs.keep, self.loss_groups, beta)
 

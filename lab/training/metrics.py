@@ -94,31 +94,52 @@ def live_step_metrics(log_probs: Tensor, entropy: Tensor, old: Tensor, ref: Tens
 class BlockMetrics(NamedTuple):
     """What a policy kind keeps of each step and epoch, and the metrics it computes from them."""
 
-    keep_step: Callable[[Tensor, Tensor], dict[str, Tensor]]
-    """(log_probs, the fused node's second output) -> tensors to keep"""
+    keep_step: Callable[[Tensor | None, Tensor], dict[str, Tensor]]
+    """(log_probs on the groups or None, the fused node's second output) -> tensors to keep"""
     keep_epoch: Callable[..., dict[str, Tensor]]
-    """(old_log_probs, ref_log_probs, the reference's second output, mask or None, deltas) -> tensors to keep"""
+    """(old_log_probs, ref_log_probs, the reference's second output, mask or None, deltas, responses) -> tensors
+    to keep"""
     compute: Callable[[dict[str, Tensor], dict[str, Tensor], Tensor], dict[str, Tensor]]
     """(kept per step float[step epoch ...], kept per epoch float[epoch ...], clip_eps) -> float[step epoch run]"""
+    from_log_softmax: bool
+    """True: the groups' log-probs can be read off the kept log-softmaxes, so the step's forward pass need only
+    cover what its loss reads (a DPO batch: its pairs; the step hands None for the groups' log-probs); False:
+    the forward pass must cover the groups"""
+
+
+def _fixed_length_metrics(step: dict[str, Tensor], epoch: dict[str, Tensor], clip_eps: Tensor | None):
+    # the old log-probs are the first step's (its policy is the sampling policy); without the step's own
+    # log-probs (a DPO step's forward pass covered its pairs), the groups' are gathers from the log-softmaxes,
+    # equal to the fused node's own gather; the reference's always come from its log-softmax
+    index = epoch["responses"]  # int[epoch run batch pos trial], the fused path's memory order (pos before trial)
+    log_probs = step.get("log_probs")  # float[step epoch run batch pos trial]
+    if log_probs is None:
+        log_probs = step["log_softmax"].gather(-1, index.expand(step["log_softmax"].shape[0], *index.shape))
+    ref = epoch["ref_log_softmax"].gather(-1, index)  # float[epoch run batch pos trial]
+    return step_metrics(log_probs.mT, log_probs[0].mT, ref.mT, step["log_softmax"], epoch["ref_log_softmax"],
+                        epoch["deltas"], clip_eps)
 
 
 FIXED_LENGTH_METRICS = BlockMetrics(
     # log-probs are kept in the fused path's memory order (pos before trial) and viewed back as
     # [... trial pos] when the metrics are computed: every token-sized operation is then contiguous
-    keep_step=lambda log_probs, log_softmax: dict(log_probs=log_probs.mT, log_softmax=log_softmax),
-    keep_epoch=lambda old, ref, ref_log_softmax, mask, deltas: dict(
-        old=old.mT, ref=ref.mT, ref_log_softmax=ref_log_softmax, deltas=deltas),
-    compute=lambda step, epoch, clip_eps: step_metrics(
-        step["log_probs"].mT, epoch["old"].mT, epoch["ref"].mT, step["log_softmax"], epoch["ref_log_softmax"],
-        epoch["deltas"], clip_eps),
+    keep_step=lambda log_probs, log_softmax: (dict(log_softmax=log_softmax) if log_probs is None else
+                                              dict(log_probs=log_probs.mT, log_softmax=log_softmax)),
+    keep_epoch=lambda old, ref, ref_log_softmax, mask, deltas, responses: dict(
+        ref_log_softmax=ref_log_softmax, deltas=deltas, responses=responses.mT),
+    compute=_fixed_length_metrics,
+    from_log_softmax=True,
 )
-"""The factorised policy: every position live; entropy and `kl_exact` from the whole log-softmaxes."""
+"""The factorised policy: every position live; entropy and `kl_exact` from the whole log-softmaxes, the groups'
+log-probs from the steps (or, where a step's forward pass covered only DPO's pairs, from the log-softmaxes)."""
 
 LIVE_TOKEN_METRICS = BlockMetrics(
     keep_step=lambda log_probs, entropy: dict(log_probs=log_probs, entropy=entropy),
-    keep_epoch=lambda old, ref, ref_entropy, mask, deltas: dict(old=old, ref=ref, mask=mask, deltas=deltas),
+    keep_epoch=lambda old, ref, ref_entropy, mask, deltas, responses: dict(
+        old=old, ref=ref, mask=mask, deltas=deltas),
     compute=lambda step, epoch, clip_eps: live_step_metrics(
         step["log_probs"], step["entropy"], epoch["old"], epoch["ref"], epoch["mask"], epoch["deltas"], clip_eps),
+    from_log_softmax=False,
 )
 """The autoregressive policy: means over live tokens, each position's entropy from the fused node; its
 `kl_exact` is recorded by the loop (`lab.training.kinds.Autoregressive.start_epoch`)."""
@@ -128,7 +149,7 @@ class StepMetricBlock:
     """Collects a block of epochs' per-step tensors, then computes their metrics in one go.
 
         block.add_step(step, log_probs, aux, loss=..., pg_loss=...)   every optimizer step (recorded: float[run])
-        block.end_epoch(old_log_probs, ref_log_probs, ref_aux, mask, deltas)
+        block.end_epoch(old_log_probs, ref_log_probs, ref_aux, mask, deltas, responses)
         if block.full or last epoch:  values = block.flush(clip_eps)   # float[(epoch step) run] each
 
     `aux` is the fused log-prob node's second output; `metrics` (one per policy kind) says what is kept.
@@ -143,12 +164,17 @@ class StepMetricBlock:
         self.per_step: list[list[tuple[dict[str, Tensor], dict[str, Tensor]]]] = [[] for _ in range(self.steps)]
         self.per_epoch: list[dict[str, Tensor]] = []
 
-    def add_step(self, step: int, log_probs: Tensor, aux: Tensor, **recorded: Tensor) -> None:
-        self.per_step[step].append((recorded, self.metrics.keep_step(log_probs.detach(), aux.detach())))
+    def add_step(self, step: int, log_probs: Tensor | None, aux: Tensor, **recorded: Tensor) -> None:
+        """log_probs: the step's on the groups, or None where `from_log_softmax` and the pass covered others."""
+        self.per_step[step].append((recorded, self.metrics.keep_step(None if log_probs is None else log_probs.detach(),
+                                                                     aux.detach())))
 
     def end_epoch(self, old_log_probs: Tensor, ref_log_probs: Tensor, ref_aux: Tensor, mask: Tensor | None,
-                  deltas: Tensor) -> None:
-        self.per_epoch.append(self.metrics.keep_epoch(old_log_probs, ref_log_probs, ref_aux, mask, deltas))
+                  deltas: Tensor, responses: Tensor) -> None:
+        """The epoch's tensors on its groups (responses int[run batch trial pos]); the log-probs are those of
+        the step's forward pass (the groups', or a DPO batch's pairs where `from_log_softmax`)."""
+        self.per_epoch.append(self.metrics.keep_epoch(old_log_probs, ref_log_probs, ref_aux, mask, deltas,
+                                                      responses))
 
     @property
     def full(self) -> bool:

@@ -19,7 +19,9 @@ R runs train as one computation: parameters and Adam state carry a leading
 gradient), and each run samples with its own generator. A seed's run is the
 same alone or inside a sweep; a diverging run is stopped and frozen (`lab.training.divergence`).
 The loop returns `Records` and never prints. A DPO batch (`--loss dpo`) replaces the surrogate and the KL
-penalty by DPO's loss on preference pairs and freezes its reference at the initial policy (`lab.training.dpo`).
+penalty by DPO's loss on preference pairs and freezes its reference at the initial policy (`lab.training.dpo`);
+its steps differentiate only the pairs where the step metrics of the groups come from the kept log-softmaxes
+(the factorised policy, `BlockMetrics.from_log_softmax`).
 """
 
 from __future__ import annotations
@@ -131,21 +133,25 @@ def train_steps(kind: Kind, parameters: list[Tensor], reference: list[Tensor], f
     float[run] (for the divergence check) and hands each step's tensors to the metric block."""
     losses = []
     nans = torch.full((len(parameters[0]),), math.nan, device=parameters[0].device)
+    # the forward pass covers what the loss reads: the groups, or a DPO batch's pairs where the step metrics
+    # read the groups off the kept log-softmaxes (the factorised policy)
+    on_groups = pairing is None or not kind.step_metrics.from_log_softmax
+    responses, mask = (groups.responses, groups.mask) if on_groups else pairing.responses(groups)
     for step in range(block.steps):
         # one autograd node from parameters to per-token log-probs (equal to the plain path)
-        log_probs, aux = kind.log_probs(parameters, groups.responses, groups.mask)  # float[run batch trial pos]
+        log_probs, aux = kind.log_probs(parameters, responses, mask)  # float[run batch trial pos]
         if step == 0:
             # the first step's policy is the sampling policy, so its log-probs are the old ones; a
             # reference frozen this epoch is that same policy, so it needs no forward pass either
             old_log_probs = log_probs.detach()
             with torch.no_grad():
                 ref_log_probs, ref_aux = ((old_log_probs, aux.detach()) if fresh_reference else
-                                          kind.log_probs(reference, groups.responses, groups.mask))
+                                          kind.log_probs(reference, responses, mask))
         if pairing is None:
             pg_loss, loss = step_loss(kind, parameters, settings, groups, log_probs, old_log_probs, ref_log_probs)
         else:
             pg_loss = loss = pairing.step_loss(kind, parameters, log_probs, ref_log_probs if step == 0 else None,
-                                               settings.beta)
+                                               settings.beta, on_groups)
         optimizer.zero_grad()
         # d(sum of the runs' losses)/d(loss_r) = 1: each run gets exactly its own gradient (no parameter
         # is shared). Not loss.backward(ones): an explicit gradient makes torch import its symbolic-shape
@@ -158,11 +164,12 @@ def train_steps(kind: Kind, parameters: list[Tensor], reference: list[Tensor], f
         guard.after_step(parameters)
         losses.append(loss.detach())
         exact = {name: value if step == 0 else nans for name, value in first_step.items()}
-        block.add_step(step, log_probs, aux, loss=loss.detach(), pg_loss=pg_loss.detach(), **exact)
+        block.add_step(step, log_probs if on_groups else None, aux, loss=loss.detach(), pg_loss=pg_loss.detach(),
+                       **exact)
     if pairing is not None:
         pairing.end_epoch(settings.beta)
     block.end_epoch(old_log_probs, ref_log_probs, ref_aux, groups.mask,
-                    groups.deltas if groups.token_deltas is None else groups.token_deltas)
+                    groups.deltas if groups.token_deltas is None else groups.token_deltas, groups.responses)
     return losses
 
 

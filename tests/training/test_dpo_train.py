@@ -224,3 +224,22 @@ def test_a_dpo_run_records_no_clip_fraction(policy):
         assert np.isfinite(steps[name]).all(), name
     grpo = train(TASK, TrainConfig(kl=0.1, loss="clipped", **SHORT)).step_metrics
     assert np.isfinite(grpo["clip_fraction"]).all()
+
+
+@pytest.mark.parametrize("pairs", [{}, {"pairs": "offline", "pairs_per_prompt": 3}])
+def test_a_factorised_dpo_step_differentiates_only_its_pairs_and_records_the_same(pairs, monkeypatch):
+    """The factorised policy's DPO step runs its forward pass on the pairs only (its step metrics come from
+    the kept log-softmaxes): the same records, bitwise, as the plain path through the groups' forward pass
+    (online: the pairs a gather from it; offline: a second pass on the fixed set)."""
+    from lab.training.kinds import Factorized
+    from lab.training.metrics import FIXED_LENGTH_METRICS
+
+    configs = [dpo(seed=s, **pairs) for s in (0, 1)] + [dpo(seed=2, preference="bradley-terry", dpo_loss="ipo",
+                                                              **pairs)]
+    fast = train(TASK, configs)
+    monkeypatch.setattr(Factorized, "step_metrics", FIXED_LENGTH_METRICS._replace(from_log_softmax=False))
+    plain = train(TASK, configs)
+    for table in ("step_metrics", "epoch_metrics"):
+        for name, values in getattr(plain, table).items():
+            np.testing.assert_array_equal(getattr(fast, table)[name], values, err_msg=name)
+    assert np.nanmax(fast.step_metrics["reward_margin"]) > 0  # the runs trained: their pairs moved apart

@@ -2,11 +2,12 @@
 
 The loop's KL diagnostics: `kl_exact` is the exact KL to the reference, and `kl` estimates it.
 
-Step metrics of variable-length training in bulk (lab/training/metrics.py, LIVE_TOKEN_METRICS) against their plain
-definitions over live tokens, one step and one run at a time.
+Step metrics in bulk (lab/training/metrics.py) against their plain definitions, one step and one run at a time:
+over live tokens (LIVE_TOKEN_METRICS), and at fixed length from the kept log-softmaxes (FIXED_LENGTH_METRICS).
 """
 
 import numpy as np
+import pytest
 import torch
 
 from lab.core.kl import k3
@@ -14,7 +15,7 @@ from lab.exact.enumeration import sequence_kl
 from lab.policies import policy_from_state
 from lab.policies.factorized import Policy
 from lab.training.config import TrainConfig
-from lab.training.metrics import LIVE_TOKEN_METRICS, StepMetricBlock
+from lab.training.metrics import FIXED_LENGTH_METRICS, LIVE_TOKEN_METRICS, StepMetricBlock
 from lab.training.train import train
 from tasks.sorting import make_task
 
@@ -97,8 +98,49 @@ def test_block_metrics_are_the_plain_per_step_means_over_live_tokens():
                 plain.append(dict(kl=k3(log_probs[r], ref[r])[live].sum() / (batch * trial), ratio_mean=rho.mean(),
                                   ratio_max=rho.max(), clip_low_fraction=low, clip_high_fraction=high,
                                   clip_fraction=low + high, entropy=entropy, loss=loss[r]))
-        block.end_epoch(old, ref, None, mask, deltas)
+        block.end_epoch(old, ref, None, mask, deltas, None)  # the responses: read only at fixed length
     values = block.flush(eps)  # float[(epoch step) run]
+    for i, expected in enumerate(plain):
+        epoch_step, r = divmod(i, runs)
+        for name, value in expected.items():
+            torch.testing.assert_close(values[name][epoch_step, r], value, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_fixed_length_block_metrics_are_the_plain_per_step_means(given):
+    """FIXED_LENGTH_METRICS against the plain definitions with explicit log-probs: the old log-probs are the
+    first step's, the reference's come from its log-softmax and the epoch's responses, and the groups' log-probs
+    are the step's own (`given`) or, where a step hands none (a DPO step's forward pass covered only its pairs),
+    gathers from its log-softmaxes. The old and reference log-probs handed to the block are junk it must not
+    read."""
+    g = torch.Generator().manual_seed(1)
+    runs, batch, trial, pos, vocab, steps, epochs = 2, 3, 4, 3, 5, 3, 2
+    eps = torch.tensor([0.1, 0.2])
+    block, plain = StepMetricBlock(steps, epochs, FIXED_LENGTH_METRICS), []
+    for epoch in range(epochs):
+        responses = torch.randint(vocab, (runs, batch, trial, pos), generator=g)
+        deltas = torch.randn(runs, batch, trial, generator=g)
+        ref_ls = torch.log_softmax(torch.randn(runs, batch, pos, vocab, generator=g), -1)
+        ref = ref_ls.unsqueeze(2).expand(-1, -1, trial, -1, -1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+        for step in range(steps):
+            ls = torch.log_softmax(torch.randn(runs, batch, pos, vocab, generator=g), -1)
+            log_probs = ls.unsqueeze(2).expand(-1, -1, trial, -1, -1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+            old = log_probs if step == 0 else old
+            block.add_step(step, log_probs if given else None, ls, loss=torch.zeros(runs))
+            for r in range(runs):
+                rho = (log_probs[r] - old[r]).exp()
+                side = deltas[r].unsqueeze(-1).expand(batch, trial, pos)
+                low = ((rho < 1 - eps[r]) & (side < 0)).float().mean()
+                high = ((rho > 1 + eps[r]) & (side > 0)).float().mean()
+                p = ls[r].exp()
+                plain.append(dict(kl=k3(log_probs[r], ref[r]).sum(-1).mean(), ratio_mean=rho.mean(),
+                                  ratio_max=rho.max(), clip_low_fraction=low, clip_high_fraction=high,
+                                  kl_exact=(p * (ls[r] - ref_ls[r])).sum((-2, -1)).mean(),
+                                  entropy=-(p * ls[r]).sum(-1).mean()))
+        block.end_epoch(torch.full_like(ref, float("nan")), torch.full_like(ref, float("nan")), ref_ls, None,
+                        deltas, responses)
+    values = block.flush(eps)  # float[(epoch step) run]
+    assert float(values["ratio_max"].max()) > 1.5 and float(values["clip_fraction"].max()) > 0.2  # not all at 1
     for i, expected in enumerate(plain):
         epoch_step, r = divmod(i, runs)
         for name, value in expected.items():
