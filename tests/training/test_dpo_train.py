@@ -177,11 +177,12 @@ def test_a_sweep_of_dpo_and_grpo_keeps_every_metric(tmp_path):
 def test_the_loops_pair_loss_and_metrics_are_dpo_loss_on_the_kept_pairs():
     """lab.training.dpo.pair_loss (the mean over kept pairs) and pair_metrics (an epoch's steps at once, the six
     means in one reduction) against lab.core.dpo.dpo_loss pair by pair and TRL's definitions, for a sigmoid and
-    an IPO run with different betas, and a run whose pairs are all dropped (loss 0, metrics NaN)."""
+    an IPO run with different betas, and a run whose pairs are all dropped (loss 0, metrics NaN); the loop's
+    EpochPairLoss is pair_loss bitwise, value and gradient."""
     import torch
 
     from lab.core.dpo import dpo_loss
-    from lab.training.dpo import pair_loss, pair_metrics
+    from lab.training.dpo import EpochPairLoss, pair_loss, pair_metrics
     from lab.training.runs import RunGroups
 
     g = torch.Generator().manual_seed(0)
@@ -195,6 +196,10 @@ def test_the_loops_pair_loss_and_metrics_are_dpo_loss_on_the_kept_pairs():
     metrics = pair_metrics(logps, ref_logps, keep, beta)
     for s in range(steps):
         loss = pair_loss(logps[s], ref_logps, keep, groups, beta)
+        logps_s = logps[s].clone().requires_grad_()  # the loop's fast path: bitwise the plain one, and its gradient
+        fast = EpochPairLoss.of(ref_logps, keep, groups, beta)(logps_s)
+        plain_grad = torch.autograd.grad(pair_loss(logps_s, ref_logps, keep, groups, beta).sum(), logps_s)[0]
+        assert torch.equal(fast, loss) and torch.equal(torch.autograd.grad(fast.sum(), logps_s)[0], plain_grad)
         for r in range(runs):
             kept = keep[r].bool()
             c, rej, rc, rr = logps[s, r, ..., :k], logps[s, r, ..., k:], ref_logps[r, ..., :k], ref_logps[r, ..., k:]
