@@ -2,7 +2,7 @@
 
     settings   GRPO (centered deltas, clipped, KL to the frozen initial policy), online DPO and offline DPO
                (sigmoid and IPO; argmax and Bradley-Terry), each over seeds 0..N-1, lecture's init and prompts
-    measured   exactly each epoch (lab.training.dpo): kl_to_optimum = KL(pi_theta || pi*), objective_gap =
+    measured   exactly each epoch (lab.training.optimum): kl_to_optimum = KL(pi_theta || pi*), objective_gap =
                J_beta(pi*) - J_beta(pi_theta); kl_exact (the exact KL to the reference, each epoch's first step)
 
 Verdict rules (95% intervals: Student t over seeds for means, Welch t for differences; lab.experiments.intervals):

@@ -21,6 +21,7 @@ from lab.training.divergence import DivergenceGuard
 from lab.training.kinds import Kind
 from lab.training.lengths import length_metrics, response_lengths
 from lab.training.metrics import greedy_log, sample_metrics
+from lab.training.optimum import OptimumTracker
 from lab.training.records import Records, Samples
 from lab.training.runs import RunSettings, records_of
 from tasks import Task
@@ -57,7 +58,7 @@ class History:
 
 def finish(task: Task, configs: list[TrainConfig], kind: Kind, optimum: Tensor, step_log: dict, epoch_log: dict,
            guard: DivergenceGuard, history: History, seconds: float, pairing: dpo.DPOSetup | None,
-           tracker: dpo.OptimumTracker | None, critic: CriticRuns | None) -> Records:
+           tracker: OptimumTracker | None, critic: CriticRuns | None) -> Records:
     """The records of the loop: its logs, with DPO's and the critic's metrics where a run has them."""
     if tracker is not None:
         epoch_log.update(tracker.epoch_metrics())  # float[run epoch]
@@ -73,11 +74,11 @@ def finish(task: Task, configs: list[TrainConfig], kind: Kind, optimum: Tensor, 
 
 
 def extensions(configs: list[TrainConfig], kind: Kind, settings: RunSettings, generators: list[torch.Generator],
-               device: torch.device) -> tuple[dpo.DPOSetup | None, dpo.OptimumTracker | None, CriticRuns | None]:
+               device: torch.device) -> tuple[dpo.DPOSetup | None, OptimumTracker | None, CriticRuns | None]:
     """What some batches add to the loop: DPO's pairs, the exact distance to pi* (of the initial policy), a critic."""
     shared = configs[0]
     pairing = dpo.DPOSetup.of(configs, kind, settings, generators, device) if shared.is_dpo else None
-    tracker = (dpo.OptimumTracker(kind, [c.reward for c in configs], [c.kl for c in configs])
+    tracker = (OptimumTracker(kind, [c.reward for c in configs], [c.kl for c in configs])
                if (pairing or shared.optimum_metrics) and kind.exact else None)
     critic = CriticRuns(kind, configs, critic_runs(configs), device) if critic_runs(configs) else None
     return pairing, tracker, critic

@@ -133,12 +133,9 @@ def train_steps(kind: Kind, parameters: list[Tensor], reference: list[Tensor], f
     float[run] (for the divergence check) and hands each step's tensors to the metric block."""
     losses = []
     nans = torch.full((len(parameters[0]),), math.nan, device=parameters[0].device)
-    # the forward pass covers what the loss reads: the groups, or a DPO batch's pairs where the step metrics
-    # read the groups off the kept log-softmaxes (the factorised policy). Counted with valgrind (cachegrind,
-    # 500 runs at one thread, 30 epochs minus 10): 5.3% fewer instructions for online DPO, 13.5% for offline
-    # (N = 5), than through the groups' forward pass; the records are the same (tests/training/test_dpo_train.py)
-    on_groups = pairing is None or not kind.step_metrics.from_log_softmax
-    responses, mask = (groups.responses, groups.mask) if on_groups else pairing.responses(groups)
+    # the forward pass covers what the loss reads: the groups, or where the kind allows, a DPO batch's pairs
+    responses, mask, on_groups = ((groups.responses, groups.mask, True) if pairing is None else
+                                  pairing.forward_responses(kind, groups))
     for step in range(block.steps):
         # one autograd node from parameters to per-token log-probs (equal to the plain path)
         log_probs, aux = kind.log_probs(parameters, responses, mask)  # float[run batch trial pos]

@@ -125,7 +125,8 @@ def test_fixed_length_block_metrics_are_the_plain_per_step_means(given):
         for step in range(steps):
             ls = torch.log_softmax(torch.randn(runs, batch, pos, vocab, generator=g), -1)
             log_probs = ls.unsqueeze(2).expand(-1, -1, trial, -1, -1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
-            old = log_probs if step == 0 else old
+            if step == 0:  # the sampling policy's
+                old = log_probs
             block.add_step(step, log_probs if given else None, ls, loss=torch.zeros(runs))
             for r in range(runs):
                 rho = (log_probs[r] - old[r]).exp()

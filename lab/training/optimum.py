@@ -1,0 +1,59 @@
+"""The exact distance of every run's policy to the KL-regularised optimum, after each epoch of the loop.
+
+    J_beta(pi)        = E_pi[r] - beta KL(pi || pi_ref)                     (the objective GRPO with a KL
+    pi*               = pi_ref exp(r / beta) / Z,   J_beta(pi*) = beta log Z   penalty and DPO both maximise)
+    KL(pi || pi*)     = (J_beta(pi*) - J_beta(pi)) / beta
+
+Recorded for every DPO run and for runs with `optimum_metrics` (lab.training.records.OPTIMUM_METRICS), from the
+kind's exact distribution over every response (lab.exact.distributions; lab.exact.optimum's formulas, which
+tests/training/test_dpo_train.py checks the records against).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from lab.exact import varlen
+
+
+class OptimumTracker:
+    """Exact KL(pi_theta || pi*), J_beta(pi_theta) and J_beta(pi*) - J_beta(pi_theta) of every run, means over
+    prompts, NaN for a run with beta = 0; from the kind's exact distribution (lab.exact.distributions), all runs
+    at once. J_beta(pi*) = beta log Z comes once, from the initial policy's table (lab.exact.optimum):
+
+        J_beta(pi_theta) = E_theta[r] - beta KL(pi_theta || pi_ref)
+        KL(pi_theta || pi*) = KL(pi_theta || pi_ref) - E_theta[r] / beta + log Z     (log pi* = log pi_ref + r / beta
+                            = (J_beta(pi*) - J_beta(pi_theta)) / beta                  - log Z, summed under pi_theta)
+    """
+
+    def __init__(self, kind, reward_names: list[str], betas: list[float]) -> None:
+        with torch.no_grad():
+            self.reference = kind.exact_distribution()
+            log_ref = self.reference.log_probs()  # float[run batch n]
+            tables = {name: varlen.reward_table(kind.policy, kind.prompts, name).to(log_ref)
+                      for name in dict.fromkeys(reward_names)}
+            self.rewards = torch.stack([tables[name] for name in reward_names])  # float[run batch n]
+            beta = torch.tensor(betas, dtype=torch.float64, device=log_ref.device)
+            self.off = beta <= 0
+            self.beta = torch.where(self.off, torch.ones_like(beta), beta).unsqueeze(-1)  # float[run 1]
+            self.best = self.beta * torch.logsumexp(log_ref + self.rewards / self.beta.unsqueeze(-1), dim=-1)
+        self.log: dict[str, list[Tensor]] = {}  # name -> one float[run] per epoch
+
+    def record(self, kind) -> None:
+        """Measure the kind's policy after an epoch's steps and keep the values for `epoch_metrics`."""
+        for name, values in self.measure(kind.exact_distribution()).items():
+            self.log.setdefault(name, []).append(values)
+
+    def epoch_metrics(self) -> dict[str, Tensor]:
+        """name -> float[run epoch], every recorded epoch."""
+        return {name: torch.stack(values, dim=1) for name, values in self.log.items()}
+
+    def measure(self, policy) -> dict[str, Tensor]:
+        """float[run] each, for a policy's exact distribution (the kind's, as `reference`)."""
+        with torch.no_grad():
+            objective = policy.expectation(self.rewards) - self.beta * policy.kl(self.reference)  # float[run batch]
+            gap = self.best - objective
+            values = torch.stack([gap / self.beta, objective, gap]).mean(-1)  # float[3 run]
+            values = values.masked_fill(self.off, float("nan")).float()
+            return dict(zip(("kl_to_optimum", "objective_exact", "objective_gap"), values.unbind()))
