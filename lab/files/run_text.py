@@ -2,6 +2,7 @@
 
     metrics.csv   one row per optimizer step: epoch, step, inner_step, the epoch metrics, the step metrics
     samples.txt   every kept epoch: each prompt, then each sampled response with its reward and delta
+                  (a DPO run: its reward and, for the group's pair, `chosen` or `rejected`)
 
 Every value's text is `format_value`'s: integers as such, floats as the shortest text that reads back
 to the same float32 (the precision the metrics are computed in), NaN as empty.
@@ -75,14 +76,22 @@ def response_text(response: list[int], eos: int | None) -> str:
 
 
 def samples_text(records: Records, run: int = 0) -> str:
-    """The lecture's sample log, one block per kept epoch: prompt, then response reward delta."""
+    """The lecture's sample log, one block per kept epoch: prompt, then response reward delta; a DPO run uses
+    no deltas, so its responses show their role instead: `chosen` and `rejected` for the group's pair."""
     lines = []
     for snap in records.samples:
         lines.append(f"== epoch {snap.epoch} ==")
         for b, prompt in enumerate(records.prompts.tolist()):
             lines.append(f"prompt {prompt}  (optimum {format_value(records.optimum[run, b])})")
+            roles = {} if snap.pairs is None else {int(t): role for t, role in zip(snap.pairs[run, b], ROLES) if t >= 0}
             for t, response in enumerate(snap.responses[run, b].tolist()):
-                lines.append(f"  response {response_text(response, records.eos)}  reward {format_value(snap.rewards[run, b, t])}"
-                             f"  delta {snap.deltas[run, b, t]:+.4f}")
+                tail = (f"  delta {snap.deltas[run, b, t]:+.4f}" if snap.pairs is None else
+                        f"  {roles[t]}" if t in roles else "")
+                lines.append(f"  response {response_text(response, records.eos)}  "
+                             f"reward {format_value(snap.rewards[run, b, t])}{tail}")
         lines.append("")
     return "\n".join(lines)
+
+
+ROLES = ("chosen", "rejected")
+"""A DPO pair's two responses, in Samples.pairs' order."""

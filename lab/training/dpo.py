@@ -143,6 +143,13 @@ class DPOSetup:
         if not self.offline:
             self.pairs = online_pairs(responses, rewards, self.preference_groups, self.generators)
 
+    def sample_pairs(self) -> Tensor:
+        """int[run batch 2]: each group's (chosen, rejected) trial indices for samples.txt, -1 where it gave no pair
+        (all -1 offline: the fixed set is not the groups)."""
+        if self.pairs.index is None:
+            return torch.full((*self.pairs.keep.shape[:2], 2), -1, dtype=torch.long, device=self.pairs.keep.device)
+        return self.pairs.index.masked_fill(self.pairs.keep == 0, -1)
+
     def forward_responses(self, kind, groups) -> tuple[Tensor, Tensor | None, bool]:
         """The responses a step's forward pass covers, their live tokens, and whether they are the groups.
 

@@ -107,14 +107,16 @@ def sample_groups(kind: Kind, settings: RunSettings, shared: TrainConfig, critic
     return Groups(responses, mask, rewards, deltas, token_deltas)
 
 
-def keep_samples(history: History, epoch: int, groups: Groups, targets: Tensor, write: bool) -> None:
-    """Keep what the epoch metrics need of the groups, and the groups themselves when `write` (samples.txt)."""
+def keep_samples(history: History, epoch: int, groups: Groups, targets: Tensor, write: bool,
+                 pairs: Tensor | None = None) -> None:
+    """Keep what the epoch metrics need of the groups, and the groups themselves when `write` (samples.txt);
+    `pairs`: a DPO batch's int[run batch 2] trial indices of each group's (chosen, rejected) pair, -1 for none."""
     history.rewards.append(groups.rewards)
     history.lengths.append(response_lengths(groups.responses, groups.mask))
     history.correct.append((groups.responses == targets.unsqueeze(-2)).all(dim=-1))
     if write:
         history.samples.append(Samples(epoch, groups.responses.cpu().numpy(), groups.rewards.cpu().numpy(),
-                                       groups.deltas.cpu().numpy()))
+                                       groups.deltas.cpu().numpy(), None if pairs is None else pairs.cpu().numpy()))
 
 
 def epoch_metrics(kind: Kind, settings: RunSettings, shared: TrainConfig, history: History,

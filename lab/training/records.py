@@ -161,6 +161,9 @@ class Samples:
     responses: np.ndarray
     rewards: np.ndarray
     deltas: np.ndarray
+    pairs: np.ndarray | None = None
+    """a DPO batch's int[run batch 2]: trial indices of each group's (chosen, rejected) pair, -1 where the group
+    gave none (online pairs); all -1 for offline pairs (they are not the groups); None for the other losses"""
 
 
 @dataclass

@@ -100,9 +100,10 @@ def train(
             pairing.start_epoch(epoch, kind, reference, shared.pairs_per_prompt)
         first_step = kind.start_epoch(fresh_reference)  # exact metrics of the sampling policy, if any
         groups = sample_groups(kind, settings, shared, critic)
-        keep_samples(history, epoch, groups, targets, epoch % shared.sample_every == 0 or epoch == shared.epochs - 1)
         if pairing is not None:
             pairing.take_groups(groups.responses, groups.rewards)
+        keep_samples(history, epoch, groups, targets, epoch % shared.sample_every == 0 or epoch == shared.epochs - 1,
+                     None if pairing is None else pairing.sample_pairs())
         losses = train_steps(kind, parameters, reference, fresh_reference, groups, first_step,
                              settings, optimizer, guard, block, pairing, critic, epoch >= shared.critic_warmup)
         kind.end_epoch(guard, epoch, losses, parameters)  # a diverged run goes back to its epoch start

@@ -248,3 +248,31 @@ def test_a_factorised_dpo_step_differentiates_only_its_pairs_and_records_the_sam
         for name, values in getattr(plain, table).items():
             np.testing.assert_array_equal(getattr(fast, table)[name], values, err_msg=name)
     assert np.nanmax(fast.step_metrics["reward_margin"]) > 0  # the runs trained: their pairs moved apart
+
+
+def test_a_dpo_runs_samples_mark_each_groups_pair_instead_of_deltas():
+    """samples.txt of a DPO run shows no deltas (DPO uses none): online, each group's pair is marked, the
+    chosen response the group's highest reward and the rejected one its lowest (argmax preference), and a
+    group whose rewards are all equal has no pair; offline, the groups are not the pairs and nothing is marked."""
+    from lab.files.run_text import format_value, response_text, samples_text
+
+    records = train(TASK, dpo(epochs=6, sample_every=1))
+    text = samples_text(records)
+    assert "delta" not in text
+    marked = 0
+    for snap in records.samples:
+        for b in range(len(records.prompts)):
+            rewards, (chosen, rejected) = snap.rewards[0, b], snap.pairs[0, b]
+            if rewards.max() == rewards.min():
+                assert chosen == rejected == -1
+                continue
+            assert rewards[chosen] == rewards.max() and rewards[rejected] == rewards.min()
+            for t, role in ((chosen, "chosen"), (rejected, "rejected")):  # the text marks that response
+                line = (f"  response {response_text(snap.responses[0, b, t].tolist(), None)}  "
+                        f"reward {format_value(rewards[t])}  {role}")
+                assert line in text.splitlines(), line
+            marked += 1
+    assert marked > 0 and text.count("  chosen") == text.count("  rejected") == marked
+    offline = samples_text(train(TASK, dpo(pairs="offline", pairs_per_prompt=2)))
+    assert "delta" not in offline and "chosen" not in offline and "rejected" not in offline
+    assert "  delta " in samples_text(train(TASK, TrainConfig(kl=0.1, **SHORT)))  # GRPO keeps its deltas
