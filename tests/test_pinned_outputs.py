@@ -5,7 +5,7 @@
 A refactor of the training loop, the policies or the writers must leave every one of these files
 byte-identical on the CPU. The runs are short (a few epochs) but cover every delta mode, every
 loss mode, the KL penalty with a periodic and a frozen reference, the entropy bonus, the init
-scale, both samplers, and every loss aggregation of the autoregressive policy. A hash changes when
+scale, both samplers, every loss aggregation of the autoregressive policy, and DPO online and offline. A hash changes when
 any number changes in any digit; when a change of the numbers is intended, the test says which
 file moved, and the new hashes are recorded here on purpose.
 """
@@ -35,6 +35,10 @@ RUNS = {
                               "--kl", "0.05", "--kl-period", "2", "--loss-agg", "seq-mean-token-sum"],
     "ar-loo-frozen-kl-norm": ["--policy", "autoregressive", "--delta", "loo", "--kl", "0.1", "--kl-period", "0",
                               "--loss-agg", "seq-mean-token-sum-norm", "--init-scale", "0.1", "--max-length", "6"],
+    "dpo-online": ["--loss", "dpo", "--kl", "0.1"],
+    "dpo-offline-ipo-bt": ["--loss", "dpo", "--kl", "0.2", "--pairs", "offline", "--pairs-per-prompt", "3",
+                           "--dpo-loss", "ipo", "--preference", "bradley-terry"],
+    "ar-dpo-online": ["--policy", "autoregressive", "--loss", "dpo", "--kl", "0.1", "--seed", "2"],
 }
 
 SWEEPS = {
@@ -44,7 +48,10 @@ SWEEPS = {
                        "--loss-agg", "token-mean", "--loss-agg", "seq-mean-token-mean", "--seeds", "2"],
 }
 
-PINNED = {'ar-centered-clipped-smtm': {'metrics.csv': '3ad62d5683e03168', 'samples.txt': '1a48aea8195f628d'},
+PINNED = {'ar-dpo-online': {'metrics.csv': '0bcbee4f3473dc6b', 'samples.txt': 'e11044b242d35de6'},
+ 'dpo-offline-ipo-bt': {'metrics.csv': '49d59869fafe18e6', 'samples.txt': '632b57bed3a52b0c'},
+ 'dpo-online': {'metrics.csv': '60c644794493c854', 'samples.txt': '6521d603a4344a4a'},
+ 'ar-centered-clipped-smtm': {'metrics.csv': '3ad62d5683e03168', 'samples.txt': '1a48aea8195f628d'},
  'ar-loo-frozen-kl-norm': {'metrics.csv': '94c3c06ca7d25b1c', 'samples.txt': '9fd8b3b53d196c33'},
  'ar-normalized-kl-smts': {'metrics.csv': '95dda001cea20f83', 'samples.txt': '591d71dce4ce428b'},
  'ar-raw-naive': {'metrics.csv': 'c0507b105624d1bc', 'samples.txt': '4a565fc7225dcfde'},
