@@ -231,11 +231,13 @@ def test_a_dpo_run_records_no_clip_fraction(policy):
     assert np.isfinite(grpo["clip_fraction"]).all()
 
 
-@pytest.mark.parametrize("pairs", [{}, {"pairs": "offline", "pairs_per_prompt": 3}])
+@pytest.mark.parametrize("pairs", [{}, {"pairs": "offline", "pairs_per_prompt": 3}, {"temperature": 0.7}])
 def test_a_factorised_dpo_step_differentiates_only_its_pairs_and_records_the_same(pairs, monkeypatch):
     """The factorised policy's DPO step runs its forward pass on the pairs only (its step metrics come from
-    the kept log-softmaxes): the same records, bitwise, as the plain path through the groups' forward pass
-    (online: the pairs a gather from it; offline: a second pass on the fixed set)."""
+    the kept log-softmaxes): the same records, bitwise, as the path through the groups' forward pass
+    (online: the pairs a gather from it; offline: a second pass on the fixed set), also at a temperature.
+    That the metrics read off the log-softmaxes are the recorded ones of before is
+    tests/training/test_metrics.py's block test and tests/test_pinned_outputs.py's pinned runs."""
     from lab.training.kinds import Factorized
     from lab.training.metrics import FIXED_LENGTH_METRICS
 
@@ -273,6 +275,11 @@ def test_a_dpo_runs_samples_mark_each_groups_pair_instead_of_deltas():
                 assert line in text.splitlines(), line
             marked += 1
     assert marked > 0 and text.count("  chosen") == text.count("  rejected") == marked
+    bradley_terry = train(TASK, dpo(epochs=6, sample_every=1, preference="bradley-terry"))
+    for snap in bradley_terry.samples:  # the drawn winner may be the lower reward: the pair is still (hi, lo)
+        for rewards, pair in zip(snap.rewards[0], snap.pairs[0]):
+            if rewards.max() > rewards.min():
+                assert {rewards[pair[0]], rewards[pair[1]]} == {rewards.max(), rewards.min()}
     offline = samples_text(train(TASK, dpo(pairs="offline", pairs_per_prompt=2)))
     assert "delta" not in offline and "chosen" not in offline and "rejected" not in offline
     assert "  delta " in samples_text(train(TASK, TrainConfig(kl=0.1, **SHORT)))  # GRPO keeps its deltas
