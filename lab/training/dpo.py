@@ -31,11 +31,16 @@ def pair_log_probs(pairs: PairSet, kind, parameters: list[Tensor], log_probs: Te
     log_probs: the loop's per-token float[run batch trial pos], on the pairs themselves, or (`on_groups`) on
     the epoch's groups: online pairs are then a gather from their sums over positions, and the offline set
     takes a forward pass of its own."""
-    if not on_groups:
-        return log_probs.sum(dim=-1)
-    if pairs.index is not None:
-        return log_probs.sum(dim=-1).gather(-1, pairs.index)
-    return kind.log_probs(parameters, pairs.responses, pairs.mask)[0].sum(dim=-1)
+    if on_groups and pairs.index is None:
+        return kind.log_probs(parameters, pairs.responses, pairs.mask)[0].sum(dim=-1)
+    return online_sums(pairs, log_probs, on_groups)
+
+
+def online_sums(pairs: PairSet, log_probs: Tensor, on_groups: bool) -> Tensor:
+    """Sequence log-probs float[run batch 2K] from per-token ones already taken on the pairs, or (`on_groups`)
+    on the epoch's groups, where online pairs are a gather from their sums."""
+    sums = log_probs.sum(dim=-1)
+    return sums.gather(-1, pairs.index) if on_groups else sums
 
 
 def pair_loss(logps: Tensor, ref_logps: Tensor, keep: Tensor, loss_groups, beta: Tensor) -> Tensor:
@@ -170,9 +175,8 @@ class DPOSetup:
         on the epoch's groups (`pair_log_probs`); `ref_log_probs`, on the same responses, is given at the
         epoch's first step only: the pairs' reference log-probs stay fixed for the epoch."""
         if ref_log_probs is not None:
-            sums = None if self.pairs.index is None else ref_log_probs.sum(dim=-1)  # online: on pairs or groups
-            self.ref_logps = (self.pairs.ref_logps if sums is None else
-                              sums.gather(-1, self.pairs.index) if on_groups else sums)
+            self.ref_logps = (self.pairs.ref_logps if self.pairs.index is None else
+                              online_sums(self.pairs, ref_log_probs, on_groups))
             self.loss = EpochPairLoss.of(self.ref_logps, self.pairs.keep, self.loss_groups, beta)
         logps = pair_log_probs(self.pairs, kind, parameters, log_probs, on_groups)
         self.epoch_logps.append(logps.detach())
