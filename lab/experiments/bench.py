@@ -172,9 +172,10 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
         cases = ([(d, p, None, {}) for d in devices for p in policies]
                  + [(d, "factorized", "gae", {"delta": "gae"}) for d in devices if critic]
                  + [(d, "factorized", None, DPO_BENCH) for d in devices if dpo])
+        settings = [config.replace(policy=policy, **changes) for _, policy, _, changes in cases]
         singles = {}  # case -> best seconds of one run alone
         for i, (name, policy, delta, changes) in enumerate(cases):
-            device, setting = torch.device(name), config.replace(policy=policy, **changes)
+            device, setting = torch.device(name), settings[i]
             warm_runs = [setting.replace(seed=s, epochs=warm.epochs) for s in range(max(sizes))]
             train(task, warm_runs, device=device)  # warm-up
             singles[i] = _best(lambda: train(task, setting, device=device), device, repeats)
@@ -185,15 +186,14 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
             # carry the machine's drift between them (on a shared VM the same sweep's time wanders by 10%)
             for _ in range(min(repeats, 2)):
                 for i, (name, policy, delta, changes) in enumerate(cases):
-                    configs = [config.replace(policy=policy, seed=s, **changes) for s in range(runs)]
+                    configs = [settings[i].replace(seed=s) for s in range(runs)]
                     seconds = _timed(lambda: train(task, configs, device=torch.device(name)), torch.device(name))
                     best[i, runs] = min(best.get((i, runs), math.inf), seconds)
         for i, (name, policy, delta, changes) in enumerate(cases):
             for runs in sizes:
                 seconds = best[i, runs]
                 result.rows.append(BenchRow(name, runs, seconds, runs / seconds, runs * singles[i] / seconds,
-                                            runs * lecture / seconds, policy, config.replace(**changes).loss.value,
-                                            delta))
+                                            runs * lecture / seconds, policy, settings[i].loss.value, delta))
         return result
     finally:
         torch.set_num_threads(previous_threads)

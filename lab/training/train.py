@@ -103,7 +103,8 @@ def train(
         if pairing is not None:
             pairing.take_groups(groups.responses, groups.rewards)
         write = epoch % shared.sample_every == 0 or epoch == shared.epochs - 1
-        keep_samples(history, epoch, groups, targets, write, pairing.sample_pairs() if pairing is not None and write else None)
+        pairs = pairing.sample_pairs() if pairing is not None and write else None  # marked in samples.txt
+        keep_samples(history, epoch, groups, targets, write, pairs)
         losses = train_steps(kind, parameters, reference, fresh_reference, groups, first_step,
                              settings, optimizer, guard, block, pairing, critic, epoch >= shared.critic_warmup)
         kind.end_epoch(guard, epoch, losses, parameters)  # a diverged run goes back to its epoch start
