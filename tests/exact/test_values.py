@@ -20,6 +20,9 @@ from lab.policies.critic import Critic
 from lab.policies.factorized import Policy
 
 TOLERANCE = dict(rtol=1e-9, atol=1e-11)
+FLOAT32 = dict(rtol=1e-6, atol=1e-5)
+"""Two float32 paths to the same numbers (batched and alone, a table and a direct pass) sum in different
+orders, and the CPU's kernels (AVX2, AVX-512) round them differently: 1e-7 relative seen, allowed 1e-6."""
 
 
 def seeded(seed):
@@ -172,7 +175,7 @@ def test_the_critic_read_at_every_state_is_the_critic_on_the_responses():
         rows = varlen.varlen_responses(3, 3)
         direct = critic(prompts, rows.expand(2, *rows.shape))  # float[run batch n pos]
     mask = varlen.live_mask(policy, rows)
-    torch.testing.assert_close(values.on_responses(policy, tables, rows), direct * mask, **TOLERANCE)
+    torch.testing.assert_close(values.on_responses(policy, tables, rows), direct * mask, **FLOAT32)
 
 
 def test_factorized_policy_has_one_state_the_prompt():
@@ -209,5 +212,5 @@ def test_a_run_stack_and_its_critics_give_each_run_its_own_numbers():
         for run in range(3):
             own = [t[run] for t in tables] if isinstance(tables, list) else tables[run]
             alone = critic_error.value_error_exact(stack.unstack(run), prompts, "inclusion-ordering", own)
-            torch.testing.assert_close(error.by_position[run], alone.by_position, **TOLERANCE)
-            assert abs(float(error.total[run] - alone.total)) < 1e-9
+            torch.testing.assert_close(error.by_position[run], alone.by_position, **FLOAT32)
+            assert abs(float(error.total[run] - alone.total)) < 1e-6 * abs(float(alone.total)) + 1e-9
