@@ -1,7 +1,8 @@
 """figures/RESULTS.md, written from a reproduction's records: tables, verdicts on the lecture's claims.
 
-Verdict rules (all intervals 95%: Student t for means, Welch t for differences
-of means, Wilson for fractions, a percentile bootstrap for mean shares; lab.experiments.intervals):
+Verdict rules (all intervals 95%: Student t for means, a paired t for differences of means (every setting runs
+seeds 0..N-1: `seed_difference`), Wilson for fractions, a percentile bootstrap for mean shares;
+lab.experiments.intervals):
 - "X is higher than Y":   holds if the interval of mean(X) - mean(Y) lies above 0,
                           does not hold if it lies below 0, else inconclusive.
 - "X makes little difference to Y": holds if that interval lies inside +-MARGIN x optimum,
@@ -218,8 +219,8 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
            "the lecture's prompts [[1,0,2],[3,2,4],[1,2,3]]. 'Final' = the last epoch (mean reward of its "
            "samples) or the last step (KL). 'Optimal on every prompt' = the final greedy (argmax) response "
            "reaches the optimum reward on all three prompts. Intervals (`lab/experiments/intervals.py`, "
-           "scipy.stats): 95% Student t over seeds for means, Welch t for differences of independent runs, a "
-           "paired t where runs share seeds, Wilson for fractions of runs, and a percentile bootstrap over seeds "
+           "scipy.stats): 95% Student t over seeds for means, a paired t over seeds for differences between "
+           "settings (every setting runs the same seeds), Wilson for fractions of runs, and a percentile bootstrap over seeds "
            "(9999 resamples) for means of probabilities and shares, whose ends stay inside [0, 1]. 'Seed 5, the lecture's draw' is one more run per "
            "setting, not among the seeds above: seed 5 drawn as the lecture's script draws (`--sampler "
            "multinomial`); in the lecture's three experiments it is the lecture's own run, whose logged loss "
