@@ -30,6 +30,8 @@ from lab.cli.options import (
     GroupsOpt,
     HeldoutOpt,
     InitScalesOpt,
+    KLEstimatorsOpt,
+    KLInsOpt,
     KLPeriodOpt,
     KLsOpt,
     LossAggsOpt,
@@ -88,6 +90,8 @@ def sweep(
     loss: LossesOpt = None,
     reward: RewardsOpt = None,
     kl: KLsOpt = None,
+    kl_estimator: KLEstimatorsOpt = None,
+    kl_in: KLInsOpt = None,
     clip_eps: ClipsOpt = None,
     lr: LrsOpt = None,
     group_size: GroupsOpt = None,
@@ -140,7 +144,8 @@ def sweep(
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
              "entropy_coef": entropy_coef, "loss_agg": loss_agg, "pairs": pairs, "preference": preference,
-             "dpo_loss": dpo_loss, "gae_lambda": gae_lambda, "temperature": temperature}
+             "dpo_loss": dpo_loss, "gae_lambda": gae_lambda, "temperature": temperature,
+             "kl_estimator": kl_estimator, "kl_in": kl_in}
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once

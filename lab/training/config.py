@@ -18,6 +18,7 @@ from lab.core.aggregation import LossAgg
 from lab.core.choices import parse_choice
 from lab.core.deltas import NEEDS_GROUP, DeltaMode
 from lab.core.dpo import DPOLoss, Pairs, Preference
+from lab.core.kl import KLEstimator, KLPlacement
 from lab.core.losses import TrainingLoss
 from lab.policies.interface import PolicyKind
 from lab.policies.sampling import Sampler
@@ -76,7 +77,18 @@ class TrainConfig:
     clip_eps: float = 0.01
     """clip band half-width eps of the clipped loss (TRL `epsilon`, verl `clip_ratio`); the lecture's 0.01"""
     kl: float = 0.0
-    """beta, weight of the k3 KL penalty to the reference (TRL `beta`, verl `kl_loss_coef`); 0 = off"""
+    """beta, weight of the KL penalty to the reference (TRL `beta`, verl `kl_loss_coef` / `kl_ctrl.kl_coef`); 0 = off;
+    the estimator and where it goes: `kl_estimator`, `kl_in` (k3 in the loss by default)"""
+    kl_estimator: KLEstimator = KLEstimator.k3
+    """which per-token estimator of KL(pi_theta || pi_ref) the penalty uses (lab.core.kl): k1 = log(pi / pi_ref),
+    k2 = its square / 2, k3 = rho - log rho - 1 (verl `kl_loss_type` / `kl_penalty`: k1 is `kl`, k2 `mse`,
+    k3 `low_var_kl` without its clamp; TRL's GRPO: k3). Left out of `to_dict` at k3"""
+    kl_in: KLPlacement = KLPlacement.loss
+    """where the penalty goes: `loss`, beta * the estimator added to the loss (verl `use_kl_loss`, TRL's GRPO), or
+    `reward`, each response's reward becomes r - beta * its summed estimator, detached, before the deltas (verl
+    `use_kl_in_reward`, PPO-RLHF; the `reward` metrics stay the task's). Claim 14: k2 in the loss and k1 in the
+    reward follow grad KL(pi_theta || pi_ref); k3 in the loss grad KL(pi_ref || pi_theta). Left out of `to_dict`
+    at loss"""
     kl_period: int = 10
     """refresh the reference every this many epochs; 0 = freeze it once at the start"""
     std_eps: float = 1e-5
@@ -137,7 +149,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name, enum in (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind),
-                           ("loss_agg", LossAgg)):
+                           ("loss_agg", LossAgg), ("kl_estimator", KLEstimator), ("kl_in", KLPlacement)):
             object.__setattr__(self, name, parse_choice(enum, getattr(self, name), name, ConfigError))
         self._check_dpo()
         object.__setattr__(self, "adam_betas", tuple(self.adam_betas))
@@ -208,6 +220,10 @@ class TrainConfig:
         if self.entropy_coef > 0:
             raise ConfigError("--entropy-coef applies to the policy-gradient losses; use --entropy-coef 0 with "
                               "--loss dpo")
+        for name in ("kl_estimator", "kl_in"):
+            if getattr(self, name) != KL_DEFAULTS[name]:
+                raise ConfigError(f"--{name.replace('_', '-')} applies to the policy-gradient losses' KL penalty; "
+                                  "DPO's beta is no penalty (drop it with --loss dpo)")
         if self.delta is DeltaMode.gae:
             raise ConfigError("--loss dpo uses no advantages, so --delta gae (a learned critic) has nothing to do; "
                               "drop --delta gae or use a policy-gradient --loss")
@@ -243,8 +259,9 @@ class TrainConfig:
                 for f in dataclasses.fields(self) for v in [getattr(self, f.name)]}
 
     def to_dict(self) -> dict:
-        """`plain()` as written to config.json: `temperature` left out at 1, so earlier runs' files are unchanged."""
-        return {k: v for k, v in self.plain().items() if not (k == "temperature" and v == 1.0)}
+        """`plain()` as written to config.json: `temperature`, `kl_estimator` and `kl_in` left out at their defaults,
+        so earlier runs' files are unchanged."""
+        return {k: v for k, v in self.plain().items() if not (k in OMITTED_AT_DEFAULT and v == OMITTED_AT_DEFAULT[k])}
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
@@ -261,6 +278,12 @@ class TrainConfig:
 DPO_DEFAULTS = {"pairs": Pairs.online, "pairs_per_prompt": 16, "preference": Preference.argmax,
                 "dpo_loss": DPOLoss.sigmoid}
 """The DPO settings a --loss dpo run takes when not given (None for the other losses)."""
+
+KL_DEFAULTS = {"kl_estimator": KLEstimator.k3, "kl_in": KLPlacement.loss}
+"""Where the KL penalty goes and which estimator it uses, by default: k3 in the loss (TRL's GRPO, verl's default)."""
+
+OMITTED_AT_DEFAULT = {"temperature": 1.0, "kl_estimator": "k3", "kl_in": "loss"}
+"""Fields `to_dict` leaves out at these (plain) values: written only by runs that use them."""
 
 CRITIC_FIELDS = ("critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages")
 """The critic's settings (`--delta gae` only)."""

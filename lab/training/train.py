@@ -7,8 +7,9 @@
         repeat S times:
             L = agg(surrogate(l, d, l_old); m) + beta * kl_term(l, l_ref; m) - c_H * H(pi_theta)   -> one Adam step
 
-kl_term = C * agg(k3(l, l_ref); m) (`lab.core.aggregation`): under token-mean at fixed length the
-per-sequence sum of k3, averaged over sequences. The factorised policy is the case where every
+kl_term = C * agg(k(l, l_ref); m) (`lab.core.aggregation`, k the run's estimator, k3 by default): under
+token-mean at fixed length the per-sequence sum of k, averaged over sequences. A `--kl-in reward` run has
+no KL term: its deltas are made from r - beta * sum_pos k(l_old, l_ref) (`lab.training.groups`). The factorised policy is the case where every
 position is live (no mask, C = the response length); the autoregressive one ends each response at
 EOS (or at max_length) and masks the padding after it. What the two truly do differently (sampling,
 the fused log-prob node, the exact per-epoch metrics) is their `lab.training.kinds` entry; sampling
@@ -34,7 +35,7 @@ import torch
 from torch import Tensor
 
 from lab.core.aggregation import kl_term
-from lab.core.kl import freeze, k3, reference_due
+from lab.core.kl import ESTIMATORS, freeze, reference_due
 from lab.core.losses import compute_loss
 from lab.training.config import TrainConfig, check_batchable
 from lab.training.groups import (
@@ -99,7 +100,8 @@ def train(
         if pairing is not None:
             pairing.start_epoch(epoch, kind, reference, shared.pairs_per_prompt)
         first_step = kind.start_epoch(fresh_reference)  # exact metrics of the sampling policy, if any
-        groups = sample_groups(kind, settings, shared, critic)
+        groups = sample_groups(kind, settings, shared, critic,
+                               (parameters, reference, fresh_reference) if len(settings.reward_kl_runs) else None)
         if pairing is not None:
             pairing.take_groups(groups.responses, groups.rewards)
         write = epoch % shared.sample_every == 0 or epoch == shared.epochs - 1
@@ -183,12 +185,12 @@ def step_loss(kind: Kind, parameters: list[Tensor], settings: RunSettings, group
         lambda key, lp, d, old, eps, m: compute_loss(lp, d, key[0], old, eps, key[1], m, horizon, per_token),
         log_probs, groups.deltas if groups.token_deltas is None else groups.token_deltas, old_log_probs,
         s.clip_eps, mask)
-    group_kl_term = lambda agg, lp, ref, m: kl_term(k3(lp, ref), agg, m, horizon)  # noqa: E731
+    group_kl_term = lambda key, lp, ref, m: kl_term(ESTIMATORS[key[1]](lp, ref), key[0], m, horizon)  # noqa: E731
     # beta = 0 everywhere adds exactly nothing to the gradient: leave the KL out of the graph
     if not s.any_kl:
         loss = pg_loss
     elif s.kl_runs is None:
-        loss = pg_loss + s.beta * s.agg_groups.apply(group_kl_term, log_probs, ref_log_probs, mask)
+        loss = pg_loss + s.beta * s.kl_agg_groups.apply(group_kl_term, log_probs, ref_log_probs, mask)
     else:
         runs = s.kl_runs
         loss = pg_loss.index_add(0, runs, s.beta[runs] * s.kl_agg_groups.apply(
