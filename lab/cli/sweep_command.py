@@ -107,7 +107,7 @@ def sweep(
     seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
     sampler: SamplerOpt = DEFAULTS.sampler,
     threads: Annotated[int | None, typer.Option(
-        help="torch CPU threads (default: 1, or all cores for 100 runs or more; see lab bench)")] = None,
+        help="torch CPU threads (default: 1, which a busy machine does not slow down; see lab bench)")] = None,
     kl_period: KLPeriodOpt = DEFAULTS.kl_period,
     policy: PolicyOpt = DEFAULTS.policy,
     max_length: MaxLengthOpt = DEFAULTS.max_length,
@@ -176,7 +176,7 @@ def sweep(
     from lab.experiments.bench import sweep_threads
 
     previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads or sweep_threads(len(configs)))  # tiny runs: 1; hundreds of runs: all cores
+    torch.set_num_threads(threads or sweep_threads(len(configs)))  # one thread: see SWEEP_THREADS
     try:
         total = sum(configs[b[0]].epochs for b in sweeps.batches(configs))
         records = run_with_progress(quiet, f"{len(configs)} runs", total, lambda progress: sweeps.run_sweep(

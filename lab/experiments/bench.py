@@ -46,14 +46,17 @@ ALL_CORES = os.cpu_count() or 1
 LECTURE_THREADS = tuple(sorted({1, ALL_CORES}))
 """Thread counts the lecture-style loop is timed at; its fastest is the baseline."""
 
-MANY_RUNS = 100
-"""From this many runs in one sweep, all cores beat one thread (on 2 cores, measured by this
-benchmark: 500 runs 1.3x faster, 100 runs 1.2x, 20 runs the same); below it, one thread."""
+SWEEP_THREADS = 1
+"""`lab sweep`'s default torch threads, whatever the number of runs. On a quiet 2-core machine all cores
+made a sweep of hundreds of runs about 1.1x to 1.3x faster, but beside one other CPU-bound process the
+same 500-run sweep took 5x to 12x as long as at one thread (torch's OpenMP threads wait on the one that
+shares its core); one thread costs the quiet machine that little and the busy one nothing. `lab bench`'s
+loaded row measures both (docs/speed.md)."""
 
 
 def sweep_threads(runs: int) -> int:
-    """The thread policy of `lab sweep`: one thread for small sweeps, all cores for large ones."""
-    return ALL_CORES if runs >= MANY_RUNS else 1
+    """The thread policy of `lab sweep` (`--threads` overrides it): one thread, at any size."""
+    return SWEEP_THREADS
 
 
 @dataclass(frozen=True)

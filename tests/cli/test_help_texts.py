@@ -1,0 +1,73 @@
+"""What the commands' help promises, and the defaults it names, kept true.
+
+    reproduce: its fewest seeds (in its help) is the lecture's seed + 1; by default it writes
+               runs/reproduce-<N>seeds, never the tracked figures/ unless told `--out figures`
+    run, sweep: the exit codes in their help include 143 (SIGTERM)
+    bench --threads N: every figure it prints at N threads, the lecture-style loop's too
+"""
+
+import re
+
+from typer.testing import CliRunner
+
+from lab.cli import app
+from lab.cli.reproduce_command import MIN_SEEDS
+from lab.experiments.reproduce import LECTURE_SEED
+
+
+def help_text(*command: str) -> str:
+    result = CliRunner().invoke(app, [*command, "--help"])
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.split())
+
+
+def test_reproduces_help_states_its_fewest_seeds_and_that_is_what_it_accepts(tmp_path, monkeypatch):
+    assert MIN_SEEDS == LECTURE_SEED + 1
+    assert f"at least {MIN_SEEDS}" in help_text("reproduce")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["reproduce", "--seeds", str(MIN_SEEDS - 1), "--quiet"])
+    assert result.exit_code == 2 and f"must be > {LECTURE_SEED}" in result.output
+
+
+def test_reproduce_writes_under_runs_by_default_and_figures_only_when_asked(tmp_path, monkeypatch):
+    """A file of the user's where the default folder would go is refused before any training, naming that
+    folder; figures/ is not touched."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "RESULTS.md").write_text("mine")
+    default = tmp_path / "runs" / "reproduce-7seeds"
+    default.mkdir(parents=True)
+    (default / "RESULTS.md").write_text("mine too")
+    result = CliRunner().invoke(app, ["reproduce", "--seeds", "7", "--quiet"])
+    assert result.exit_code == 2 and "runs/reproduce-7seeds" in result.output, result.output
+    asked = CliRunner().invoke(app, ["reproduce", "--seeds", "7", "--quiet", "--out", "figures"])
+    assert asked.exit_code == 2 and "figures" in asked.output and "RESULTS.md" in asked.output
+    assert (tmp_path / "figures" / "RESULTS.md").read_text() == "mine"
+    assert "runs/reproduce-<N>seeds" in help_text("reproduce")
+
+
+def test_run_and_sweep_help_list_the_exit_code_of_sigterm():
+    for command in ("run", "sweep"):
+        assert re.search(r"143 terminated \(SIGTERM\)", help_text(command)), command
+
+
+def test_bench_times_the_lecture_loop_at_the_threads_asked_for(monkeypatch):
+    import lab.experiments.bench as bench_module
+
+    calls = {}
+
+    def lecture_baseline(config=None, threads=(), repeats=3):
+        calls["lecture"] = tuple(threads)
+        return {count: 1.0 for count in threads}
+
+    def bench(sizes, devices, threads, repeats, lecture_seconds):
+        calls.setdefault("runs", []).append(threads)
+        return bench_module.BenchResult(threads, bench_module.TrainConfig(), 1.0, {},
+                                        lecture_seconds_by_threads=lecture_seconds)
+
+    monkeypatch.setattr(bench_module, "lecture_baseline", lecture_baseline)
+    monkeypatch.setattr(bench_module, "bench", bench)
+    result = CliRunner().invoke(app, ["bench", "--threads", "1", "--sweep-runs", "0", "--loaded-runs", "0"])
+    assert result.exit_code == 0, result.output
+    assert calls == {"lecture": (1,), "runs": [1]}
+    assert "1.000 s at 1 thread" in result.output and "at 2 threads" not in result.output
