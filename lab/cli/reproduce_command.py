@@ -54,8 +54,8 @@ def reproduce(
         check_writable(out / "RESULTS.md", temporary=False)
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
-    reproduction = run_with_progress(quiet, "reproduce", rep.progress_epochs(), lambda progress: rep.run_reproduction(
-        seeds, device=torch_device, progress=progress))
+    reproduction = run_with_progress(quiet, "reproduce", 1, lambda progress: rep.run_reproduction(
+        seeds, device=torch_device, progress=progress), unit=None)  # work units: lab.experiments.work
     with writing(out), files.staging() as tmp:
         paths = rep.write_figures(reproduction, tmp)
     if not quiet:

@@ -178,9 +178,8 @@ def sweep(
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads or sweep_threads(len(configs)))  # one thread: see SWEEP_THREADS
     try:
-        total = sum(configs[b[0]].epochs for b in sweeps.batches(configs))
-        records = run_with_progress(quiet, f"{len(configs)} runs", total, lambda progress: sweeps.run_sweep(
-            job.task, configs, device=job.device, progress=progress))
+        records = run_with_progress(quiet, f"{len(configs)} runs", 1, lambda progress: sweeps.run_sweep(
+            job.task, configs, device=job.device, progress=progress), unit=None)  # work units: lab.experiments.work
     finally:
         torch.set_num_threads(previous_threads)
     summaries = sweeps.summarise(records, columns)

@@ -33,6 +33,7 @@ import torch
 from lab.exact import critic_moments
 from lab.experiments.intervals import difference_interval, mean_interval, wilson_interval
 from lab.experiments.sweep import optimal_everywhere
+from lab.experiments.work import Stages, batch_work
 from lab.policies import make_policy, policy_from_state
 from lab.policies.critic import CRITICS
 from lab.training.config import TrainConfig
@@ -57,14 +58,17 @@ class CriticRuns:
     seeds: int
 
 
+def critic_configs(seeds: int, base: TrainConfig) -> list[list[TrainConfig]]:
+    """Each setting's runs, seed order."""
+    return [[base.replace(**overrides, seed=s) for s in range(seeds)] for overrides in SETTINGS]
+
+
 def run_critic_experiment(seeds: int, base: TrainConfig, device="cpu", progress=None) -> CriticRuns:
-    """Every setting's seeds as one batch; `progress(epochs done, epochs)` over all settings."""
-    parts, total = [], len(SETTINGS) * base.epochs
-    for i, overrides in enumerate(SETTINGS):
-        later = None if progress is None else (lambda done, _, i=i: progress(i * base.epochs + done, total))
-        parts.append(train(_task(), [base.replace(**overrides, seed=s) for s in range(seeds)], device=device,
-                           progress=later))
-    return CriticRuns(parts, seeds)
+    """Every setting's seeds as one batch; `progress(done, total)` over all settings, each weighed by its work."""
+    settings = critic_configs(seeds, base)
+    stages = Stages(progress, [batch_work(configs) for configs in settings])
+    return CriticRuns([train(_task(), configs, device=device, progress=stages(i))
+                       for i, configs in enumerate(settings)], seeds)
 
 
 def _task():
