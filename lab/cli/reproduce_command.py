@@ -9,7 +9,7 @@ import torch
 import typer
 
 from lab.cli.application import USER_ERRORS, app, fail, writing
-from lab.cli.progress import run_with_progress
+from lab.cli.progress import Heartbeat, LineProgress, run_with_progress
 from lab.cli.options import DeviceOpt, QuietOpt, cli_message
 from lab.training.config import ConfigError, Device, resolve_device
 from lab.experiments.endtoend import END_TO_END_RUNS
@@ -99,24 +99,32 @@ def bench(
         fail(cli_message(str(e)))
     devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
     counts = list(dict.fromkeys(threads or [1, ALL_CORES]))
-    # once, at the thread counts asked for (by default 1 and all cores): its fastest is the baseline
-    lecture = lecture_baseline(threads=sorted(counts) if threads else LECTURE_THREADS, repeats=repeats)
-    quiet_seconds = None  # the loaded row's sweep at one thread without the competitor, where measured
-    for count in counts:
-        result = run_bench(sizes or SIZES, devices, count, repeats, lecture_seconds=lecture)
-        typer.echo(bench_report(result))
-        quiet_seconds = quiet_seconds or next((r.seconds for r in result.rows if count == 1 and r.device == "cpu"
-                                               and r.runs == loaded_runs and r.policy == "factorized"
-                                               and r.delta is None and r.loss == "naive"), None)
-    if sweep_runs:
-        from lab.experiments.endtoend import end_to_end, end_to_end_report
+    lecture_counts = sorted(counts) if threads else LECTURE_THREADS  # its fastest is the baseline
+    end_to_end_counts = counts if threads else [None]  # None: `lab sweep`'s own default
+    from lab.experiments.work import Stages, bench_stage_works
 
-        for device in devices:
-            for count in (counts if threads else [None]):  # None: `lab sweep`'s own default
-                extra = [f"--threads={count}"] if count else []
-                row = end_to_end(sweep_runs, device, repeats=repeats, extra=extra)
+    works = bench_stage_works(sizes or SIZES, devices, repeats, lecture_counts, len(counts),
+                              sweep_runs * len(devices) * len(end_to_end_counts), loaded_runs)
+    with Heartbeat(LineProgress("bench", unit=None)) as line:  # lines on stderr: the report goes to stdout
+        stages = Stages(line, works)
+        lecture = lecture_baseline(threads=lecture_counts, repeats=repeats, progress=stages(0))
+        quiet_seconds = None  # the loaded row's sweep at one thread without the competitor, where measured
+        for k, count in enumerate(counts, 1):
+            result = run_bench(sizes or SIZES, devices, count, repeats, lecture_seconds=lecture, progress=stages(k))
+            typer.echo(bench_report(result))
+            quiet_seconds = quiet_seconds or next((r.seconds for r in result.rows if count == 1 and r.device == "cpu"
+                                                   and r.runs == loaded_runs and r.policy == "factorized"
+                                                   and r.delta is None and r.loss == "naive"), None)
+        if sweep_runs:
+            from lab.experiments.endtoend import end_to_end, end_to_end_report
+
+            rows = [(device, count) for device in devices for count in end_to_end_counts]
+            for k, (device, count) in enumerate(rows):
+                row = end_to_end(sweep_runs, device, repeats=repeats, extra=[f"--threads={count}"] if count else [],
+                                 progress=lambda done, total, k=k: stages(len(counts) + 1)(k + done / total, len(rows)))
                 typer.echo(end_to_end_report(row, min(lecture.values()), count))
-    if loaded_runs:
-        from lab.experiments.loaded_bench import loaded_report, loaded_row
+        if loaded_runs:
+            from lab.experiments.loaded_bench import loaded_report, loaded_row
 
-        typer.echo(loaded_report(loaded_row(loaded_runs, repeats=min(repeats, 2)), quiet_seconds))
+            row = loaded_row(loaded_runs, repeats=min(repeats, 2), progress=stages(len(works) - 1))
+            typer.echo(loaded_report(row, quiet_seconds))

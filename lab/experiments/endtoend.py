@@ -52,8 +52,9 @@ def folder_sizes(folder: Path) -> dict[str, int]:
 
 
 def end_to_end(runs: int = END_TO_END_RUNS, device: str = "cpu", repeats: int = 2,
-               extra: Sequence[str] = ()) -> EndToEndRow:
-    """Best of `repeats` timings of a `runs`-run sweep into a temporary folder (removed afterwards)."""
+               extra: Sequence[str] = (), progress=None) -> EndToEndRow:
+    """Best of `repeats` timings of a `runs`-run sweep into a temporary folder (removed afterwards);
+    `progress(tries done, repeats)` after each."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT),
                                                                       os.environ.get("PYTHONPATH")]))}
     best, files = float("inf"), {}
@@ -66,6 +67,8 @@ def end_to_end(runs: int = END_TO_END_RUNS, device: str = "cpu", repeats: int = 
             if done.returncode != 0:
                 raise RuntimeError(f"lab sweep failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
             best, files = min(best, seconds), folder_sizes(out)
+            if progress is not None:
+                progress(attempt + 1, repeats)
     return EndToEndRow(device, runs, best, sum(files.values()), files)
 
 

@@ -66,11 +66,22 @@ class LoadedRow:
         return self.seconds[self.default_threads] / self.seconds[1]
 
 
+def thread_counts() -> tuple[int, ...]:
+    """The loaded row's thread counts: `lab sweep`'s default, one, all cores (each once)."""
+    from lab.experiments.bench import ALL_CORES, sweep_threads
+
+    return tuple(dict.fromkeys((sweep_threads(LOADED_RUNS), 1, ALL_CORES)))
+
+
+def loaded_tries(repeats: int) -> int:
+    return repeats * len(thread_counts())
+
+
 def loaded_row(runs: int = LOADED_RUNS, repeats: int = 2, config=None, progress=None) -> LoadedRow:
     """Time an R-run sweep at the default threads, at one thread and at all cores, in turn, beside a competitor."""
     import torch
 
-    from lab.experiments.bench import ALL_CORES, sweep_threads
+    from lab.experiments.bench import sweep_threads
     from lab.training.config import TrainConfig
     from lab.training.train import train
     from tasks.sorting import make_task
@@ -78,7 +89,7 @@ def loaded_row(runs: int = LOADED_RUNS, repeats: int = 2, config=None, progress=
     config, task = config or TrainConfig(), make_task()
     configs = [config.replace(seed=s) for s in range(runs)]
     default, previous = sweep_threads(runs), torch.get_num_threads()
-    counts = tuple(dict.fromkeys((default, 1, ALL_CORES)))
+    counts = thread_counts()
     best, tries = dict.fromkeys(counts, math.inf), [count for _ in range(repeats) for count in counts]
     try:
         with competing_process():

@@ -37,6 +37,12 @@ class WorkModel:
     """the group size the figures above were measured at"""
     autoregressive: KindCost = KindCost(3.0, 7.7)
     critic: KindCost = KindCost(2.3, 1.8)
+    lecture_loop: float = 1.6
+    """the lecture-style loop's one run / the lab's one run (0.854 s / 0.538 s)"""
+    start_s: float = 3.0
+    """a fresh `lab sweep` process's seconds besides training: start-up, summary, figure, tables"""
+    loaded: float = 1.5
+    """a sweep beside a competing process / the same sweep alone (its tries at several thread counts)"""
 
 
 WORK = WorkModel()
@@ -76,3 +82,32 @@ class Stages:
             return None
         offset, work = sum(self.works[:stage]), self.works[stage]
         return lambda done, total: self.progress(offset + work * done / max(total, 1e-12), self.total)
+
+
+class Tally:
+    """Progress over pieces of work done one after another: `add(work of the piece)` after each."""
+
+    def __init__(self, progress: Callable[[float, float], None] | None, total: float) -> None:
+        self.progress, self.total, self.done = progress, total, 0.0
+
+    def add(self, work: float) -> None:
+        self.done = min(self.done + work, self.total)
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+
+def bench_stage_works(sizes: Sequence[int], devices: Sequence[str], repeats: int, lecture_threads: Sequence[int],
+                      thread_counts: int, end_to_end_runs: int, loaded_runs: int,
+                      model: WorkModel = WORK) -> list[float]:
+    """`lab bench`'s stages, estimated: the lecture-style loop at each of its thread counts, the rows at each
+    thread count, the end-to-end sweeps (`end_to_end_runs` in all, one process per try), the loaded row."""
+    from lab.experiments.bench import bench_work
+    from lab.experiments.loaded_bench import loaded_tries
+
+    one = TrainConfig()
+    lecture = len(lecture_threads) * (repeats + 0.02) * batch_work([one]) * model.lecture_loop
+    end_to_end = repeats * (batch_work([one.replace(seed=s) for s in range(end_to_end_runs)])
+                            + model.start_s) if end_to_end_runs else 0.0
+    loaded = (loaded_tries(min(repeats, 2)) * batch_work([one.replace(seed=s) for s in range(loaded_runs)])
+              * model.loaded) if loaded_runs else 0.0
+    return [lecture, *[bench_work(sizes, devices, repeats)] * thread_counts, end_to_end, loaded]

@@ -56,11 +56,11 @@ def test_bench_times_the_lecture_loop_at_the_threads_asked_for(monkeypatch):
 
     calls = {}
 
-    def lecture_baseline(config=None, threads=(), repeats=3):
+    def lecture_baseline(config=None, threads=(), repeats=3, progress=None):
         calls["lecture"] = tuple(threads)
         return {count: 1.0 for count in threads}
 
-    def bench(sizes, devices, threads, repeats, lecture_seconds):
+    def bench(sizes, devices, threads, repeats, lecture_seconds, progress=None):
         calls.setdefault("runs", []).append(threads)
         return bench_module.BenchResult(threads, bench_module.TrainConfig(), 1.0, {},
                                         lecture_seconds_by_threads=lecture_seconds)
