@@ -101,7 +101,8 @@ def bench(
     counts = list(dict.fromkeys(threads or [1, ALL_CORES]))
     lecture_counts = sorted(counts) if threads else LECTURE_THREADS  # its fastest is the baseline
     end_to_end_counts = counts if threads else [None]  # None: `lab sweep`'s own default
-    from lab.experiments.work import Stages, bench_stage_works
+    from lab.experiments.bench_plan import bench_stage_works
+    from lab.experiments.work import Stages
 
     works = bench_stage_works(sizes or SIZES, devices, repeats, lecture_counts, len(counts),
                               sweep_runs * len(devices) * len(end_to_end_counts), loaded_runs)

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from lab.experiments.intervals import Interval, wilson_interval
-from lab.experiments.sweep import optimal_everywhere, run_sweep
-from lab.experiments.work import Stages, sweep_work
+from lab.experiments.sweep import optimal_everywhere, run_sweep, sweep_work
+from lab.experiments.work import Stages
 from lab.training.config import TrainConfig
 
 LR_CONTROL = ((1.0, 3e-4, 3), (1.0, 1e-4, 3), (0.1, 1e-2, 1))

@@ -28,8 +28,8 @@ from lab.experiments.temperature_section import SETTINGS as TEMPERATURE_SETTINGS
 from lab.files.output_folders import write_text_atomic
 from lab.training.records import Records
 from lab.policies.sampling import Sampler
-from lab.experiments.sweep import run_sweep
-from lab.experiments.work import Stages, sweep_work
+from lab.experiments.sweep import run_sweep, sweep_work
+from lab.experiments.work import Stages
 from tasks.sorting import make_task
 
 LECTURE = TrainConfig()

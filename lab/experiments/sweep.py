@@ -167,6 +167,11 @@ def batches(configs: Sequence[TrainConfig]) -> list[list[int]]:
     return list(groups.values())
 
 
+def sweep_work(configs: Sequence[TrainConfig]) -> float:
+    """Estimated seconds of `run_sweep(configs)`: its batches one after another."""
+    return sum(batch_work([configs[i] for i in group]) for group in batches(configs))
+
+
 def run_sweep(
     task: Task,
     configs: Sequence[TrainConfig],

@@ -58,13 +58,6 @@ def batch_work(configs: Sequence[TrainConfig], model: WorkModel = WORK) -> float
                                          + runs * model.run_step_s * kind.run * critic.run)
 
 
-def sweep_work(configs: Sequence[TrainConfig]) -> float:
-    """Estimated seconds of `run_sweep(configs)`: its batches one after another."""
-    from lab.experiments.sweep import batches
-
-    return sum(batch_work([configs[i] for i in group]) for group in batches(configs))
-
-
 class Stages:
     """Progress over stages run one after another, each reporting its own `(done, total)`.
 
@@ -95,19 +88,3 @@ class Tally:
         if self.progress is not None:
             self.progress(self.done, self.total)
 
-
-def bench_stage_works(sizes: Sequence[int], devices: Sequence[str], repeats: int, lecture_threads: Sequence[int],
-                      thread_counts: int, end_to_end_runs: int, loaded_runs: int,
-                      model: WorkModel = WORK) -> list[float]:
-    """`lab bench`'s stages, estimated: the lecture-style loop at each of its thread counts, the rows at each
-    thread count, the end-to-end sweeps (`end_to_end_runs` in all, one process per try), the loaded row."""
-    from lab.experiments.bench import bench_work
-    from lab.experiments.loaded_bench import loaded_tries
-
-    one = TrainConfig()
-    lecture = len(lecture_threads) * (repeats + 0.02) * batch_work([one]) * model.lecture_loop
-    end_to_end = repeats * (batch_work([one.replace(seed=s) for s in range(end_to_end_runs)])
-                            + model.start_s) if end_to_end_runs else 0.0
-    loaded = (loaded_tries(min(repeats, 2)) * batch_work([one.replace(seed=s) for s in range(loaded_runs)])
-              * model.loaded) if loaded_runs else 0.0
-    return [lecture, *[bench_work(sizes, devices, repeats)] * thread_counts, end_to_end, loaded]

@@ -11,8 +11,8 @@ import io
 import pytest
 
 from lab.cli.progress import LineProgress
-from lab.experiments.sweep import run_sweep
-from lab.experiments.work import WORK, Stages, batch_work, sweep_work
+from lab.experiments.sweep import run_sweep, sweep_work
+from lab.experiments.work import WORK, Stages, batch_work
 from lab.training.config import TrainConfig
 from tasks.sorting import make_task
 
