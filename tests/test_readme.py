@@ -62,3 +62,16 @@ def test_the_outputs_the_readme_quotes_are_what_the_lab_prints(tmp_path):
         result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / str(number))])
         assert result.exit_code == 0, result.output
         assert SUMMARY_HEAD.search(result.output).group(0) == quoted, result.output
+
+
+def test_the_pictures_caption_says_what_its_command_gives(tmp_path):
+    """The caption's sweep, run again: at the lecture's initialisation no seed sorts every prompt, at a ten
+    times smaller one every seed does (the picture is that sweep's curves.png)."""
+    caption = re.search(r"Made with `lab (sweep [^`]+)`", README.read_text()).group(1)
+    result = CliRunner().invoke(app, [*shlex.split(caption), "--out", str(tmp_path / "sweep")])
+    assert result.exit_code == 0, result.output
+    rows = {re.search(r"init_scale=[\d.]+", line).group(0): line for line in result.output.splitlines()
+            if "init_scale=" in line}
+    assert set(rows) == {"init_scale=1.0", "init_scale=0.1"}
+    assert " 0% [" in rows["init_scale=1.0"] and " 100% [" in rows["init_scale=0.1"]
+    assert (ROOT / "figures" / "learning_curves.png").is_file()
