@@ -190,7 +190,7 @@ def _verdicts(runs: CriticRuns, var: dict[int, np.ndarray]) -> list[str]:
                    f"G = 10, factorised: final mean reward difference {whitened.text(3)} (whitened minus not).",
                    "", "Beside the last verdict, at the end, tr Cov per prompt x G (the variance per sample): GRPO "
                    f"centered {per_sample[0]:.2f}, gae {per_sample[1]:.2f}; the critic costs a second network's forward and "
-                   "backward pass per step and its own Adam state (seconds: `lab bench`'s gae row in the README).", "",
+                   "backward pass per step and its own Adam state (seconds: `lab bench`'s gae row, docs/speed.md).", "",
                    "Each setting's seeds train as one batch, the lecture's schedule otherwise (100 epochs x 10 steps, "
                    "Adam lr 1e-3 for the policy and the critic, naive loss, inclusion-ordering). gae: the critic of "
                    "`lab/policies/critic.py`, GAE with gamma = 1, advantages not whitened, value clip 0.5; on the "
