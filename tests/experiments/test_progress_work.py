@@ -25,7 +25,8 @@ def recorder():
 def test_a_batchs_work_is_a_fixed_part_per_step_plus_a_part_per_run():
     one = TrainConfig(epochs=2, steps=3)
     assert batch_work([one]) == pytest.approx(6 * (WORK.step_s + WORK.run_step_s))
-    assert batch_work([one.replace(seed=s) for s in range(500)]) == pytest.approx(6 * (WORK.step_s + 500 * WORK.run_step_s))
+    many = [one.replace(seed=s) for s in range(500)]
+    assert batch_work(many) == pytest.approx(6 * (WORK.step_s + 500 * WORK.run_step_s))
     assert batch_work([one.replace(group_size=20)]) == pytest.approx(6 * (WORK.step_s + 2 * WORK.run_step_s))
     ar = WORK.autoregressive
     assert batch_work([one.replace(policy="autoregressive")]) == pytest.approx(

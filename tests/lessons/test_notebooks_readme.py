@@ -45,8 +45,8 @@ def serves(args: list[str], cwd: Path, env: dict[str, str]) -> str:
     """Start `jupyter lab` without a browser and return the first address it announces (then stop it).
     As root (CI) it needs `--allow-root`, which the page mentions."""
     root = ["--allow-root"] if os.geteuid() == 0 else []
-    server = subprocess.Popen([*args, "--no-browser", f"--port={free_port()}", "--ip=127.0.0.1", *root], cwd=cwd, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen([*args, "--no-browser", f"--port={free_port()}", "--ip=127.0.0.1", *root], cwd=cwd,
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + SERVER_START_S
         for line in server.stderr:
