@@ -48,6 +48,30 @@ ORACLE_SEEDS = 2
 
 
 @dataclass(frozen=True)
+class OracleCost:
+    """Seconds of `exact_numbers`, in `lab.experiments.work`'s units (measured on the 2-core VM, one thread,
+    scaled by that moment's training time against the work model): the flow's cost per run and epoch on each
+    task, the slopes' per run. They weigh this stage in the reproduction's progress; nothing else reads them."""
+    lecture_flow_s: float = 0.027
+    dr_grpo_flow_s: float = 0.0028
+    slope_s: float = 0.014
+
+
+ORACLE_COST = OracleCost()
+
+
+def oracle_runs(name: str, runs: list[TrainConfig], seeds: int) -> list[int]:
+    """The runs whose exact flow `exact_numbers` computes: every Dr. GRPO run, the lecture task's first seeds."""
+    return [i for i, c in enumerate(runs) if name == DR_GRPO or c.seed < min(ORACLE_SEEDS, seeds)]
+
+
+def exact_work(configs: dict[str, list[TrainConfig]], seeds: int, cost: OracleCost = ORACLE_COST) -> float:
+    """The estimated time of `exact_numbers(tasks, configs, seeds)`, for the reproduction's progress."""
+    return sum(len(runs) * cost.slope_s + sum(runs[i].epochs + 1 for i in oracle_runs(name, runs, seeds))
+               * (cost.dr_grpo_flow_s if name == DR_GRPO else cost.lecture_flow_s) for name, runs in configs.items())
+
+
+@dataclass(frozen=True)
 class Setting:
     """One comparison: `overrides` of the base config on task `task`, run under both divisors."""
 
@@ -151,7 +175,7 @@ def exact_numbers(tasks: dict, configs: dict[str, list[TrainConfig]], seeds: int
     slopes, flows = {}, {}
     for name, runs in configs.items():
         slopes[name] = Oracle(tasks[name], runs).slopes()
-        chosen = [i for i, c in enumerate(runs) if name == DR_GRPO or c.seed < min(ORACLE_SEEDS, seeds)]
+        chosen = oracle_runs(name, runs, seeds)
         flow = np.full((len(runs), runs[0].epochs + 1), np.nan)
         flow[chosen] = Oracle(tasks[name], [runs[i] for i in chosen]).flow()
         flows[name] = flow

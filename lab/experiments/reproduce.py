@@ -159,6 +159,7 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     stages = Stages(progress, [sweep_work(configs),
                                *([c.controls_work(seeds, base)] if controls else []),
                                *(sweep_work(runs) for runs in length_runs.values()),
+                               *([lb.exact_work(length_runs, seeds)] if length_bias else []),
                                *([sum(sweep_work(runs) for runs in critic_configs(seeds, base))] if critic else []),
                                *([sweep_work(dpo_runs)] if dpo else [])])
     stage = iter(range(len(stages.works)))
@@ -174,6 +175,9 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.length = {name: run_sweep(tasks[name], runs, device=device, progress=stages(next(stage)))
                                for name, runs in length_runs.items()}
         reproduction.length_exact = lb.exact_numbers(tasks, length_runs, seeds)
+        exact_done = stages(next(stage))
+        if exact_done is not None:
+            exact_done(1, 1)
     if critic:
         reproduction.critic = run_critic_experiment(seeds, base, device, stages(next(stage)))
     if dpo:

@@ -75,3 +75,17 @@ def test_the_lines_never_go_back_and_a_quiet_stretch_still_gets_one():
     lines = progress.file.getvalue().splitlines()
     assert [line.split()[1] for line in lines] == ["50%,", "50%,"]
     assert lines[1] == "reproduce: 50%, 80 s, about 80 s left"
+
+
+def test_the_length_oracles_stage_weighs_the_runs_it_follows():
+    """The exact flow runs for every Dr. GRPO run and the lecture task's first ORACLE_SEEDS seeds only."""
+    from lab.experiments import length_bias as lb
+
+    runs, _ = lb.length_configs(6, TrainConfig(epochs=4))
+    chosen = {name: lb.oracle_runs(name, configs, 6) for name, configs in runs.items()}
+    assert len(chosen[lb.DR_GRPO]) == len(runs[lb.DR_GRPO])
+    assert all(runs[lb.LECTURE][i].seed < lb.ORACLE_SEEDS for i in chosen[lb.LECTURE])
+    cost = lb.ORACLE_COST
+    expected = sum(len(configs) * cost.slope_s for configs in runs.values()) + 5 * (
+        len(chosen[lb.LECTURE]) * cost.lecture_flow_s + len(chosen[lb.DR_GRPO]) * cost.dr_grpo_flow_s)
+    assert lb.exact_work(runs, 6) == pytest.approx(expected)
