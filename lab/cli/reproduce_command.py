@@ -54,10 +54,20 @@ def reproduce(
         check_writable(out / "RESULTS.md", temporary=False)
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
-    reproduction = run_with_progress(quiet, "reproduce", 1, lambda progress: rep.run_reproduction(
-        seeds, device=torch_device, progress=progress), unit=None)  # work units: lab.experiments.work
-    with writing(out), files.staging() as tmp:
-        paths = rep.write_figures(reproduction, tmp)
+    def reproduce_and_write(progress):  # one progress, in work units (lab.experiments.work), to the last file
+        last = [1.0]
+
+        def report(done: float, total: float) -> None:
+            last[0] = total
+            progress(done, total)
+        reproduction = rep.run_reproduction(seeds, device=torch_device, progress=progress and report,
+                                            after=rep.figures_work(seeds))
+        with writing(out), files.staging() as tmp:
+            paths = rep.write_figures(reproduction, tmp)
+        if progress:
+            progress(last[0], last[0])
+        return reproduction, paths
+    reproduction, paths = run_with_progress(quiet, "reproduce", 1, reproduce_and_write, unit=None)
     if not quiet:
         typer.echo(f"{reproduction.records.num_runs} runs, {len(paths)} files -> {out}/ "
                    f"in {time.perf_counter() - start:.1f} s (training {reproduction.records.seconds:.1f} s)")

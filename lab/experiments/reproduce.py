@@ -127,12 +127,14 @@ def config_of(overrides: dict, seed: int, base: TrainConfig = LECTURE) -> TrainC
 def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: torch.device | str = "cpu",
                      progress: Callable[[float, float], None] | None = None,
                      experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
-                     controls: bool = True, critic: bool = True, dpo: bool = True) -> Reproduction:
+                     controls: bool = True, critic: bool = True, dpo: bool = True,
+                     after: float = 0.0) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
     controls (`lab.experiments.controls`), the length-bias experiment (`lab.experiments.length_bias`) as its
     own batches, the critic experiment (`lab.experiments.critic_results`), a batch per setting, and the DPO
     section (`lab.experiments.dpo_results`). `progress(done, total)` counts the work of all of them, each
-    stage weighed by its estimated time (`lab.experiments.work`), so it only rises and its time left holds."""
+    stage weighed by its estimated time (`lab.experiments.work`), so it only rises and its time left holds;
+    `after` is the work the caller does next (`figures_work`: writing the figures), counted in the total."""
     from lab.experiments import controls as c
     from lab.experiments import length_bias as lb
     from lab.experiments.critic_results import critic_configs, run_critic_experiment
@@ -161,7 +163,7 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                                *(sweep_work(runs) for runs in length_runs.values()),
                                *([lb.exact_work(length_runs, seeds)] if length_bias else []),
                                *([sum(sweep_work(runs) for runs in critic_configs(seeds, base))] if critic else []),
-                               *([sweep_work(dpo_runs)] if dpo else [])])
+                               *([sweep_work(dpo_runs)] if dpo else []), after])
     stage = iter(range(len(stages.works)))
     records = run_sweep(make_task(), configs, device=device, progress=stages(next(stage)))
     reproduction = Reproduction(records, seeds, runs, lecture_runs)
@@ -184,6 +186,18 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.dpo_groups = dpo_groups
         reproduction.dpo = run_sweep(make_task(), dpo_runs, device=device, progress=stages(next(stage)))
     return reproduction
+
+
+FIGURES_S = (16.0, 0.1)
+"""Seconds of `write_figures` in `lab.experiments.work`'s units: a fixed part and a part per seed. Measured on
+the 2-core VM under load (20-25 s at 6 and 12 seeds, 20 and 40 epochs alike), scaled by that moment's
+training time against the work model; only the reproduction's progress reads it."""
+
+
+def figures_work(seeds: int) -> float:
+    """The estimated time of `write_figures` for a reproduction of `seeds` seeds, for its progress."""
+    fixed, per_seed = FIGURES_S
+    return fixed + per_seed * seeds
 
 
 def length_tasks() -> dict:

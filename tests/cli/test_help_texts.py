@@ -71,3 +71,32 @@ def test_bench_times_the_lecture_loop_at_the_threads_asked_for(monkeypatch):
     assert result.exit_code == 0, result.output
     assert calls == {"lecture": (1,), "runs": [1]}
     assert "1.000 s at 1 thread" in result.output and "at 2 threads" not in result.output
+
+
+def test_reproduces_progress_reaches_its_end_only_once_the_figures_are_written(tmp_path, monkeypatch):
+    """Training reports up to its share; the figures' stage (`figures_work`) completes the bar once written."""
+    import types
+
+    import lab.cli.reproduce_command as command
+    import lab.experiments.reproduce as rep
+
+    seen, written = [], []
+
+    def run_reproduction(seeds, device, progress, after):
+        progress(3.0, 3.0 + after)  # all the training done
+        return types.SimpleNamespace(records=types.SimpleNamespace(num_runs=1, seconds=0.0))
+
+    def write_figures(reproduction, out):
+        written.append(len(seen))
+        (out / "RESULTS.md").write_text("results")
+        return [out / "RESULTS.md"]
+
+    monkeypatch.setattr(rep, "run_reproduction", run_reproduction)
+    monkeypatch.setattr(rep, "write_figures", write_figures)
+    monkeypatch.setattr(command, "run_with_progress",
+                        lambda quiet, label, total, fn, unit: fn(lambda done, of: seen.append((done, of))))
+    result = CliRunner().invoke(app, ["reproduce", "--seeds", "6", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    total = 3.0 + rep.figures_work(6)
+    assert seen == [(3.0, total), (total, total)] and written == [1]
+    assert (tmp_path / "out" / "RESULTS.md").read_text() == "results"
