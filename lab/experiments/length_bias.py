@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lab.experiments.intervals import paired_interval, paired_p_value
+from lab.experiments.work import Stages
 from lab.training.config import TrainConfig
 from lab.training.records import Records
 
@@ -65,10 +66,15 @@ def oracle_runs(name: str, runs: list[TrainConfig], seeds: int) -> list[int]:
     return [i for i, c in enumerate(runs) if name == DR_GRPO or c.seed < min(ORACLE_SEEDS, seeds)]
 
 
-def exact_work(configs: dict[str, list[TrainConfig]], seeds: int, cost: OracleCost = ORACLE_COST) -> float:
+def task_exact_work(name: str, runs: list[TrainConfig], seeds: int, cost: OracleCost = ORACLE_COST) -> float:
+    """The estimated time of one task's slopes and flow in `exact_numbers`."""
+    flow_s = cost.dr_grpo_flow_s if name == DR_GRPO else cost.lecture_flow_s
+    return len(runs) * cost.slope_s + sum(runs[i].epochs + 1 for i in oracle_runs(name, runs, seeds)) * flow_s
+
+
+def exact_work(configs: dict[str, list[TrainConfig]], seeds: int) -> float:
     """The estimated time of `exact_numbers(tasks, configs, seeds)`, for the reproduction's progress."""
-    return sum(len(runs) * cost.slope_s + sum(runs[i].epochs + 1 for i in oracle_runs(name, runs, seeds))
-               * (cost.dr_grpo_flow_s if name == DR_GRPO else cost.lecture_flow_s) for name, runs in configs.items())
+    return sum(task_exact_work(name, runs, seeds) for name, runs in configs.items())
 
 
 @dataclass(frozen=True)
@@ -167,17 +173,20 @@ def length_bias_markdown(records: dict[str, Records], pairs, slopes: dict[str, n
     return lines
 
 
-def exact_numbers(tasks: dict, configs: dict[str, list[TrainConfig]], seeds: int) -> tuple[dict, dict]:
+def exact_numbers(tasks: dict, configs: dict[str, list[TrainConfig]], seeds: int,
+                  progress=None) -> tuple[dict, dict]:
     """(slopes, flows) of `length_bias_markdown`: slopes at init for every run; the flow for the runs of seeds
-    below ORACLE_SEEDS on the lecture task and for every run of DR_GRPO (NaN rows elsewhere)."""
+    below ORACLE_SEEDS on the lecture task and for every run of DR_GRPO (NaN rows elsewhere). `progress(done,
+    total)` over the tasks, each weighed by `task_exact_work`."""
     from lab.experiments.length_oracle import Oracle
 
     slopes, flows = {}, {}
-    for name, runs in configs.items():
+    stages = Stages(progress, [task_exact_work(name, runs, seeds) for name, runs in configs.items()])
+    for k, (name, runs) in enumerate(configs.items()):
         slopes[name] = Oracle(tasks[name], runs).slopes()
         chosen = oracle_runs(name, runs, seeds)
         flow = np.full((len(runs), runs[0].epochs + 1), np.nan)
-        flow[chosen] = Oracle(tasks[name], [runs[i] for i in chosen]).flow()
+        flow[chosen] = Oracle(tasks[name], [runs[i] for i in chosen]).flow(progress=stages(k))
         flows[name] = flow
     return slopes, flows
 

@@ -176,10 +176,7 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.length_pairs = length_pairs
         reproduction.length = {name: run_sweep(tasks[name], runs, device=device, progress=stages(next(stage)))
                                for name, runs in length_runs.items()}
-        reproduction.length_exact = lb.exact_numbers(tasks, length_runs, seeds)
-        exact_done = stages(next(stage))
-        if exact_done is not None:
-            exact_done(1, 1)
+        reproduction.length_exact = lb.exact_numbers(tasks, length_runs, seeds, progress=stages(next(stage)))
     if critic:
         reproduction.critic = run_critic_experiment(seeds, base, device, stages(next(stage)))
     if dpo:
