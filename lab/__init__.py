@@ -22,6 +22,12 @@ before torch loads (`lab.cli.main`).
 from __future__ import annotations
 
 import importlib
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+"""Before torch loads (the `lab` command imports this package first): OpenMP threads that wait sleep
+instead of spinning, so that `--threads 2` beside another busy process does not run several times slower
+(docs/speed.md, `lab bench`'s loaded row). A value the user exported is kept."""
 
 PUBLIC = {
     "ConfigError": "lab.training.config",

@@ -6,8 +6,8 @@
     coverage = every tests/proofs/test_*.py linked; every test_claim_NN_* function cited under claim NN
     files    = one proof file per claim, tests/proofs/test_claim_NN_<short_name>.py, linked from claim NN's
                section, and every test in it named test_claim_NN_ (the same NN)
-    README   = its "## Proofs" section points to docs/claims.md, and its summary bullets ("- 1-5: ...",
-               "- 11-13: ...") cover claims 1..N in order, N the number of claims here
+    summary  = docs/proofs.md points to claims.md, and its summary bullets ("- 1-5: ...", "- 11-13: ...")
+               cover claims 1..N in order, N the number of claims here; the README links docs/claims.md
 
 Each rule is a function returning the problems it finds, so the same rules are run on the real
 page (no problems) and on broken copies of it (the mutants: each must be caught).
@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "claims.md"
 README = ROOT / "README.md"
+SUMMARY = ROOT / "docs" / "proofs.md"
 PROOFS = ROOT / "tests" / "proofs"
 
 HEADING = re.compile(r"^## Claim (\d+)\. \S", re.MULTILINE)
@@ -124,15 +125,18 @@ def proof_file_problems(text: str) -> list[str]:
     return problems
 
 
-def readme_problems(readme: str, claims: int) -> list[str]:
-    proofs = re.split(r"^## ", readme.split("\n## Proofs\n", 1)[-1], flags=re.MULTILINE)[0]
-    problems = [] if "](docs/claims.md)" in proofs else ["README's Proofs section does not link docs/claims.md"]
+def summary_problems(summary: str, claims: int) -> list[str]:
+    problems = [] if "](claims.md)" in summary else ["docs/proofs.md does not link claims.md"]
     covered = []
-    for first, last in re.findall(r"^- (\d+)(?:-(\d+))?: ", proofs, flags=re.MULTILINE):
+    for first, last in re.findall(r"^- (\d+)(?:-(\d+))?: ", summary, flags=re.MULTILINE):
         covered += range(int(first), int(last or first) + 1)
     if covered != list(range(1, claims + 1)):
-        problems.append(f"README's proofs list covers claims {covered}, docs/claims.md has 1..{claims}")
+        problems.append(f"docs/proofs.md's list covers claims {covered}, docs/claims.md has 1..{claims}")
     return problems
+
+
+def readme_problems(readme: str) -> list[str]:
+    return [] if "](docs/claims.md)" in readme else ["README does not link docs/claims.md"]
 
 
 def test_claims_are_numbered_consecutively_from_one():
@@ -159,8 +163,9 @@ def test_each_claim_has_one_proof_file_named_after_it():
     assert proof_file_problems(DOC.read_text()) == []
 
 
-def test_the_readme_points_to_the_claims_and_summarises_every_one():
-    assert readme_problems(README.read_text(), len(claim_sections(DOC.read_text()))) == []
+def test_the_proofs_page_summarises_every_claim_and_the_readme_points_to_them():
+    assert summary_problems(SUMMARY.read_text(), len(claim_sections(DOC.read_text()))) == []
+    assert readme_problems(README.read_text()) == []
 
 
 def test_each_rule_catches_its_mutant():
@@ -181,6 +186,7 @@ def test_each_rule_catches_its_mutant():
     for rule, mutant in mutants.items():
         assert mutant != text, rule.__name__
         assert rule(mutant), f"{rule.__name__} misses its mutant"
-    readme, claims = README.read_text(), len(claim_sections(text))
-    assert readme_problems(readme, claims + 1)  # a claim added here but not summarised there
-    assert readme_problems(readme.replace("](docs/claims.md)", "](docs/other.md)"), claims)
+    summary, claims = SUMMARY.read_text(), len(claim_sections(text))
+    assert summary_problems(summary, claims + 1)  # a claim added here but not summarised there
+    assert summary_problems(summary.replace("](claims.md)", "](other.md)"), claims)
+    assert readme_problems(README.read_text().replace("](docs/claims.md)", "](docs/other.md)"))

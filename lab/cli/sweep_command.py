@@ -111,7 +111,7 @@ def sweep(
     seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
     sampler: SamplerOpt = DEFAULTS.sampler,
     threads: Annotated[int | None, typer.Option(
-        help="torch CPU threads (default: 1, or all cores for 100 runs or more; see lab bench)")] = None,
+        help="torch CPU threads (default: 1, which a busy machine does not slow down; see lab bench)")] = None,
     kl_period: KLPeriodOpt = DEFAULTS.kl_period,
     policy: PolicyOpt = DEFAULTS.policy,
     max_length: MaxLengthOpt = DEFAULTS.max_length,
@@ -138,7 +138,8 @@ def sweep(
     A run that diverges (inf/NaN loss or parameters) is frozen where it diverged and left out of
     the means; summary.csv and the table count such runs per setting. Exit codes: 0 done (also
     when some runs diverged: a line on stderr says how many); 3 every run diverged; 2 a mistake
-    in the input (one line, nothing written); 1 writing failed; 130 interrupted.
+    in the input (one line, nothing written); 1 writing failed; 130 interrupted (Ctrl-C);
+    143 terminated (SIGTERM).
     """
     from lab.experiments import sweep as sweeps
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
@@ -180,11 +181,10 @@ def sweep(
     from lab.experiments.bench import sweep_threads
 
     previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads or sweep_threads(len(configs)))  # tiny runs: 1; hundreds of runs: all cores
+    torch.set_num_threads(threads or sweep_threads(len(configs)))  # one thread: see SWEEP_THREADS
     try:
-        total = sum(configs[b[0]].epochs for b in sweeps.batches(configs))
-        records = run_with_progress(quiet, f"{len(configs)} runs", total, lambda progress: sweeps.run_sweep(
-            job.task, configs, device=job.device, progress=progress))
+        records = run_with_progress(quiet, f"{len(configs)} runs", 1, lambda progress: sweeps.run_sweep(
+            job.task, configs, device=job.device, progress=progress), unit=None)  # work units: lab.experiments.work
     finally:
         torch.set_num_threads(previous_threads)
     summaries = sweeps.summarise(records, columns)

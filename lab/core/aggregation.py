@@ -15,7 +15,7 @@ factors only: 1, 1, C, 1 (claim 16 in docs/claims.md: only the step size changes
 
 The same mode aggregates the KL term, scaled by C: kl_term = C * aggregate(k3). Under token-mean
 at fixed length that is the per-sequence sum of k3 averaged over sequences, the KL penalty the lab
-has always used (its beta weighs a whole sequence's KL, README "Conventions").
+has always used (its beta weighs a whole sequence's KL, docs/conventions.md).
 Without a mask (fixed length) token-mean is computed exactly as the lab always did, as a plain
 mean over (batch, trial, pos), so the default leaves every earlier number bitwise unchanged.
 Any leading axes (such as `run`) are kept.

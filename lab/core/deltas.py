@@ -10,7 +10,7 @@ For one prompt's group of G rewards r_1..r_G (axis `trial`):
     gae         delta_i = r_i, the return, from which the training loop's learned critic makes one
                 advantage per token (GAE, `lab.core.gae`, `lab.training.critic`): no group needed
 
-Conventions (README, "Conventions the lab makes explicit", lists how implementations differ):
+Conventions (docs/conventions.md lists how implementations differ):
 - `std` is Bessel-corrected (divides by G - 1) by default, as in the lecture and
   `torch.std`; pass `unbiased=False` for the population std of the GRPO chapter.
 - `std_eps` defaults to the lecture's 1e-5 (TRL uses 1e-4, verl 1e-6).

@@ -37,6 +37,7 @@ import torch
 from lab.training.config import TrainConfig
 from lab.training.lecture_loop import lecture_train
 from lab.training.train import train
+from lab.experiments.work import Tally, batch_work
 from tasks.sorting import make_task
 
 SIZES = (1, 10, 100, 500)
@@ -46,14 +47,17 @@ ALL_CORES = os.cpu_count() or 1
 LECTURE_THREADS = tuple(sorted({1, ALL_CORES}))
 """Thread counts the lecture-style loop is timed at; its fastest is the baseline."""
 
-MANY_RUNS = 100
-"""From this many runs in one sweep, all cores beat one thread (on 2 cores, measured by this
-benchmark: 500 runs 1.3x faster, 100 runs 1.2x, 20 runs the same); below it, one thread."""
+SWEEP_THREADS = 1
+"""`lab sweep`'s default torch threads, whatever the number of runs. On a quiet 2-core machine all cores
+made a sweep of hundreds of runs about 1.1x to 1.3x faster, but beside one other CPU-bound process the
+same 500-run sweep took 5x to 12x as long as at one thread (torch's OpenMP threads wait on the one that
+shares its core); one thread costs the quiet machine that little and the busy one nothing. `lab bench`'s
+loaded row measures both (docs/speed.md)."""
 
 
 def sweep_threads(runs: int) -> int:
-    """The thread policy of `lab sweep`: one thread for small sweeps, all cores for large ones."""
-    return ALL_CORES if runs >= MANY_RUNS else 1
+    """The thread policy of `lab sweep` (`--threads` overrides it): one thread, at any size."""
+    return SWEEP_THREADS
 
 
 @dataclass(frozen=True)
@@ -134,30 +138,53 @@ def _best(fn, device: torch.device, repeats: int) -> float:
 
 
 def lecture_baseline(config: TrainConfig | None = None, threads: Sequence[int] = LECTURE_THREADS,
-                     repeats: int = 3) -> dict[int, float]:
-    """Best seconds of one lecture-style run (seed `config.seed`) at each thread count."""
+                     repeats: int = 3, progress=None) -> dict[int, float]:
+    """Best seconds of one lecture-style run (seed `config.seed`) at each thread count;
+    `progress(counts done, counts)` after each."""
     config = config or TrainConfig()
     previous_threads = torch.get_num_threads()
     try:
         seconds = {}
-        for count in threads:
+        for done, count in enumerate(threads, 1):
             torch.set_num_threads(count)
             lecture_train(config.replace(epochs=2))  # warm-up
             seconds[count] = _best(lambda: lecture_train(config), torch.device("cpu"), repeats)
+            if progress is not None:
+                progress(done, len(threads))
         return seconds
     finally:
         torch.set_num_threads(previous_threads)
 
 
+def bench_cases(config: TrainConfig, devices: Sequence[str], policies: Sequence[str], dpo: bool, critic: bool):
+    """The rows' cases (device, policy, delta, changes) and each one's settings."""
+    cases = ([(d, p, None, {}) for d in devices for p in policies]
+             + [(d, "factorized", "gae", {"delta": "gae"}) for d in devices if critic]
+             + [(d, "factorized", None, DPO_BENCH) for d in devices if dpo])
+    return cases, [config.replace(policy=policy, **changes) for _, policy, _, changes in cases]
+
+
+def bench_work(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), repeats: int = 3,
+               config: TrainConfig | None = None, policies: Sequence[str] = POLICIES, dpo: bool = True,
+               critic: bool = True) -> float:
+    """The estimated time of `bench` (`lab.experiments.work`), the total of its progress."""
+    _, settings = bench_cases(config or TrainConfig(), devices, policies, dpo, critic)
+    warm = max(sizes)
+    return sum(batch_work([s.replace(seed=k, epochs=2) for k in range(warm)]) + repeats * batch_work([s])
+               + min(repeats, 2) * sum(batch_work([s.replace(seed=k) for k in range(runs)]) for runs in sizes)
+               for s in settings)
+
+
 def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threads: int = 1,
           repeats: int = 3, config: TrainConfig | None = None,
           lecture_seconds: dict[int, float] | None = None,
-          policies: Sequence[str] = POLICIES, dpo: bool = True, critic: bool = True) -> BenchResult:
+          policies: Sequence[str] = POLICIES, dpo: bool = True, critic: bool = True,
+          progress=None) -> BenchResult:
     """Time one run alone and sweeps of each size on each device at `threads`; see the module docstring.
 
     `lecture_seconds` (from `lecture_baseline`) is measured here when not given. Single runs are
     timed `repeats` times, each sweep min(repeats, 2) times after a warm-up, the cases of one size in
-    turn (round robin); the best time counts.
+    turn (round robin); the best time counts. `progress(done, total)` counts work (`bench_work`).
     """
     config = config or TrainConfig()
     task = make_task()
@@ -169,10 +196,8 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
         result = BenchResult(threads, config, min(lecture_seconds.values()), {},
                              lecture_seconds_by_threads=dict(lecture_seconds))
         lecture = result.lecture_seconds_per_run
-        cases = ([(d, p, None, {}) for d in devices for p in policies]
-                 + [(d, "factorized", "gae", {"delta": "gae"}) for d in devices if critic]
-                 + [(d, "factorized", None, DPO_BENCH) for d in devices if dpo])
-        settings = [config.replace(policy=policy, **changes) for _, policy, _, changes in cases]
+        cases, settings = bench_cases(config, devices, policies, dpo, critic)
+        tally = Tally(progress, bench_work(sizes, devices, repeats, config, policies, dpo, critic))
         singles = {}  # case -> best seconds of one run alone
         for i, (name, policy, delta, changes) in enumerate(cases):
             device, setting = torch.device(name), settings[i]
@@ -180,6 +205,7 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
             train(task, warm_runs, device=device)  # warm-up
             singles[i] = _best(lambda: train(task, setting, device=device), device, repeats)
             result.single_run_seconds[row_label(name, policy, delta, setting.loss.value)] = singles[i]
+            tally.add(batch_work(warm_runs) + repeats * batch_work([setting]))
         best: dict[tuple[int, int], float] = {}  # (case, R) -> best seconds
         for runs in sizes:
             # round robin: every case's tries are spread over the same minutes, so a ratio of two rows does not
@@ -189,6 +215,7 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
                     configs = [settings[i].replace(seed=s) for s in range(runs)]
                     seconds = _timed(lambda: train(task, configs, device=torch.device(name)), torch.device(name))
                     best[i, runs] = min(best.get((i, runs), math.inf), seconds)
+                    tally.add(batch_work(configs))
         for i, (name, policy, delta, changes) in enumerate(cases):
             for runs in sizes:
                 seconds = best[i, runs]

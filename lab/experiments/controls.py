@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from lab.experiments.intervals import Interval, wilson_interval
-from lab.experiments.sweep import optimal_everywhere, run_sweep
+from lab.experiments.sweep import optimal_everywhere, run_sweep, sweep_work
+from lab.experiments.work import Stages
 from lab.training.config import TrainConfig
 
 LR_CONTROL = ((1.0, 3e-4, 3), (1.0, 1e-4, 3), (0.1, 1e-2, 1))
@@ -36,20 +37,42 @@ def lr_configs(seeds: int, base: TrainConfig) -> list[TrainConfig]:
                          seed=seed) for scale, lr, times in LR_CONTROL for seed in range(seeds)]
 
 
-def lr_success(task, seeds: int, base: TrainConfig, device="cpu") -> dict[tuple, Interval]:
-    """(init scale, lr, epochs) -> Wilson interval of success over the seeds."""
+def alone_configs(seeds: int, base: TrainConfig) -> list[TrainConfig]:
+    return [base.replace(**s, seed=seed) for s in ALONE for seed in range(seeds)]
+
+
+def controls_work(seeds: int, base: TrainConfig) -> float:
+    """The estimated time of `run_controls` (`lab.experiments.work`), for the reproduction's progress."""
+    configs = lr_configs(seeds, base)
+    return (sum(sweep_work(configs[i * seeds:(i + 1) * seeds]) for i in range(len(LR_CONTROL)))
+            + sweep_work(alone_configs(seeds, base)))
+
+
+def run_controls(task, reproduction, base: TrainConfig, device="cpu", progress=None) -> tuple[dict, dict]:
+    """`lr_success`, then `batch_effect`, with one progress over both."""
+    seeds = reproduction.seeds
+    configs = lr_configs(seeds, base)
+    stages = Stages(progress, [*(sweep_work(configs[i * seeds:(i + 1) * seeds]) for i in range(len(LR_CONTROL))),
+                               sweep_work(alone_configs(seeds, base))])
+    return (lr_success(task, seeds, base, device, [stages(i) for i in range(len(LR_CONTROL))]),
+            batch_effect(task, reproduction, base, device, stages(len(LR_CONTROL))))
+
+
+def lr_success(task, seeds: int, base: TrainConfig, device="cpu", progress=None) -> dict[tuple, Interval]:
+    """(init scale, lr, epochs) -> Wilson interval of success over the seeds; `progress`: a callback per sweep."""
     configs = lr_configs(seeds, base)
     out = {}
     for i, (scale, lr, times) in enumerate(LR_CONTROL):  # one sweep each: `final` reads a run's own last epoch
-        solved = optimal_everywhere(run_sweep(task, configs[i * seeds:(i + 1) * seeds], device=device))
+        solved = optimal_everywhere(run_sweep(task, configs[i * seeds:(i + 1) * seeds], device=device,
+                                              progress=progress[i] if progress else None))
         out[(scale, lr, times * base.epochs)] = wilson_interval(int(solved.sum()), seeds)
     return out
 
 
-def batch_effect(task, reproduction, base: TrainConfig, device="cpu") -> dict:
+def batch_effect(task, reproduction, base: TrainConfig, device="cpu", progress=None) -> dict:
     """Retrain ALONE's settings in their own batch; compare each run's final mean reward with the reproduction's."""
-    configs = [base.replace(**s, seed=seed) for s in ALONE for seed in range(reproduction.seeds)]
-    alone = run_sweep(task, configs, device=device).final("mean_reward")
+    configs = alone_configs(reproduction.seeds, base)
+    alone = run_sweep(task, configs, device=device, progress=progress).final("mean_reward")
     index = {c: i for i, c in enumerate(reproduction.records.configs)}
     together = reproduction.records.final("mean_reward")[[index[c] for c in configs]]
     gap = np.abs(alone - together)

@@ -37,6 +37,7 @@ from lab.exact import critic_moments
 from lab.exact import values as exact_values
 from lab.experiments.intervals import mean_interval, seed_difference, wilson_interval
 from lab.experiments.sweep import optimal_everywhere
+from lab.experiments.work import Stages, batch_work
 from lab.policies import make_policy, policy_from_state
 from lab.policies.critic import CRITICS
 from lab.training.config import TrainConfig
@@ -61,14 +62,17 @@ class CriticRuns:
     seeds: int
 
 
+def critic_configs(seeds: int, base: TrainConfig) -> list[list[TrainConfig]]:
+    """Each setting's runs, seed order."""
+    return [[base.replace(**overrides, seed=s) for s in range(seeds)] for overrides in SETTINGS]
+
+
 def run_critic_experiment(seeds: int, base: TrainConfig, device="cpu", progress=None) -> CriticRuns:
-    """Every setting's seeds as one batch; `progress(epochs done, epochs)` over all settings."""
-    parts, total = [], len(SETTINGS) * base.epochs
-    for i, overrides in enumerate(SETTINGS):
-        later = None if progress is None else (lambda done, _, i=i: progress(i * base.epochs + done, total))
-        parts.append(train(_task(), [base.replace(**overrides, seed=s) for s in range(seeds)], device=device,
-                           progress=later))
-    return CriticRuns(parts, seeds)
+    """Every setting's seeds as one batch; `progress(done, total)` over all settings, each weighed by its work."""
+    settings = critic_configs(seeds, base)
+    stages = Stages(progress, [batch_work(configs) for configs in settings])
+    return CriticRuns([train(_task(), configs, device=device, progress=stages(i))
+                       for i, configs in enumerate(settings)], seeds)
 
 
 def _task():
@@ -217,7 +221,7 @@ def _verdicts(runs: CriticRuns, var: dict[int, np.ndarray]) -> list[str]:
                    f"G = 10, factorised: final mean reward difference {whitened.text(3)} (whitened minus not).",
                    "", "Beside the last verdict, at the end, tr Cov per prompt x G (the variance per sample): GRPO "
                    f"centered {per_sample[0]:.2f}, gae {per_sample[1]:.2f}; the critic costs a second network's forward and "
-                   "backward pass per step and its own Adam state (seconds: `lab bench`'s gae row in the README).", "",
+                   "backward pass per step and its own Adam state (seconds: `lab bench`'s gae row, docs/speed.md).", "",
                    "Each setting's seeds train as one batch, the lecture's schedule otherwise (100 epochs x 10 steps, "
                    "Adam lr 1e-3 for the policy and the critic, naive loss, inclusion-ordering). gae: the critic of "
                    "`lab/policies/critic.py`, GAE with gamma = 1, advantages not whitened, value clip 0.5; on the "

@@ -6,8 +6,8 @@
 
 Everything a user waits for counts: Python and torch starting, training, the
 summary, the figure and writing the metrics tables. The sweep runs with
-`lab sweep`'s own thread policy (`lab.experiments.bench.sweep_threads`) on the lecture's
-setting. A benchmark, not a test: it reports, it asserts nothing.
+`lab sweep`'s own thread policy (`lab.experiments.bench.sweep_threads`), or `lab bench --threads`'s
+counts, on the lecture's setting. A benchmark, not a test: it reports, it asserts nothing.
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ def folder_sizes(folder: Path) -> dict[str, int]:
 
 
 def end_to_end(runs: int = END_TO_END_RUNS, device: str = "cpu", repeats: int = 2,
-               extra: Sequence[str] = ()) -> EndToEndRow:
-    """Best of `repeats` timings of a `runs`-run sweep into a temporary folder (removed afterwards)."""
+               extra: Sequence[str] = (), progress=None) -> EndToEndRow:
+    """Best of `repeats` timings of a `runs`-run sweep into a temporary folder (removed afterwards);
+    `progress(tries done, repeats)` after each."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT),
                                                                       os.environ.get("PYTHONPATH")]))}
     best, files = float("inf"), {}
@@ -66,13 +67,16 @@ def end_to_end(runs: int = END_TO_END_RUNS, device: str = "cpu", repeats: int = 
             if done.returncode != 0:
                 raise RuntimeError(f"lab sweep failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
             best, files = min(best, seconds), folder_sizes(out)
+            if progress is not None:
+                progress(attempt + 1, repeats)
     return EndToEndRow(device, runs, best, sum(files.values()), files)
 
 
-def end_to_end_report(row: EndToEndRow, lecture_seconds_per_run: float) -> str:
+def end_to_end_report(row: EndToEndRow, lecture_seconds_per_run: float, threads: int | None = None) -> str:
     """One line per row: the command's seconds, its ratio to the lecture-style loop and the folder size."""
     largest = max(row.files, key=row.files.get)
-    return (f"lab sweep end to end ({row.runs} runs on {row.device}, a fresh process: start-up, training, "
+    count = "its default threads" if threads is None else f"--threads {threads}"
+    return (f"lab sweep end to end ({row.runs} runs on {row.device}, {count}, a fresh process: start-up, training, "
             f"writing): {row.seconds:.2f} s, {row.runs / row.seconds:.1f} runs/s, "
             f"{row.speedup_vs_lecture(lecture_seconds_per_run):.1f}x the lecture loop; folder "
             f"{row.folder_bytes / 1e6:.1f} MB (largest: {largest}, {row.files[largest] / 1e6:.1f} MB)")

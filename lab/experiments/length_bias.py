@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lab.experiments.intervals import paired_interval, paired_p_value
+from lab.experiments.work import Stages
 from lab.training.config import TrainConfig
 from lab.training.records import Records
 
@@ -45,6 +46,35 @@ PREDICTION_AGREEMENT = 0.9
 """The share of seeds whose exact slope difference must share a sign for it to count as the prediction."""
 ORACLE_SEEDS = 2
 """Seeds (0..ORACLE_SEEDS-1) whose exact expected-gradient flow is run per lecture setting (all seeds for DR_GRPO)."""
+
+
+@dataclass(frozen=True)
+class OracleCost:
+    """Seconds of `exact_numbers`, in `lab.experiments.work`'s units (measured on the 2-core VM, one thread,
+    scaled by that moment's training time against the work model): the flow's cost per run and epoch on each
+    task, the slopes' per run. They weigh this stage in the reproduction's progress; nothing else reads them."""
+    lecture_flow_s: float = 0.027
+    dr_grpo_flow_s: float = 0.0028
+    slope_s: float = 0.014
+
+
+ORACLE_COST = OracleCost()
+
+
+def oracle_runs(name: str, runs: list[TrainConfig], seeds: int) -> list[int]:
+    """The runs whose exact flow `exact_numbers` computes: every Dr. GRPO run, the lecture task's first seeds."""
+    return [i for i, c in enumerate(runs) if name == DR_GRPO or c.seed < min(ORACLE_SEEDS, seeds)]
+
+
+def task_exact_work(name: str, runs: list[TrainConfig], seeds: int, cost: OracleCost = ORACLE_COST) -> float:
+    """The estimated time of one task's slopes and flow in `exact_numbers`."""
+    flow_s = cost.dr_grpo_flow_s if name == DR_GRPO else cost.lecture_flow_s
+    return len(runs) * cost.slope_s + sum(runs[i].epochs + 1 for i in oracle_runs(name, runs, seeds)) * flow_s
+
+
+def exact_work(configs: dict[str, list[TrainConfig]], seeds: int) -> float:
+    """The estimated time of `exact_numbers(tasks, configs, seeds)`, for the reproduction's progress."""
+    return sum(task_exact_work(name, runs, seeds) for name, runs in configs.items())
 
 
 @dataclass(frozen=True)
@@ -143,17 +173,20 @@ def length_bias_markdown(records: dict[str, Records], pairs, slopes: dict[str, n
     return lines
 
 
-def exact_numbers(tasks: dict, configs: dict[str, list[TrainConfig]], seeds: int) -> tuple[dict, dict]:
+def exact_numbers(tasks: dict, configs: dict[str, list[TrainConfig]], seeds: int,
+                  progress=None) -> tuple[dict, dict]:
     """(slopes, flows) of `length_bias_markdown`: slopes at init for every run; the flow for the runs of seeds
-    below ORACLE_SEEDS on the lecture task and for every run of DR_GRPO (NaN rows elsewhere)."""
+    below ORACLE_SEEDS on the lecture task and for every run of DR_GRPO (NaN rows elsewhere). `progress(done,
+    total)` over the tasks, each weighed by `task_exact_work`."""
     from lab.experiments.length_oracle import Oracle
 
     slopes, flows = {}, {}
-    for name, runs in configs.items():
+    stages = Stages(progress, [task_exact_work(name, runs, seeds) for name, runs in configs.items()])
+    for k, (name, runs) in enumerate(configs.items()):
         slopes[name] = Oracle(tasks[name], runs).slopes()
-        chosen = [i for i, c in enumerate(runs) if name == DR_GRPO or c.seed < min(ORACLE_SEEDS, seeds)]
+        chosen = oracle_runs(name, runs, seeds)
         flow = np.full((len(runs), runs[0].epochs + 1), np.nan)
-        flow[chosen] = Oracle(tasks[name], [runs[i] for i in chosen]).flow()
+        flow[chosen] = Oracle(tasks[name], [runs[i] for i in chosen]).flow(progress=stages(k))
         flows[name] = flow
     return slopes, flows
 

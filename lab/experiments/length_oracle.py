@@ -102,13 +102,14 @@ class Oracle:
                  for v in (self.wrong_length(probs).sum(), (probs * self.rewards).sum(-1).mean(-1).sum())]
         return (along[0] / along[1]).detach().numpy()
 
-    def flow(self, epochs: int | None = None) -> np.ndarray:
-        """E[|o| | wrong] per run at the start of every epoch of the expected flow and at its end: float[run epoch+1]."""
+    def flow(self, epochs: int | None = None, progress=None) -> np.ndarray:
+        """E[|o| | wrong] per run at the start of every epoch of the expected flow and at its end: float[run epoch+1].
+        `progress(epochs done, epochs)` after each epoch."""
         first = self.configs[0]
         epochs = first.epochs if epochs is None else epochs
         optimizer = torch.optim.Adam(self.stack.parameters(), lr=first.lr, betas=first.adam_betas, eps=first.adam_eps)
         lengths = []
-        for _ in range(epochs):
+        for epoch in range(epochs):
             with torch.no_grad():
                 probs = self.log_probs().exp()
                 lengths.append(self.wrong_length(probs))
@@ -117,6 +118,8 @@ class Oracle:
                 optimizer.zero_grad()
                 (-(c * self.log_probs()).sum(-1).mean(-1).sum()).backward()
                 optimizer.step()
+            if progress is not None:
+                progress(epoch + 1, epochs)
         with torch.no_grad():
             lengths.append(self.wrong_length(self.log_probs().exp()))
         return torch.stack(lengths, dim=-1).numpy()

@@ -28,7 +28,8 @@ from lab.experiments.temperature_section import SETTINGS as TEMPERATURE_SETTINGS
 from lab.files.output_folders import write_text_atomic
 from lab.training.records import Records
 from lab.policies.sampling import Sampler
-from lab.experiments.sweep import run_sweep
+from lab.experiments.sweep import run_sweep, sweep_work
+from lab.experiments.work import Stages
 from tasks.sorting import make_task
 
 LECTURE = TrainConfig()
@@ -124,13 +125,21 @@ def config_of(overrides: dict, seed: int, base: TrainConfig = LECTURE) -> TrainC
 
 
 def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: torch.device | str = "cpu",
-                     progress: Callable[[int, int], None] | None = None,
+                     progress: Callable[[float, float], None] | None = None,
                      experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
-                     controls: bool = True, critic: bool = True, dpo: bool = True) -> Reproduction:
+                     controls: bool = True, critic: bool = True, dpo: bool = True,
+                     after: float = 0.0) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
-    length-bias experiment (`lab.experiments.length_bias`) as its own batches, then the critic experiment
-    (`lab.experiments.critic_results`), a batch per setting, then the DPO section (`lab.experiments.dpo_results`).
-    `progress` counts epochs over all of them (`progress_epochs`)."""
+    controls (`lab.experiments.controls`), the length-bias experiment (`lab.experiments.length_bias`) as its
+    own batches, the critic experiment (`lab.experiments.critic_results`), a batch per setting, and the DPO
+    section (`lab.experiments.dpo_results`). `progress(done, total)` counts the work of all of them, each
+    stage weighed by its estimated time (`lab.experiments.work`), so it only rises and its time left holds;
+    `after` is the work the caller does next (`figures_work`: writing the figures), counted in the total."""
+    from lab.experiments import controls as c
+    from lab.experiments import length_bias as lb
+    from lab.experiments.critic_results import critic_configs, run_critic_experiment
+    from lab.experiments.dpo_results import dpo_configs
+
     configs: list[TrainConfig] = []
     index: dict[TrainConfig, int] = {}
     runs, lecture_runs = {}, {}
@@ -146,45 +155,46 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
             runs[experiment.name, i] = [add(config_of(overrides, seed, base)) for seed in range(seeds)]
             lecture_runs[experiment.name, i] = add(config_of(overrides, LECTURE_SEED, base.replace(
                 sampler=Sampler.multinomial)))
-    records = run_sweep(make_task(), configs, device=device, progress=progress)
+    controls = controls and any(e.exploration for e in experiments)
+    length_runs, length_pairs = lb.length_configs(seeds, base) if length_bias else ({}, [])
+    dpo_runs, dpo_groups = dpo_configs(seeds, base) if dpo else ([], [])
+    stages = Stages(progress, [sweep_work(configs),
+                               *([c.controls_work(seeds, base)] if controls else []),
+                               *(sweep_work(runs) for runs in length_runs.values()),
+                               *([lb.exact_work(length_runs, seeds)] if length_bias else []),
+                               *([sum(sweep_work(runs) for runs in critic_configs(seeds, base))] if critic else []),
+                               *([sweep_work(dpo_runs)] if dpo else []), after])
+    stage = iter(range(len(stages.works)))
+    records = run_sweep(make_task(), configs, device=device, progress=stages(next(stage)))
     reproduction = Reproduction(records, seeds, runs, lecture_runs)
-    if controls and any(e.exploration for e in experiments):  # the learning-rate control, the batch effect
-        from lab.experiments import controls as c
-
-        reproduction.lr_control = c.lr_success(make_task(), seeds, base, device)
-        reproduction.batch_effect = c.batch_effect(make_task(), reproduction, base, device)
+    if controls:  # the learning-rate control, the batch effect
+        controls_progress = stages(next(stage))
+        reproduction.lr_control, reproduction.batch_effect = c.run_controls(make_task(), reproduction, base, device,
+                                                                            controls_progress)
     if length_bias:  # its own batches (other shapes), then its exact numbers (lab.experiments.length_oracle)
-        from lab.experiments import length_bias as lb
-
-        length_runs, reproduction.length_pairs = lb.length_configs(seeds, base)
         tasks = length_tasks()
-        later = None if progress is None else lambda done, _: progress(base.epochs + done, progress_epochs(base))
-        reproduction.length = {name: run_sweep(tasks[name], runs, device=device, progress=later if
-                                               name == lb.LECTURE else None) for name, runs in length_runs.items()}
-        reproduction.length_exact = lb.exact_numbers(tasks, length_runs, seeds)
+        reproduction.length_pairs = length_pairs
+        reproduction.length = {name: run_sweep(tasks[name], runs, device=device, progress=stages(next(stage)))
+                               for name, runs in length_runs.items()}
+        reproduction.length_exact = lb.exact_numbers(tasks, length_runs, seeds, progress=stages(next(stage)))
     if critic:
-        from lab.experiments.critic_results import run_critic_experiment
-
-        later = None if progress is None else lambda done, _: progress(2 * base.epochs + done, progress_epochs(base))
-        reproduction.critic = run_critic_experiment(seeds, base, device, later)
+        reproduction.critic = run_critic_experiment(seeds, base, device, stages(next(stage)))
     if dpo:
-        from lab.experiments.critic_results import SETTINGS as CRITIC_SETTINGS
-        from lab.experiments.dpo_results import dpo_configs
-
-        dpo_runs, reproduction.dpo_groups = dpo_configs(seeds, base)
-        offset = (2 + (len(CRITIC_SETTINGS) if critic else 0)) * base.epochs
-        later = None if progress is None else lambda done, _: progress(offset + done, progress_epochs(base))
-        reproduction.dpo = run_sweep(make_task(), dpo_runs, device=device, progress=later)
+        reproduction.dpo_groups = dpo_groups
+        reproduction.dpo = run_sweep(make_task(), dpo_runs, device=device, progress=stages(next(stage)))
     return reproduction
 
 
-def progress_epochs(base: TrainConfig = LECTURE) -> int:
-    """The epochs `run_reproduction`'s progress counts: the experiments', the length bias's, each critic
-    setting's, the DPO section's (three batches: GRPO, online and offline pairs)."""
-    from lab.experiments.critic_results import SETTINGS
-    from lab.experiments.dpo_results import EPOCH_FACTOR
+FIGURES_S = (16.0, 0.1)
+"""Seconds of `write_figures` in `lab.experiments.work`'s units: a fixed part and a part per seed. Measured on
+the 2-core VM under load (20-25 s at 6 and 12 seeds, 20 and 40 epochs alike), scaled by that moment's
+training time against the work model; only the reproduction's progress reads it."""
 
-    return (2 + len(SETTINGS)) * base.epochs + 3 * EPOCH_FACTOR * base.epochs
+
+def figures_work(seeds: int) -> float:
+    """The estimated time of `write_figures` for a reproduction of `seeds` seeds, for its progress."""
+    fixed, per_seed = FIGURES_S
+    return fixed + per_seed * seeds
 
 
 def length_tasks() -> dict:

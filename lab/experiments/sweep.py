@@ -30,6 +30,7 @@ from lab.core.deltas import NEEDS_CRITIC
 from lab.core.losses import TrainingLoss
 from lab.training.config import KL_DEFAULTS, OMITTED_AT_DEFAULT, SHARED_FIELDS, ConfigError, TrainConfig
 from lab.experiments.intervals import Interval, mean_interval, wilson_interval
+from lab.experiments.work import Stages, batch_work
 from lab.training.records import Records
 from lab.files.run_text import format_value
 from lab.training.train import train
@@ -173,6 +174,11 @@ def batches(configs: Sequence[TrainConfig]) -> list[list[int]]:
     return list(groups.values())
 
 
+def sweep_work(configs: Sequence[TrainConfig]) -> float:
+    """Estimated seconds of `run_sweep(configs)`: its batches one after another."""
+    return sum(batch_work([configs[i] for i in group]) for group in batches(configs))
+
+
 def run_sweep(
     task: Task,
     configs: Sequence[TrainConfig],
@@ -181,18 +187,13 @@ def run_sweep(
 ) -> Records:
     """Train every config, batching those that can share a computation; one `Records`, configs' order.
 
-    `progress(epochs_done, total)` counts epochs over all batches.
+    `progress(done, total)` counts work over all batches (`lab.experiments.work`: each batch weighs the
+    time it takes, so the time left holds still from a batch of a few runs to one of many).
     """
     groups = batches(configs)
-    total = sum(configs[g[0]].epochs for g in groups)
-    done = 0
-    parts = []
-    for group in groups:
-        def step(epochs_done: int, _epochs: int, offset: int = done) -> None:
-            if progress is not None:
-                progress(offset + epochs_done, total)
-        parts.append((group, train(task, [configs[i] for i in group], device=device, progress=step)))
-        done += configs[group[0]].epochs
+    stages = Stages(progress, [batch_work([configs[i] for i in group]) for group in groups])
+    parts = [(group, train(task, [configs[i] for i in group], device=device, progress=stages(k)))
+             for k, group in enumerate(groups)]
     return merge_records(parts, len(configs))
 
 

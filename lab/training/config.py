@@ -50,7 +50,7 @@ def resolve_device(device: Device | str = Device.auto) -> torch.device:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One GRPO-style run on a task (README, "The experiment"; the lecture's settings as defaults)."""
+    """One GRPO-style run on a task (docs/task.md; the lecture's settings as defaults)."""
 
     epochs: int = 100
     """outer iterations; each samples a fresh group per prompt"""

@@ -1,4 +1,4 @@
-"""PPO's critic beside the policy, for the runs with `--delta gae` (README, "A learned critic").
+"""PPO's critic beside the policy, for the runs with `--delta gae` (docs/task.md, "A learned critic").
 
 Each such run has a critic V_psi of its policy's family (`lab.policies.critic`) with its own Adam
 (`RunAdam`, learning rate `critic_lr`). Every epoch, on the sampled responses:

@@ -3,7 +3,7 @@
     for epoch:  y ~ pi(.|x) (G per prompt);  r = [R(x, y) for every (x, y)]   (a Python loop)
                 d = deltas(r);  repeat S times: l = log pi(y|x);  L = -mean(l * d);  Adam step
 
-It follows the shape of the lecture's script (README, "The experiment"), written afresh: an
+It follows the shape of the lecture's script (docs/task.md), written afresh: an
 `nn.Module` policy with an `nn.Embedding` and einsum encode/decode, rewards
 computed one (prompt, response) pair at a time on Python lists, log-probs
 recomputed on every step, `torch.optim.Adam`, one run at a time, and a loss

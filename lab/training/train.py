@@ -1,4 +1,4 @@
-"""The GRPO-style training loop (README, "The experiment"), for one run or many at once, for both policies.
+"""The GRPO-style training loop (docs/task.md), for one run or many at once, for both policies.
 
     for epoch in 1..E:
         y ~ pi_theta(. | x), G per prompt                         (one group per prompt)

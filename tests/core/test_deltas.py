@@ -1,4 +1,4 @@
-"""Deltas from a group's rewards (README "The experiment"; claims 4 and 12 in docs/claims.md).
+"""Deltas from a group's rewards (docs/task.md; claims 4 and 12 in docs/claims.md).
 
 Every mode is checked against a plain-Python formula written here, per group:
     raw r_i (and gae's return r_i);  centered r_i - mean;  normalized (r_i - mean) / (std + eps);
@@ -89,8 +89,7 @@ def test_normalized_uses_the_bessel_corrected_std_and_1e5_by_default():
 
 
 def test_max_keeps_every_tied_maximum():
-    """The lecture's max rule keeps all samples tied at the group maximum (README, "Conventions the lab
-    makes explicit")."""
+    """The lecture's max rule keeps all samples tied at the group maximum (docs/conventions.md)."""
     rewards = torch.tensor([[1.0, 3.0, 3.0, 2.0], [4.0, 4.0, 4.0, 0.0]])
     assert compute_deltas(rewards, "max").tolist() == [[0.0, 3.0, 3.0, 0.0], [4.0, 4.0, 4.0, 0.0]]
 

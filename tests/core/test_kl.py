@@ -71,7 +71,7 @@ def test_k3_and_k1_average_to_the_exact_kl_on_policy():
 
 
 def test_penalty_is_beta_times_k3_summed_over_positions_and_averaged_over_batch_and_trial():
-    """The penalty is beta * mean_{batch, trial} sum_pos k3, per leading index (README "The experiment")."""
+    """The penalty is beta * mean_{batch, trial} sum_pos k3, per leading index (docs/task.md)."""
     g = torch.Generator().manual_seed(7)
     log_probs = -torch.rand(3, 2, 4, 5, generator=g, dtype=torch.float64)  # run batch trial pos
     ref = -torch.rand(3, 2, 4, 5, generator=g, dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""Surrogate losses (README "The experiment"; claims 9, 10, 15 in docs/claims.md).
+"""Surrogate losses (docs/task.md; claims 9, 10, 15 in docs/claims.md).
 
 The reference below is written element by element from the formulas of lab/core/losses.py, with N = batch*trial*pos:
     naive      L = -1/N sum l d                           dL/dl = -d / N
@@ -125,7 +125,7 @@ def test_clip_fractions_ignore_tokens_whose_delta_is_zero_but_count_them_in_the_
     """A token with delta = 0 has no gradient in any loss mode, whatever its ratio: it is never
     'clipped', on either side (TRL's `clip_ratio/*` and verl's `actor/pg_clipfrac` agree). It still
     counts among the tokens, so the fractions are over all tokens. CleanRL's `clipfrac`,
-    |ratio - 1| > eps, would count all four tokens below: a different quantity (README, Metrics glossary)."""
+    |ratio - 1| > eps, would count all four tokens below: a different quantity (docs/metrics.md)."""
     old = torch.zeros(1, 4, 1)  # one prompt, four responses of one token, each with its own delta
     rho = torch.tensor([3.0, 0.2, 3.0, 0.2])
     log_probs = rho.log().view(1, 4, 1)

@@ -229,7 +229,7 @@ def ratio_bug_cosine(delta: str) -> float:
 
 
 def test_the_lecture_scripts_ratio_log_probs_over_old_log_probs_points_against_the_naive_gradient():
-    """README, the lecture script's defects: its unclipped and clipped losses use log_probs / old_log_probs. At
+    """docs/lecture.md, the lecture script's defects: its unclipped and clipped losses use log_probs / old_log_probs. At
     theta = theta_old that ratio is 1 but its gradient is grad log_prob / old_log_prob: every token's naive gradient
     with its sign flipped (log-probs are negative) and scaled by 1 / |old log-prob|. On the lecture's first batch
     the cosine with the naive gradient is -0.99 for centered and normalized deltas (-0.41 for raw ones)."""

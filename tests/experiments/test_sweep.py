@@ -46,7 +46,8 @@ def test_group_sizes_train_as_separate_batches_and_come_back_in_grid_order():
     configs = build_grid(TrainConfig(epochs=4), {"group_size": [3, 5], "delta": ["raw", "centered"]}, seeds=2)
     seen = []
     records = run_sweep(task, configs, progress=lambda done, total: seen.append((done, total)))
-    assert seen[-1] == (8, 8) and len(seen) == 8  # one progress bar over both batches
+    # one progress over both batches (4 epochs each), in work units (lab.experiments.work), to one total
+    assert len(seen) == 8 and len({total for _, total in seen}) == 1 and seen[-1][0] == pytest.approx(seen[-1][1])
     for run, config in enumerate(configs):
         assert records.configs[run] == config
         alone = train(task, config)

@@ -7,7 +7,7 @@ lab.policies.fused: the one-node log-probs equal autograd through the plain path
 The hand-written backward is only a speed path, so the claim is equality with the reference
 `response_log_probs(policy_logits(...))`: in float64 to 1e-12 for value and every parameter's
 gradient, with and without a run axis; and bitwise in float32 (the loop's runs keep their exact
-trajectories; the loop of README "The experiment" is unchanged).
+trajectories; the loop of docs/task.md is unchanged).
 
 The autoregressive policy's fused log-probs (lab/policies/ar_fused.py) against the plain path:
 teacher_forced_logits then masked_log_probs, in value and gradient, with and without a run axis.
@@ -52,7 +52,7 @@ def both_paths(params, prompts, responses, weights):
 def test_fused_log_probs_and_gradients_equal_autograd_through_the_plain_path(runs, shape):
     """Value and gradient (of a loss with arbitrary per-token weights, so every path of the backward
     is used) agree to 1e-12 in float64, for one policy and for R stacked ones, and for shapes with
-    distinct prompt and response lengths (README "The experiment")."""
+    distinct prompt and response lengths (docs/task.md)."""
     vocab, prompt_length, response_length, dim, trials = shape
     params = parameters(runs, vocab, prompt_length, response_length, dim, torch.float64, seed=3)
     g = torch.Generator().manual_seed(11)
@@ -97,7 +97,7 @@ def test_fused_path_refuses_prompts_per_run():
 def test_policy_stack_layout_gives_the_same_log_probs_gradients_and_adam_steps():
     """PolicyStack keeps decode in memory as [run dim pos dim] (so no product copies it) and RunAdam views
     each parameter in its memory order: values, gradients and Adam's steps are bitwise those of the
-    contiguous layout (the training loop, README "The experiment", is unchanged by where the numbers live)."""
+    contiguous layout (the training loop, docs/task.md, is unchanged by where the numbers live)."""
     from lab.policies.factorized import PolicyStack
     from lab.training.optim import RunAdam
 

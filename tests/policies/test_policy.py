@@ -1,4 +1,4 @@
-"""The lecture's policy, sampling, log-probs and the per-run Adam (README "The experiment").
+"""The lecture's policy, sampling, log-probs and the per-run Adam (docs/task.md).
 
     h = sum_p E[x_p] @ A_p,   logits_q = (h @ B_q) @ E^T,   y_q ~ softmax(logits_q) independently.
 """
@@ -27,7 +27,7 @@ def seeded(seed: int) -> torch.Generator:
 
 
 def loop_logits(policy: Policy, prompts: list[list[int]]) -> torch.Tensor:
-    """The policy (README "The experiment", lab/policies/factorized.py) written as loops: embed, encode per prompt
+    """The policy (docs/task.md, lab/policies/factorized.py) written as loops: embed, encode per prompt
     position, sum, decode per response position, tie."""
     E, A, B = policy.embedding.detach(), policy.encode.detach(), policy.decode.detach()
     out = torch.zeros(len(prompts), policy.response_length, policy.vocab_size)
@@ -54,7 +54,7 @@ def test_shapes_with_distinct_prompt_and_response_lengths():
 @given(seed=st.integers(0, 2**31), vocab=st.integers(1, 6), prompt_length=st.integers(1, 4),
        response_length=st.integers(1, 4), dim=st.integers(1, 6))
 def test_logits_match_a_loop_over_the_definition(seed, vocab, prompt_length, response_length, dim):
-    """README "The experiment": logits = (sum_p E[x_p] A_p) B_q E^T with the input embedding reused as the output layer."""
+    """docs/task.md: logits = (sum_p E[x_p] A_p) B_q E^T with the input embedding reused as the output layer."""
     policy = Policy(vocab, prompt_length, response_length, dim, generator=seeded(seed))
     prompts = torch.randint(vocab, (3, prompt_length), generator=seeded(seed + 1))
     torch.testing.assert_close(policy(prompts).detach(), loop_logits(policy, prompts.tolist()),

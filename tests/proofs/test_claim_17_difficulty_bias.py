@@ -16,7 +16,7 @@ from lab.policies.factorized import Policy
 from tasks import sorting
 
 LECTURE_SEED, LECTURE_DIM, LECTURE_G = 5, 10, 10
-"""The lecture's initialisation (seed 5, dim 10) and group size (README, "The experiment")."""
+"""The lecture's initialisation (seed 5, dim 10) and group size (docs/task.md)."""
 
 
 @given(rows=st.lists(st.lists(st.integers(0, 5), min_size=5, max_size=5), min_size=1, max_size=4),

@@ -128,7 +128,7 @@ def test_optimum_is_the_true_maximum_over_all_responses(name, vocab, length):
 
 
 def test_lecture_task_defaults():
-    """README "The experiment": the lecture's prompts [[1,0,2],[3,2,4],[1,2,3]], vocab 0..4, both lengths 3, max 5."""
+    """docs/task.md: the lecture's prompts [[1,0,2],[3,2,4],[1,2,3]], vocab 0..4, both lengths 3, max 5."""
     task = make_task()
     assert task.prompts.tolist() == [[1, 0, 2], [3, 2, 4], [1, 2, 3]]
     assert task.vocab_size == 5 and task.response_length == 3 and task.eval_prompts is None

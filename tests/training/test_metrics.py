@@ -54,7 +54,7 @@ def test_reward_std_uses_the_configured_std_convention():
     """`reward_std` is the std within each group, averaged over prompts, with Bessel's correction
     exactly when `std_unbiased` (the convention `normalized` deltas use). Recomputed here from the
     recorded samples with numpy; the other convention (the mutant) gives a different number, and TRL
-    >= 0.27's whole-batch std yet another (README, Metrics glossary)."""
+    >= 0.27's whole-batch std yet another (docs/metrics.md)."""
     task = make_task()
     for unbiased, ddof in ((True, 1), (False, 0)):
         config = TrainConfig(epochs=4, steps=1, sample_every=1, std_unbiased=unbiased, delta="centered", seed=0)

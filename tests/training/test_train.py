@@ -1,4 +1,4 @@
-"""The training loop end to end (README "The experiment").
+"""The training loop end to end (docs/task.md).
 
 Short runs keep this fast; only the learning test uses the lecture's full settings.
 """
@@ -244,7 +244,7 @@ def test_config_defaults_are_the_lectures():
 
 
 def test_the_loop_matches_a_plain_reimplementation_of_spec_section_1():
-    """README "The experiment", rewritten here with a plain Policy, torch.optim.Adam and the formulas inline:
+    """docs/task.md, rewritten here with a plain Policy, torch.optim.Adam and the formulas inline:
     sample G per prompt from the run's generator, score, center, freeze old and reference log-probs,
     then `steps` clipped + beta * k3 steps on the batch. Every recorded step metric and the samples agree."""
     task = make_task()
