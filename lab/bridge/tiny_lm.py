@@ -1,8 +1,10 @@
 """A tiny causal transformer over the sorting task's tokens, built in code (no download).
 
-Tokens: the task's values 0..V-1 as the words "0".."V-1", then EOS (id V) and padding (id V+1),
+Tokens: the task's values 0..V-1 as the words "0".."V-1", then EOS (id V, also the padding token),
 so that a response of token ids y_1..y_n is the text "y_1 ... y_n" and token id = the lab's id.
-A prompt x is the text "x_1 ... x_n"; the model continues it with a response ending in EOS.
+A prompt x is the text "x_1 ... x_n"; the model continues it with a response ending in EOS. The
+model's vocabulary is exactly the autoregressive policy's (V values + EOS): whatever TRL samples is
+a response `lab.exact.varlen` enumerates, so the exact metrics see the whole distribution.
 
 The model is a `LlamaForCausalLM` of `TinyLM.layers` layers of width `TinyLM.width`, randomly
 initialised from `TinyLM.seed` inside `torch.random.fork_rng` (transformers initialises from torch's
@@ -26,7 +28,7 @@ class TinyLM:
     """The transformer's size. Defaults: 2 layers of width 32 (about 25k parameters at V = 5)."""
 
     vocab_size: int = 5
-    """task values 0..V-1 (the lab's `--vocab-size`); the model's vocabulary adds EOS and padding"""
+    """task values 0..V-1 (the lab's `--vocab-size`); the model's vocabulary adds EOS"""
     layers: int = 2
     """decoder layers (transformers' `num_hidden_layers`)"""
     width: int = 32
@@ -40,11 +42,8 @@ class TinyLM:
 
     @property
     def eos_id(self) -> int:
+        """EOS is the lab's EOS id (V); it pads too (a separate padding token could be sampled)."""
         return self.vocab_size
-
-    @property
-    def pad_id(self) -> int:
-        return self.vocab_size + 1
 
 
 def words(tokens: list[int] | torch.Tensor) -> str:
@@ -53,25 +52,25 @@ def words(tokens: list[int] | torch.Tensor) -> str:
 
 
 def build_tokenizer(spec: TinyLM):
-    """A word-level tokenizer: "0".."V-1" -> 0..V-1, "<eos>" -> V, "<pad>" -> V+1; no BOS, left padding."""
+    """A word-level tokenizer: "0".."V-1" -> 0..V-1, "<eos>" -> V (also padding); no BOS, left padding."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {str(v): v for v in range(spec.vocab_size)} | {"<eos>": spec.eos_id, "<pad>": spec.pad_id}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    vocab = {str(v): v for v in range(spec.vocab_size)} | {"<eos>": spec.eos_id}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<eos>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<eos>", pad_token="<pad>", padding_side="left")
+    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<eos>", pad_token="<eos>", padding_side="left")
 
 
 def build_model(spec: TinyLM):
-    """The randomly initialised causal LM (float32, eval mode off: dropout is 0 anyway)."""
+    """The randomly initialised causal LM (float32; its dropout is 0)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=spec.vocab_size + 2, hidden_size=spec.width, intermediate_size=2 * spec.width,
+        vocab_size=spec.vocab_size + 1, hidden_size=spec.width, intermediate_size=2 * spec.width,
         num_hidden_layers=spec.layers, num_attention_heads=spec.heads, num_key_value_heads=spec.heads,
         max_position_embeddings=spec.max_positions, bos_token_id=None, eos_token_id=spec.eos_id,
-        pad_token_id=spec.pad_id, tie_word_embeddings=False,
+        pad_token_id=spec.eos_id, tie_word_embeddings=False,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)  # inside the fork: the caller's global generator is untouched
