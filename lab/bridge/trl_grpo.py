@@ -104,7 +104,7 @@ class TRLGRPO:
             learning_rate=self.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
             max_grad_norm=0.0, epsilon=self.clip_eps, beta=self.kl * cap, use_bias_correction_kl=False,
             loss_type=LOSS_TYPES[self.loss_agg], scale_rewards=SCALE_REWARDS[self.delta],
-            disable_tqdm=True, log_level="error",
+            bf16=False, disable_tqdm=True, log_level="error",  # float32, as the exact lens reads the model
         )
 
 
