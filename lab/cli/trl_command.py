@@ -137,3 +137,36 @@ def trl_run(
         typer.echo(f"{folder.out}: exact expected reward {records[0]['reward_exact']:.3f} -> "
                    f"{last['reward_exact']:.3f}, optimal probability {last['optimal_prob']:.3f}, "
                    f"KL to the initial model {last['kl_exact']:.3f}")
+
+
+@app.command(name="trl-compare")
+def trl_compare(
+    seeds: Annotated[int, typer.Option(help="seeds 0..N-1 per setting and learner (at least 2: the verdicts pair seeds)")] = 5,
+    out: Annotated[Path | None, typer.Option(help="output folder (figures/trl is the curated copy)",
+                                             show_default="runs/trl-compare-seeds<N>")] = None,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """The lab's autoregressive policy and TRL's transformer on the same GRPO settings: exact curves and verdicts."""
+    try:
+        _check("--seeds", seeds, 2 <= seeds <= 100, "an integer from 2 to 100")
+        try:
+            import trl  # noqa: F401
+        except ImportError:
+            raise ValueError("lab trl-compare needs TRL, which this install lacks: pip install -e '.[trl]'") from None
+        folder = RunFolder(out or Path("runs") / f"trl-compare-seeds{seeds}", force, command="trl-compare")
+        check_writable(folder.out)
+        folder.check()
+    except USER_ERRORS as e:
+        fail(cli_message(str(e)))
+    from lab.cli.progress import run_with_progress
+    from lab.experiments.trl_comparison import COMPARISON, run_comparison
+    from lab.experiments.trl_section import write_report
+    from tasks.sorting import make_task
+
+    result = run_with_progress(quiet, "trl-compare", 2 * len(COMPARISON.settings),
+                               lambda progress: run_comparison(make_task(), seeds, COMPARISON, progress))
+    with writing(folder.out), folder as tmp:
+        write_report(result, {"trl": trl.__version__}, tmp)
+    if not quiet:
+        typer.echo(f"{folder.out}: trl_comparison.md, trl_comparison.png")
