@@ -18,15 +18,14 @@ draws its samples from torch's global generator and seeds it (`set_seed`); train
 
 from __future__ import annotations
 
-import tempfile
-import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from lab.bridge.exact_lm import all_responses, exact_metrics, response_log_probs, reward_table
-from lab.bridge.tiny_lm import TinyLM, build_tokenizer, save_pretrained, words
+from lab.bridge.exact_lm import all_responses, exact_metrics, reward_table
+from lab.bridge.lens_run import run_with_lens
+from lab.bridge.tiny_lm import TinyLM, build_tokenizer, words
 from tasks import Task
 from tasks.sorting import variable_length_reward
 
@@ -43,7 +42,6 @@ TRL_NAMES = {
 """TRL's logged metric -> the lab's name for the same quantity (records glossary). TRL's other logs
 keep their names: its `kl` is the mean per-token k3 and its `reward_std` the std over the whole
 batch, neither the lab's quantity of that name."""
-DROPPED = frozenset({"learning_rate", "epoch", "num_tokens", "step_time"})
 
 
 class TRLSettingError(ValueError):
@@ -123,59 +121,21 @@ def reward_function(task: Task, reward: str, cap: int):
     return sorting_reward
 
 
-def renamed(logs: dict) -> dict:
-    return {TRL_NAMES.get(k, k): v for k, v in logs.items() if k not in DROPPED and not k.startswith("train_")}
-
-
 def train_trl(task: Task, run: TRLGRPO, scratch: Path | None = None) -> tuple[list[dict], dict, dict]:
     """Train; return one record per epoch (epoch 0 = before training), TRL's config, and the final weights."""
     from datasets import Dataset
-    from datasets.utils.logging import disable_progress_bar as quiet_datasets
-    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
-    from transformers.utils.logging import disable_progress_bar, set_verbosity_error
     from trl import GRPOTrainer
-
-    set_verbosity_error()  # the records are the output: no progress bars or log lines from the libraries
-    disable_progress_bar()
-    quiet_datasets()
 
     run.check(task)
     cap = run.cap(task)
     responses = all_responses(task.vocab_size, cap)
     rewards = reward_table(task.prompts, responses, variable_length_reward(run.reward, task.vocab_size))
-    records: list[dict] = []
 
-    def lens(model) -> torch.Tensor:
-        was_training = model.training
-        model.eval()
-        log_probs = response_log_probs(model, task.prompts, responses, task.vocab_size, run.temperature)
-        model.train(was_training)
-        return log_probs
-
-    class ExactLens(TrainerCallback):
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
-            self.initial = lens(model)
-            records.append({"epoch": 0, **exact_metrics(self.initial, self.initial, rewards)})
-
-        def on_log(self, args, state, control, logs=None, model=None, **kwargs):
-            if state.global_step % run.steps == 0 and state.global_step > 0 and "loss" in logs:
-                epoch = state.global_step // run.steps
-                records.append({"epoch": epoch, **renamed(logs), **exact_metrics(lens(model), self.initial, rewards)})
-
-    with tempfile.TemporaryDirectory(dir=scratch) as tmp, torch.random.fork_rng(devices=[]), \
-            warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # transformers' renamings inside TRL, not ours to act on
-        folder = save_pretrained(run.model, Path(tmp) / "model")
-        config = run.grpo_config(task, Path(tmp) / "trainer")
+    def make_trainer(model_folder: Path, output_dir: Path, callbacks: list):
         data = Dataset.from_dict({"prompt": [words(p) for p in task.prompts]})
-        trainer = GRPOTrainer(model=str(folder), reward_funcs=reward_function(task, run.reward, cap), args=config,
-                              train_dataset=data, processing_class=build_tokenizer(run.model), callbacks=[ExactLens()])
-        for printer in (PrinterCallback, ProgressCallback):
-            trainer.remove_callback(printer)
-        trainer.train()
-        weights = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
-    return records, config.to_dict(), weights
+        return GRPOTrainer(model=str(model_folder), reward_funcs=reward_function(task, run.reward, cap),
+                           args=run.grpo_config(task, output_dir), train_dataset=data,
+                           processing_class=build_tokenizer(run.model), callbacks=callbacks)
 
-
-def settings_dict(run: TRLGRPO) -> dict:
-    return asdict(run)
+    return run_with_lens(run.model, make_trainer, task.prompts, responses, run.temperature, run.steps,
+                         lambda log_probs, initial: exact_metrics(log_probs, initial, rewards), TRL_NAMES, scratch)

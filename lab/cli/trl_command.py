@@ -24,6 +24,9 @@ from lab.cli.options import ForceOpt, QuietOpt, Reward, RewardOpt, cli_message
 from lab.files.output_folders import RunFolder, write_json_atomic, write_text_atomic
 from lab.files.writable import check_writable
 
+TRLLoss = Enum("TRLLoss", {"clipped": "clipped", "dpo": "dpo"}, type=str)
+TRLPreference = Enum("TRLPreference", {"argmax": "argmax", "bradley_terry": "bradley-terry"}, type=str)
+TRLDPOLoss = Enum("TRLDPOLoss", {"sigmoid": "sigmoid", "ipo": "ipo"}, type=str)
 TRLDelta = Enum("TRLDelta", {"centered": "centered", "normalized": "normalized"}, type=str)
 TRLLossAgg = Enum("TRLLossAgg", {m.replace("-", "_"): m
                                  for m in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")}, type=str)
@@ -52,19 +55,41 @@ def rows_csv(records: list[dict]) -> str:
     return text.getvalue()
 
 
+DPO_ONLY = ("pairs_per_prompt", "preference", "dpo_loss")
+GRPO_ONLY = ("group_size", "clip_eps", "delta", "loss_agg", "temperature")
+
+
+def check_applies(ctx: typer.Context, loss) -> None:
+    """An option the chosen trainer does not use is a mistake (one line), not silently ignored."""
+    unused = GRPO_ONLY if loss is TRLLoss.dpo else DPO_ONLY
+    for name in unused:
+        if ctx.get_parameter_source(name).name != "DEFAULT":  # by name: typer vendors its own click
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} applies to --loss {'clipped' if loss is TRLLoss.dpo else 'dpo'} only")
+
+
 @app.command(name="trl")
 def trl_run(
+    ctx: typer.Context,
+    loss: Annotated[TRLLoss, typer.Option(help="clipped: GRPOTrainer; dpo: DPOTrainer on the lab's offline pairs")
+                    ] = TRLLoss.clipped,
     epochs: Annotated[int, typer.Option(help="epochs: one group per prompt, then --steps optimizer steps")] = 30,
     steps: Annotated[int, typer.Option(help="optimizer steps per epoch's batch (TRL num_iterations)")] = 1,
     group_size: Annotated[int, typer.Option(help="responses per prompt (TRL num_generations)")] = 10,
     lr: Annotated[float, typer.Option(help="Adam learning rate, constant")] = 1e-3,
     clip_eps: Annotated[float, typer.Option(help="ratio clip (TRL epsilon)")] = 0.2,
-    kl: Annotated[float, typer.Option(help="the lab's beta on the sequence's k3 (TRL beta = kl x max length)")] = 0.0,
+    kl: Annotated[float, typer.Option(help="the lab's beta on the sequence's k3 (TRL beta = kl x max length); "
+                                      "with --loss dpo DPO's beta (> 0)")] = 0.0,
     delta: Annotated[TRLDelta, typer.Option(help="centered: scale_rewards none; normalized: group")] = TRLDelta.centered,
     loss_agg: Annotated[TRLLossAgg, typer.Option(help="token-mean: bnpo; seq-mean-token-mean: grpo; "
                                                  "seq-mean-token-sum-norm: dr_grpo")] = TRLLossAgg.token_mean,
     temperature: Annotated[float, typer.Option(help="sampling temperature")] = 1.0,
     reward: RewardOpt = Reward.inclusion_ordering,
+    pairs_per_prompt: Annotated[int, typer.Option(help="--loss dpo: N, 2N responses per prompt from the initial "
+                                                  "model, paired")] = 16,
+    preference: Annotated[TRLPreference, typer.Option(help="--loss dpo: who wins a pair")] = TRLPreference.argmax,
+    dpo_loss: Annotated[TRLDPOLoss, typer.Option(help="--loss dpo: TRL's loss_type (its ipo is length-normalised)")
+                        ] = TRLDPOLoss.sigmoid,
     max_length: Annotated[int | None, typer.Option(help="response cap, EOS included", show_default="prompt length + 1")] = None,
     seed: Annotated[int, typer.Option(help="seeds the model's initialisation and TRL's sampling")] = 5,
     layers: Annotated[int, typer.Option(help="transformer layers")] = 2,
@@ -73,17 +98,23 @@ def trl_run(
     force: ForceOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Train a tiny transformer with TRL's GRPOTrainer on the sorting task; the exact metrics every epoch."""
-    settings = dict(epochs=epochs, steps=steps, group_size=group_size, lr=lr, clip_eps=clip_eps, kl=kl,
-                    delta=delta.value, loss_agg=loss_agg.value, temperature=temperature, reward=reward.value,
+    """Train a tiny transformer with TRL's GRPOTrainer (or DPOTrainer) on the sorting task; exact metrics every epoch."""
+    settings = dict(loss=loss.value, epochs=epochs, steps=steps, lr=lr, kl=kl, reward=reward.value,
                     max_length=max_length, seed=seed, layers=layers, width=width)
+    settings |= dict(pairs_per_prompt=pairs_per_prompt, preference=preference.value, dpo_loss=dpo_loss.value) \
+        if loss is TRLLoss.dpo else dict(group_size=group_size, clip_eps=clip_eps, delta=delta.value,
+                                         loss_agg=loss_agg.value, temperature=temperature)
     try:
+        check_applies(ctx, loss)
         _check("--epochs", epochs, 1 <= epochs <= 100_000, "an integer from 1 to 100000")
         _check("--steps", steps, 1 <= steps <= 1000, "an integer from 1 to 1000")
         _check("--group-size", group_size, 2 <= group_size <= 1000, "an integer from 2 to 1000")
         for name, value in (("--lr", lr), ("--clip-eps", clip_eps), ("--temperature", temperature)):
             _check(name, value, math.isfinite(value) and value > 0, "a finite number > 0")
         _check("--kl", kl, math.isfinite(kl) and kl >= 0, "a finite number >= 0")
+        if loss is TRLLoss.dpo:
+            _check("--kl", kl, kl > 0, "> 0 with --loss dpo (DPO's beta)")
+            _check("--pairs-per-prompt", pairs_per_prompt, 1 <= pairs_per_prompt <= 10_000, "an integer from 1 to 10000")
         _check("--max-length", max_length, max_length is None or 1 <= max_length <= 6,
                "an integer of at most 6 (the exact enumeration's size)")
         _check("--seed", seed, 0 <= seed < 2**32, "an integer from 0 to 2**32 - 1")
@@ -94,25 +125,31 @@ def trl_run(
         except ImportError:
             raise ValueError("lab trl needs TRL, which this install lacks: pip install -e '.[trl]'") from None
         from lab.bridge.tiny_lm import TinyLM
+        from lab.bridge.trl_dpo import TRLDPO
         from lab.bridge.trl_grpo import TRLGRPO
         from tasks.sorting import make_task
 
         task = make_task()
-        run = TRLGRPO(**{k: v for k, v in settings.items() if k not in ("layers", "width")},
-                      model=TinyLM(vocab_size=task.vocab_size, layers=layers, width=width, seed=seed))
-        run.check(task)
-        defaults = dict(TRLGRPO().__dict__, layers=2, width=32)
+        method = TRLDPO if loss is TRLLoss.dpo else TRLGRPO
+        fields = {k: v for k, v in settings.items() if k not in ("loss", "layers", "width", "kl")}
+        fields |= {"beta": kl} if loss is TRLLoss.dpo else {"kl": kl}
+        run = method(**fields, model=TinyLM(vocab_size=task.vocab_size, layers=layers, width=width, seed=seed))
+        TRLGRPO(max_length=max_length).check(task)  # the cap and vocabulary checks hold for both trainers
+        defaults = dict(TRLGRPO().__dict__, **TRLDPO().__dict__, loss="clipped", layers=2, width=32)
+        defaults["kl"] = 0.0
         folder = RunFolder(out or Path("runs") / default_name(settings, defaults), force, command="trl")
         check_writable(folder.out)
         folder.check()
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
+    from lab.bridge.trl_dpo import train_trl_dpo
     from lab.bridge.trl_grpo import train_trl
     from lab.figures.plots import plot_epoch_series
 
+    trainer = "DPOTrainer" if loss is TRLLoss.dpo else "GRPOTrainer"
     if not quiet:
-        typer.echo(f"lab trl: {epochs} epochs of TRL's GRPOTrainer on a {layers}-layer transformer ...", err=True)
-    records, grpo_config, weights = train_trl(task, run)
+        typer.echo(f"lab trl: {epochs} epochs of TRL's {trainer} on a {layers}-layer transformer ...", err=True)
+    records, trainer_config, weights = (train_trl_dpo if loss is TRLLoss.dpo else train_trl)(task, run)
     broken = [row["epoch"] for row in records if not all(math.isfinite(row[c]) for c in EXACT_COLUMNS)]
     if broken:
         typer.echo(f"Error: the model's distribution went numerically wrong at epoch {broken[0]} (non-finite "
@@ -127,11 +164,11 @@ def trl_run(
                                        "vocab_size": task.vocab_size},
             "settings": settings, "versions": {"trl": trl.__version__, "transformers": transformers.__version__,
                                                "torch": torch.__version__},
-            "grpo_config": grpo_config})
+            ("dpo_config" if loss is TRLLoss.dpo else "grpo_config"): trainer_config})
         write_text_atomic(tmp / "metrics.csv", rows_csv(records))
         torch.save(weights, tmp / "policy.pt")
         plot_epoch_series([r["epoch"] for r in records], {c: [r[c] for r in records] for c in EXACT_COLUMNS},
-                          tmp / "curves.png", title=f"TRL GRPOTrainer, seed {seed}")
+                          tmp / "curves.png", title=f"TRL {trainer}, seed {seed}")
     if not quiet:
         last = records[-1]
         typer.echo(f"{folder.out}: exact expected reward {records[0]['reward_exact']:.3f} -> "
