@@ -1,10 +1,15 @@
-"""Offline DPO on the sorting task by TRL's `DPOTrainer`, each epoch seen through the exact lens.
+"""DPO on the sorting task by TRL's `DPOTrainer` (offline) or `OnlineDPOTrainer`, seen through the exact lens.
 
 The lab's offline pairs (`lab.training.preference_pairs`): before training, 2N responses per prompt
 drawn from pi_ref (the initial model; here drawn exactly from its enumerated distribution with a
 `torch.Generator`), paired (y_i, y_N+i) and judged by the true reward: argmax (the higher reward wins,
 ties dropped) or Bradley-Terry (the first wins with probability sigmoid(r_1 - r_2)). Every epoch takes
 `steps` optimizer steps on the whole fixed set (one batch). TRL's reference model is the initial model.
+
+Online (`pairs="online"`, TRL's experimental `OnlineDPOTrainer`): every step samples two completions
+per prompt from the current policy and the higher reward wins. Unlike the lab's online pairs (the
+group's highest against its lowest, none from a group of equal rewards), TRL keeps a tied pair with
+the first completion as the winner, and its online IPO sums log-ratios (its offline IPO averages them).
 
 Besides `lab.bridge.exact_lm`'s metrics, every epoch records the exact distance to the optimum of
 J_beta with pi_ref = the initial model (`lab.exact.optimum`): kl_to_optimum = KL(pi || pi*), pi* =
@@ -23,6 +28,7 @@ import torch
 from lab.bridge.exact_lm import all_responses, exact_metrics, response_log_probs, reward_table
 from lab.bridge.lens_run import run_with_lens
 from lab.bridge.tiny_lm import TinyLM, build_model, build_tokenizer, words
+from lab.bridge.trl_grpo import reward_function
 from lab.core.dpo import preference_probability
 from lab.exact.optimum import kl_divergence, kl_regularized_optimum
 from lab.policies.ar_model import response_mask
@@ -50,6 +56,9 @@ class TRLDPO:
     dpo_loss: str = "sigmoid"
     """TRL loss_type; its "ipo" divides each log-ratio by the completion's length (docs/trl.md)"""
     preference: str = "argmax"
+    """offline pairs: argmax (ties dropped) or bradley-terry; online pairs are judged by TRL (argmax, ties kept)"""
+    pairs: str = "offline"
+    """offline: DPOTrainer on a fixed set from pi_ref; online: OnlineDPOTrainer, two fresh samples per prompt"""
     lr: float = 1e-3
     reward: str = "inclusion-ordering"
     max_length: int | None = None
@@ -69,6 +78,21 @@ class TRLDPO:
             learning_rate=self.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=0.0,
             beta=self.beta, loss_type=[self.dpo_loss], max_length=task.prompts.shape[1] + self.cap(task),
             truncation_mode="keep_start", disable_dropout=True,
+        )
+
+
+    def online_config(self, task: Task, output_dir: Path):
+        from trl.experimental.online_dpo import OnlineDPOConfig
+
+        cap = self.cap(task)
+        return OnlineDPOConfig(
+            output_dir=str(output_dir), report_to=[], use_cpu=True, save_strategy="no", logging_steps=1,
+            seed=self.seed, data_seed=self.seed, bf16=False, disable_tqdm=True, log_level="error",
+            per_device_train_batch_size=task.prompts.shape[0], gradient_accumulation_steps=1,
+            max_steps=self.epochs, learning_rate=self.lr, lr_scheduler_type="constant", warmup_steps=0,
+            weight_decay=0.0, max_grad_norm=0.0, beta=[self.beta], loss_type=self.dpo_loss,
+            max_new_tokens=cap, max_length=task.prompts.shape[1] + cap, temperature=1.0, top_p=1.0, top_k=0,
+            disable_dropout=True,
         )
 
 
@@ -104,16 +128,25 @@ def train_trl_dpo(task: Task, run: TRLDPO, scratch: Path | None = None) -> tuple
     cap = run.cap(task)
     responses = all_responses(task.vocab_size, cap)
     rewards = reward_table(task.prompts, responses, variable_length_reward(run.reward, task.vocab_size))
-    rows = offline_pairs(task, run, responses, rewards)
+    online = run.pairs == "online"
+    rows = [{"prompt": words(p)} for p in task.prompts] if online else offline_pairs(task, run, responses, rewards)
 
     def metrics(log_probs, initial):
         star = kl_regularized_optimum(initial.exp(), rewards, run.beta)
+        offline = {} if online else {"pairs": len(rows)}
         return {**exact_metrics(log_probs, initial, rewards),
-                "kl_to_optimum": float(kl_divergence(log_probs.exp(), star).mean()), "pairs": len(rows)}
+                "kl_to_optimum": float(kl_divergence(log_probs.exp(), star).mean()), **offline}
 
     def make_trainer(model_folder: Path, output_dir: Path, callbacks: list):
-        return DPOTrainer(model=str(model_folder), args=run.dpo_config(task, len(rows), output_dir),
-                          train_dataset=Dataset.from_list(rows), processing_class=build_tokenizer(run.model),
-                          callbacks=callbacks)
+        data = Dataset.from_list(rows)
+        if online:
+            from trl.experimental.online_dpo import OnlineDPOTrainer
 
-    return run_with_lens(run.model, make_trainer, task.prompts, responses, 1.0, run.steps, metrics, DPO_NAMES, scratch)
+            return OnlineDPOTrainer(model=str(model_folder), reward_funcs=reward_function(task, run.reward, cap),
+                                    args=run.online_config(task, output_dir), train_dataset=data,
+                                    processing_class=build_tokenizer(run.model), callbacks=callbacks)
+        return DPOTrainer(model=str(model_folder), args=run.dpo_config(task, len(rows), output_dir),
+                          train_dataset=data, processing_class=build_tokenizer(run.model), callbacks=callbacks)
+
+    return run_with_lens(run.model, make_trainer, task.prompts, responses, 1.0, 1 if online else run.steps,
+                         metrics, DPO_NAMES, scratch)

@@ -26,6 +26,7 @@ from lab.files.writable import check_writable
 
 TRLLoss = Enum("TRLLoss", {"clipped": "clipped", "dpo": "dpo"}, type=str)
 TRLPreference = Enum("TRLPreference", {"argmax": "argmax", "bradley_terry": "bradley-terry"}, type=str)
+TRLPairs = Enum("TRLPairs", {"offline": "offline", "online": "online"}, type=str)
 TRLDPOLoss = Enum("TRLDPOLoss", {"sigmoid": "sigmoid", "ipo": "ipo"}, type=str)
 TRLDelta = Enum("TRLDelta", {"centered": "centered", "normalized": "normalized"}, type=str)
 TRLLossAgg = Enum("TRLLossAgg", {m.replace("-", "_"): m
@@ -55,7 +56,7 @@ def rows_csv(records: list[dict]) -> str:
     return text.getvalue()
 
 
-DPO_ONLY = ("pairs_per_prompt", "preference", "dpo_loss")
+DPO_ONLY = ("pairs", "pairs_per_prompt", "preference", "dpo_loss")
 GRPO_ONLY = ("group_size", "clip_eps", "delta", "loss_agg", "temperature")
 
 
@@ -85,6 +86,9 @@ def trl_run(
                                                  "seq-mean-token-sum-norm: dr_grpo")] = TRLLossAgg.token_mean,
     temperature: Annotated[float, typer.Option(help="sampling temperature")] = 1.0,
     reward: RewardOpt = Reward.inclusion_ordering,
+    pairs: Annotated[TRLPairs, typer.Option(help="--loss dpo: offline (DPOTrainer, a fixed set from the initial "
+                                            "model) or online (OnlineDPOTrainer, two fresh samples per prompt)")
+                     ] = TRLPairs.offline,
     pairs_per_prompt: Annotated[int, typer.Option(help="--loss dpo: N, 2N responses per prompt from the initial "
                                                   "model, paired")] = 16,
     preference: Annotated[TRLPreference, typer.Option(help="--loss dpo: who wins a pair")] = TRLPreference.argmax,
@@ -101,7 +105,8 @@ def trl_run(
     """Train a tiny transformer with TRL's GRPOTrainer (or DPOTrainer) on the sorting task; exact metrics every epoch."""
     settings = dict(loss=loss.value, epochs=epochs, steps=steps, lr=lr, kl=kl, reward=reward.value,
                     max_length=max_length, seed=seed, layers=layers, width=width)
-    settings |= dict(pairs_per_prompt=pairs_per_prompt, preference=preference.value, dpo_loss=dpo_loss.value) \
+    settings |= dict(pairs=pairs.value, pairs_per_prompt=pairs_per_prompt, preference=preference.value,
+                     dpo_loss=dpo_loss.value) \
         if loss is TRLLoss.dpo else dict(group_size=group_size, clip_eps=clip_eps, delta=delta.value,
                                          loss_agg=loss_agg.value, temperature=temperature)
     try:
@@ -115,6 +120,12 @@ def trl_run(
         if loss is TRLLoss.dpo:
             _check("--kl", kl, kl > 0, "> 0 with --loss dpo (DPO's beta)")
             _check("--pairs-per-prompt", pairs_per_prompt, 1 <= pairs_per_prompt <= 10_000, "an integer from 1 to 10000")
+            if pairs is TRLPairs.online:
+                offline_only = {"steps": steps != 1, "pairs_per_prompt": True, "preference": True}
+                for name, used in offline_only.items():
+                    if used and ctx.get_parameter_source(name).name != "DEFAULT":
+                        raise ValueError(f"--{name.replace('_', '-')} applies to --pairs offline only (TRL's online DPO "
+                                         "samples two responses per prompt at every step and judges them by argmax)")
         _check("--max-length", max_length, max_length is None or 1 <= max_length <= 6,
                "an integer of at most 6 (the exact enumeration's size)")
         _check("--seed", seed, 0 <= seed < 2**32, "an integer from 0 to 2**32 - 1")
@@ -146,7 +157,8 @@ def trl_run(
     from lab.bridge.trl_grpo import train_trl
     from lab.figures.plots import plot_epoch_series
 
-    trainer = "DPOTrainer" if loss is TRLLoss.dpo else "GRPOTrainer"
+    trainer = "GRPOTrainer" if loss is TRLLoss.clipped else "OnlineDPOTrainer" if pairs is TRLPairs.online \
+        else "DPOTrainer"
     if not quiet:
         typer.echo(f"lab trl: {epochs} epochs of TRL's {trainer} on a {layers}-layer transformer ...", err=True)
     records, trainer_config, weights = (train_trl_dpo if loss is TRLLoss.dpo else train_trl)(task, run)

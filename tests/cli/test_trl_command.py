@@ -100,3 +100,30 @@ def test_trl_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path, args, fra
 
 def test_trl_existing_folder_needs_force(folder):
     one_line(trl(*ARGS, "--out", str(folder)), 2, "--force")
+
+
+@pytest.mark.parametrize("pairs", ["offline", "online"])
+def test_trl_dpo_writes_its_trainer_config_and_the_distance_to_the_optimum(tmp_path, pairs):
+    """--loss dpo trains by DPOTrainer (offline) or OnlineDPOTrainer (online) with DPO's beta = --kl, and
+    every epoch records the exact KL to pi* = pi_ref exp(r / beta) / Z, positive and finite."""
+    out = tmp_path / "dpo"
+    result = trl("--loss", "dpo", "--kl", "0.2", "--pairs", pairs, "--epochs", "2", "--quiet", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "config.json").read_text())
+    beta = config["dpo_config"]["beta"]
+    assert (beta if pairs == "offline" else beta[0]) == 0.2 and config["settings"]["pairs"] == pairs
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2]
+    assert all(0 < float(r["kl_to_optimum"]) < float("inf") for r in rows)
+    assert {"chosen_rewards", "reward_accuracy", "chosen_logps"} <= set(rows[1])
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--loss", "dpo"], "--kl"),
+    (["--pairs-per-prompt", "4"], "--pairs-per-prompt"),
+    (["--loss", "dpo", "--kl", "0.1", "--group-size", "4"], "--group-size"),
+    (["--loss", "dpo", "--kl", "0.1", "--pairs", "online", "--steps", "2"], "--steps"),
+])
+def test_trl_options_of_the_other_trainer_are_one_line_exit_2(tmp_path, args, fragment):
+    one_line(trl(*args, "--out", str(tmp_path / "out")), 2, fragment)
+    assert not (tmp_path / "out").exists()
