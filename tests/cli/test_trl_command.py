@@ -111,7 +111,7 @@ def test_trl_dpo_writes_its_trainer_config_and_the_distance_to_the_optimum(tmp_p
     assert result.exit_code == 0, result.output
     config = json.loads((out / "config.json").read_text())
     beta = config["dpo_config"]["beta"]
-    assert (beta if pairs == "offline" else beta[0]) == 0.2 and config["settings"]["pairs"] == pairs
+    assert (beta[0] if isinstance(beta, list) else beta) == 0.2 and config["settings"]["pairs"] == pairs
     rows = list(csv.DictReader((out / "metrics.csv").open()))
     assert [int(r["epoch"]) for r in rows] == [0, 1, 2]
     assert all(0 < float(r["kl_to_optimum"]) < float("inf") for r in rows)
