@@ -30,4 +30,4 @@ def reward_model_loss(chosen: Tensor, rejected: Tensor, margin: Tensor | float |
 
 def reward_model_metrics(chosen: Tensor, rejected: Tensor) -> dict[str, float]:
     """TRL's `accuracy` (strict) and `margin`, from scores float[pairs]."""
-    return {"accuracy": float((chosen > rejected).float().mean()), "margin": float((chosen - rejected).mean())}
+    return {"accuracy": float((chosen > rejected).double().mean()), "margin": float((chosen - rejected).mean())}
