@@ -22,6 +22,7 @@ LAYERS = {
     "lab.training": 3,
     "lab.files": 4, "lab.figures": 4,
     "lab.experiments": 5,
+    "lab.bridge": 5,  # TRL's trainers on the task (imports transformers and trl only when used)
     "lab.exercises": 6,  # the lessons' exercise checks: imports nothing of the lab
     "lab.cli": 6,
     "lab.__main__": 7, "lab": 7,

@@ -11,7 +11,7 @@ from lab.cli.application import app
 
 # `lab --help` lists the commands in this order
 # isort: off
-from lab.cli import run_command, sweep_command, diagnose_command, reproduce_command  # noqa: E402, F401
+from lab.cli import run_command, sweep_command, diagnose_command, reproduce_command, trl_command  # noqa: E402, F401
 # isort: on
 
 __all__ = ["app"]

@@ -88,3 +88,18 @@ def plot_variance_vs_group_size(rows, path: Path, title: str | None = None) -> P
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format=fmt, metadata=figure_metadata(fmt))
     return Path(path)
+
+
+def plot_epoch_series(epochs, series: dict[str, list[float]], path: Path, title: str | None = None) -> Path:
+    """Save one panel per named series against the epoch (e.g. `lab trl`'s exact metrics) to `path` (PNG)."""
+    fig = Figure(figsize=(3.4 * len(series), 3.2))
+    axes = fig.subplots(1, len(series), squeeze=False)
+    for ax, (name, values) in zip(axes[0], series.items()):
+        ax.plot(epochs, values, lw=1.2)
+        ax.set_xlabel("epoch")
+        ax.set_title(name, fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return Path(path)

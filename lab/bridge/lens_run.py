@@ -1,0 +1,77 @@
+"""Running a TRL trainer with the exact lens every epoch: what `lab trl`'s GRPO and DPO runs share.
+
+    records[0]  = the lens on the initial model (epoch 0)
+    records[e]  = TRL's logs of epoch e's `steps` optimizer steps (renamed to the lab's names) and the
+                  lens on the model after them: log pi over the whole response space, summarised by
+                  `metrics(log_probs, initial_log_probs)`
+
+The trainer is built on the tiny model saved to a temporary folder (TRL builds its reference model
+from that path) inside `torch.random.fork_rng`, so TRL's global seeding leaves the caller's generator
+as it was; the libraries' progress bars and log lines are silenced (the records are the output).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from lab.bridge.exact_lm import response_log_probs
+from lab.bridge.tiny_lm import TinyLM, save_pretrained
+
+DROPPED = frozenset({"learning_rate", "epoch", "num_tokens", "step_time"})
+"""TRL logs that say nothing about the run (schedule bookkeeping, wall time)."""
+
+
+def renamed(logs: dict, names: dict[str, str]) -> dict:
+    """TRL's logged metrics under the lab's names where the quantity is the same; the rest as TRL names them."""
+    return {names.get(k, k): v for k, v in logs.items() if k not in DROPPED and not k.startswith("train_")}
+
+
+def quiet_libraries() -> None:
+    from datasets.utils.logging import disable_progress_bar as quiet_datasets
+    from transformers.utils.logging import disable_progress_bar, set_verbosity_error
+
+    set_verbosity_error()
+    disable_progress_bar()
+    quiet_datasets()
+
+
+def run_with_lens(spec: TinyLM, make_trainer: Callable, prompts: torch.Tensor, responses: torch.Tensor,
+                  temperature: float, steps: int, metrics: Callable, names: dict[str, str],
+                  scratch: Path | None = None) -> tuple[list[dict], dict, dict]:
+    """Train `make_trainer(model_folder, output_dir, callbacks)`; return the records, TRL's config and the weights."""
+    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+
+    quiet_libraries()
+    records: list[dict] = []
+
+    def lens(model) -> torch.Tensor:
+        was_training = model.training
+        model.eval()
+        log_probs = response_log_probs(model, prompts, responses, spec.eos_id, temperature)
+        model.train(was_training)
+        return log_probs
+
+    class ExactLens(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            self.initial = lens(model)
+            records.append({"epoch": 0, **metrics(self.initial, self.initial)})
+
+        def on_log(self, args, state, control, logs=None, model=None, **kwargs):
+            if state.global_step % steps == 0 and state.global_step > 0 and "loss" in logs:
+                records.append({"epoch": state.global_step // steps, **renamed(logs, names),
+                                **metrics(lens(model), self.initial)})
+
+    with tempfile.TemporaryDirectory(dir=scratch) as tmp, torch.random.fork_rng(devices=[]), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # transformers' renamings inside TRL, not ours to act on
+        trainer = make_trainer(save_pretrained(spec, Path(tmp) / "model"), Path(tmp) / "trainer", [ExactLens()])
+        for printer in (PrinterCallback, ProgressCallback):
+            trainer.remove_callback(printer)
+        trainer.train()
+        weights = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    return records, trainer.args.to_dict(), weights

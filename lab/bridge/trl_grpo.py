@@ -1,0 +1,141 @@
+"""GRPO on the sorting task by TRL's `GRPOTrainer`, each epoch seen through the exact lens.
+
+An epoch is the lab's: one group of G responses for every prompt, then `steps` optimizer steps on
+that batch. In TRL's terms one generation batch of P x G completions (`per_device_train_batch_size`
+= P x G, one step per generation) reused `num_iterations` = steps times. The lab's settings map to
+TRL's fields as docs/trl.md tabulates (checked by tests/bridge):
+
+    G -> num_generations     steps -> num_iterations     clip eps -> epsilon     T -> temperature
+    beta -> beta x L (TRL weighs the per-token k3, the lab the sequence's sum; no bias correction)
+    --loss-agg -> loss_type  (token-mean: bnpo, seq-mean-token-mean: grpo, seq-mean-token-sum-norm: dr_grpo)
+    --delta centered -> scale_rewards="none", normalized -> "group"
+    Adam at a constant lr, no gradient clipping, no weight decay: the lab's optimizer
+
+After every epoch `lab.bridge.exact_lm` enumerates the model's whole response distribution. TRL
+draws its samples from torch's global generator and seeds it (`set_seed`); training runs inside
+`torch.random.fork_rng`, so the caller's generator state is as it was afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from lab.bridge.exact_lm import all_responses, exact_metrics, reward_table
+from lab.bridge.lens_run import run_with_lens
+from lab.bridge.tiny_lm import TinyLM, build_tokenizer, words
+from tasks import Task
+from tasks.sorting import variable_length_reward
+
+LOSS_TYPES = {"token-mean": "bnpo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
+"""--loss-agg -> TRL's loss_type (seq-mean-token-sum has no TRL counterpart)."""
+SCALE_REWARDS = {"centered": "none", "normalized": "group"}
+"""--delta -> TRL's scale_rewards (TRL's std_eps is 1e-4, the lab's default 1e-5)."""
+
+TRL_NAMES = {
+    "reward": "mean_reward", "frac_reward_zero_std": "zero_std_fraction", "entropy": "entropy",
+    "clip_ratio/low_mean": "clip_low_fraction", "clip_ratio/high_mean": "clip_high_fraction",
+    "completions/mean_length": "response_length", "loss": "loss", "grad_norm": "grad_norm",
+}
+"""TRL's logged metric -> the lab's name for the same quantity (records glossary). TRL's other logs
+keep their names: its `kl` is the mean per-token k3 and its `reward_std` the std over the whole
+batch, neither the lab's quantity of that name."""
+
+
+class TRLSettingError(ValueError):
+    """A lab setting TRL's trainer has no counterpart for."""
+
+
+@dataclass(frozen=True)
+class TRLGRPO:
+    """A GRPO run by TRL, in the lab's settings (defaults: `lab run`'s, with the autoregressive cap)."""
+
+    epochs: int = 30
+    steps: int = 1
+    """optimizer steps on each epoch's batch (TRL `num_iterations`)"""
+    group_size: int = 10
+    """responses per prompt (TRL `num_generations`)"""
+    lr: float = 1e-3
+    clip_eps: float = 0.2
+    """the ratio's clip (TRL `epsilon`)"""
+    kl: float = 0.0
+    """the lab's beta on the sequence's k3 (TRL `beta` = kl x max length)"""
+    delta: str = "centered"
+    loss_agg: str = "token-mean"
+    temperature: float = 1.0
+    reward: str = "inclusion-ordering"
+    max_length: int | None = None
+    """response cap L, EOS included (default: prompt length + 1)"""
+    seed: int = 5
+    model: TinyLM = field(default_factory=TinyLM)
+
+    def cap(self, task: Task) -> int:
+        return task.prompts.shape[1] + 1 if self.max_length is None else self.max_length
+
+    def check(self, task: Task) -> None:
+        if self.loss_agg not in LOSS_TYPES:
+            raise TRLSettingError(f"--loss-agg {self.loss_agg} has no TRL loss_type; choose one of: "
+                                  f"{', '.join(LOSS_TYPES)}")
+        if self.delta not in SCALE_REWARDS:
+            raise TRLSettingError(f"--delta {self.delta} has no TRL scale_rewards; choose one of: "
+                                  f"{', '.join(SCALE_REWARDS)}")
+        if self.model.vocab_size != task.vocab_size:
+            raise TRLSettingError(f"the model's vocabulary ({self.model.vocab_size}) is not the task's "
+                                  f"({task.vocab_size})")
+        if self.cap(task) < task.prompts.shape[1] + 1:
+            raise TRLSettingError(f"--max-length {self.cap(task)} cannot hold the sorted prompt and EOS; use "
+                                  f"{task.prompts.shape[1] + 1} or more")
+
+    def grpo_config(self, task: Task, output_dir: Path):
+        """TRL's `GRPOConfig` for these settings."""
+        from trl import GRPOConfig
+
+        prompts, cap = task.prompts.shape[0], self.cap(task)
+        return GRPOConfig(
+            output_dir=str(output_dir), report_to=[], use_cpu=True, save_strategy="no", logging_steps=self.steps,
+            seed=self.seed, data_seed=self.seed, disable_dropout=True,
+            num_generations=self.group_size, per_device_train_batch_size=prompts * self.group_size,
+            gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=self.steps,
+            max_steps=self.epochs * self.steps, max_completion_length=cap, temperature=self.temperature,
+            learning_rate=self.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+            max_grad_norm=0.0, epsilon=self.clip_eps, beta=self.kl * cap, use_bias_correction_kl=False,
+            loss_type=LOSS_TYPES[self.loss_agg], scale_rewards=SCALE_REWARDS[self.delta],
+            bf16=False, disable_tqdm=True, log_level="error",  # float32, as the exact lens reads the model
+        )
+
+
+def reward_function(task: Task, reward: str, cap: int):
+    """TRL's reward callable: completion token ids -> the lab's variable-length reward."""
+    score = variable_length_reward(reward, task.vocab_size)
+    eos = task.vocab_size
+
+    def sorting_reward(prompts, completion_ids, **kwargs):
+        prompt_ids = torch.tensor([[int(t) for t in p.split()] for p in prompts])
+        padded = torch.full((len(completion_ids), cap), eos)
+        for row, ids in enumerate(completion_ids):
+            padded[row, :len(ids)] = torch.tensor(ids[:cap], dtype=torch.long)
+        return score(prompt_ids, padded.unsqueeze(1)).squeeze(1).tolist()
+
+    return sorting_reward
+
+
+def train_trl(task: Task, run: TRLGRPO, scratch: Path | None = None) -> tuple[list[dict], dict, dict]:
+    """Train; return one record per epoch (epoch 0 = before training), TRL's config, and the final weights."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    run.check(task)
+    cap = run.cap(task)
+    responses = all_responses(task.vocab_size, cap)
+    rewards = reward_table(task.prompts, responses, variable_length_reward(run.reward, task.vocab_size))
+
+    def make_trainer(model_folder: Path, output_dir: Path, callbacks: list):
+        data = Dataset.from_dict({"prompt": [words(p) for p in task.prompts]})
+        return GRPOTrainer(model=str(model_folder), reward_funcs=reward_function(task, run.reward, cap),
+                           args=run.grpo_config(task, output_dir), train_dataset=data,
+                           processing_class=build_tokenizer(run.model), callbacks=callbacks)
+
+    return run_with_lens(run.model, make_trainer, task.prompts, responses, run.temperature, run.steps,
+                         lambda log_probs, initial: exact_metrics(log_probs, initial, rewards), TRL_NAMES, scratch)
