@@ -75,3 +75,38 @@ def test_the_pictures_caption_says_what_its_command_gives(tmp_path):
     assert set(rows) == {"init_scale=1.0", "init_scale=0.1"}
     assert " 0% [" in rows["init_scale=1.0"] and " 100% [" in rows["init_scale=0.1"]
     assert (ROOT / "figures" / "learning_curves.png").is_file()
+
+
+def _closure(names: list[str]) -> set[str]:
+    """The distributions `names` need, transitively (extras and environment markers left out)."""
+    import importlib.metadata as md
+
+    seen, todo = set(), [re.split(r"[\s<>=!~;\[(]", n, 1)[0].lower().replace("_", "-") for n in names]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        try:
+            requires = md.requires(name) or []
+        except md.PackageNotFoundError:
+            continue
+        seen.add(name)
+        todo += [re.split(r"[\s<>=!~;\[(]", r, 1)[0].lower().replace("_", "-") for r in requires if "extra ==" not in r]
+    return seen
+
+
+def test_what_trl_adds_to_the_install_is_what_the_readme_says():
+    """The README's 'about N MB' for the trl extra: the size of the distributions it brings that nothing else of
+    the install needs, within 35%."""
+    import importlib.metadata as md
+    import os
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    others = _closure([*extras["dependencies"], *(r for k, rs in extras["optional-dependencies"].items()
+                                                  if k != "trl" for r in rs)])
+    added = _closure(extras["optional-dependencies"]["trl"]) - others
+    size = sum(os.path.getsize(d.locate_file(f)) for name in added for d in [md.distribution(name)]
+               for f in d.files or [] if os.path.exists(d.locate_file(f))) / 1e6
+    stated = int(re.search(r"about (\d+) MB", README.read_text()).group(1))
+    assert abs(size - stated) <= 0.35 * stated, f"the trl extra adds {size:.0f} MB, the README says {stated}"
