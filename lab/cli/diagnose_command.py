@@ -48,7 +48,7 @@ def diagnose(
 ) -> None:
     """Exact gradient bias (scale along grad J, angle to it) and variance of each delta mode, for G in a list."""
     from lab.exact import diagnose as diagnostics
-    from lab.figures.figure_files import check_figure_path
+    from lab.figures.figure_files import check_figure_path, sign
     from lab.training.limits import check_diagnose_memory
     from lab.policies.factorized import Policy
     from lab.files.run_folder import check_policy_fits, load_run, run_reward
@@ -107,6 +107,7 @@ def diagnose(
         out.parent.mkdir(parents=True, exist_ok=True)
         check_figure_path(out)  # nobody put a file of theirs there meanwhile
         plot_variance_vs_group_size(rows, out, title=f"{reward.value} reward, {label} prompts, {source}")
+        sign(out)
     J = ", ".join(f"{j:.4f}" for j in summary["expected_reward"])
     typer.echo(f"policy {source}; {reward.value} reward; exact J per prompt [{J}], "
                f"|grad J| = {summary['grad_norm']:.4g}")
