@@ -37,27 +37,14 @@ from tasks import OPTIMAL_TOLERANCE
 
 GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
                "loss_agg", "temperature")
-"""TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option), each a column of its tables
-(`temperature` only when some run has T != 1); DPO's and the critic's come after them."""
+"""TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option); DPO's and the critic's come after
+them. The tables' columns are read off the runs' configs (`lab.training.settings.table_fields`)."""
 
 DPO_GRID_FIELDS = ("pairs", "preference", "dpo_loss")
-"""The grid fields of --loss dpo: a sweep's tables have their columns only when some run is DPO."""
+"""The grid fields of --loss dpo."""
 
 CRITIC_GRID_FIELDS = ("gae_lambda",)
-"""The critic's fields a sweep may vary (`--delta gae` points only); columns of its tables only when some run
-has a critic, so the tables of a sweep without one keep their columns."""
-
-
-def table_fields(configs: Sequence[TrainConfig]) -> list[str]:
-    """The settings a sweep's tables carry as `config_<name>` columns: the GRID_FIELDS (`temperature` only when
-    some run has T != 1), DPO's when some run is DPO, the critic's when some run has a critic; so the tables of
-    sweeps without these keep their bytes."""
-    fields = [name for name in GRID_FIELDS if name != "temperature" or any(c.temperature != 1.0 for c in configs)]
-    if any(c.is_dpo for c in configs):
-        fields += DPO_GRID_FIELDS
-    if any(c.delta in NEEDS_CRITIC for c in configs):
-        fields += CRITIC_GRID_FIELDS
-    return fields
+"""The critic's fields a sweep may vary (`--delta gae` points only)."""
 
 
 def check_seeds(seeds: int) -> None:
