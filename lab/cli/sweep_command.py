@@ -56,6 +56,7 @@ from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.files.tables import TableFormat, write_tables
 from lab.core.deltas import DeltaMode
 from lab.training.config import ConfigError, Device, TrainConfig
+from lab.training.bounds import shown
 from lab.training.limits import check_threads
 from lab.training.settings import name_parts, shared_and_swept, table_fields
 from tasks import sorting
@@ -159,7 +160,7 @@ def sweep(
         return points, seeds, lambda: default_sweep_name(points, options, seeds, table_format)
 
     settings = math.prod(len(values) for values in grid.values())
-    job = prepare("sweep", build, options, device, out, force, quiet, what=f"this sweep ({settings} settings x {seeds} seeds)")
+    job = prepare("sweep", build, options, device, out, force, quiet, what=f"this sweep ({settings} settings x {shown(seeds)} seeds)")
     base = make_base()
     configs = sweeps.build_grid(base, grid, seeds, critic)
     if pairs_per_prompt is not None:
