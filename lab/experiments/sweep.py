@@ -57,7 +57,8 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
     """Every combination of the grid's values (in the order given), each with seeds 0..seeds-1.
 
     The critic's settings (`gae_lambda` in the grid, the fields of `critic` for every point) apply to
-    the `--delta gae` points only; a point of another delta keeps their defaults, and is kept once.
+    the `--delta gae` points only, DPO's (`pairs`, `preference`, `dpo_loss`) to the `--loss dpo` points only;
+    a point of another delta or loss keeps their defaults, and is kept once.
     """
     check_seeds(seeds)
     unknown = set(grid) - set(GRID_FIELDS + DPO_GRID_FIELDS + CRITIC_GRID_FIELDS)
@@ -72,6 +73,10 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
         if len(set(values)) < len(values):
             shown = ", ".join(str(v.value if isinstance(v, Enum) else v) for v in values)
             raise ConfigError(f"{name} is given the same value twice: {shown}")
+    dpo_given = [n for n in DPO_GRID_FIELDS if any(v is not None for v in grid.get(n, []))]
+    losses = [getattr(v, "value", v) for v in grid.get("loss", [base.loss])]
+    if dpo_given and "dpo" not in losses:
+        raise ConfigError(f"--{dpo_given[0].replace('_', '-')} applies to --loss dpo only; drop it or add --loss dpo")
     points, seen = [], set()
     for point in itertools.product(*(list(grid[n]) for n in names)):
         settings = dict(zip(names, point))
@@ -80,6 +85,10 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
             settings.update(critic or {})
         else:
             settings.pop("gae_lambda", None)
+        loss = settings.get("loss", base.loss)
+        if getattr(loss, "value", loss) != "dpo":
+            for name in DPO_GRID_FIELDS:  # DPO's settings apply to the --loss dpo points only
+                settings.pop(name, None)
         key = tuple((n, settings[n]) for n in names if n in settings)
         if key not in seen:
             seen.add(key)
