@@ -50,13 +50,19 @@ class Interrupted(Exception):
 
 def interrupted(e: KeyboardInterrupt) -> int:
     """Print the one line for Ctrl-C or SIGTERM (`lab.cli.main.Terminated`) and return the exit code."""
-    terminated = type(e).__name__ == "Terminated"  # by name: lab.cli.main imports this module, not the reverse
-    typer.echo("Interrupted" + (" (SIGTERM)" if terminated else ""), err=True)
-    return 143 if terminated else 130
+    from lab.cli.main import interrupted as report  # one place: later signals ignored, then the line
+
+    return report(e)
 
 
 class OneLineErrors(TyperGroup):
     """Report usage mistakes (bad choices, bad numbers) as a single `Error:` line, exit code 2."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt as e:  # while click parses `lab`'s own options: no blank line from click
+            raise Interrupted(e) from None
 
     def invoke(self, ctx):
         try:
@@ -94,6 +100,23 @@ app = typer.Typer(cls=OneLineErrors, no_args_is_help=True, add_completion=False,
 @app.callback()
 def lab() -> None:
     """GRPO sorting lab: train, sweep and prove policy-gradient mechanics on a toy task."""
+    from lab.cli.main import held_import
+
+    held_import("torch").set_num_threads(1)  # tiny tensors: one thread beats the threading overhead
+
+
+HEAVY_LIBRARIES = {"figures": ("matplotlib.figure", "matplotlib.backends.backend_agg"),
+                   "tables": ("pyarrow", "pyarrow.parquet", "pyarrow.csv")}
+"""The C-extension libraries a command loads late, each loaded whole before use (`load`)."""
+
+
+def load(kind: str) -> None:
+    """Import the `HEAVY_LIBRARIES` of `kind` with SIGINT and SIGTERM held back until each is whole, so Ctrl-C
+    there is the usual one line and exit 130, not a traceback from a half-initialised extension."""
+    from lab.cli.main import held_import
+
+    for name in HEAVY_LIBRARIES[kind]:
+        held_import(name)
 
 
 def fail(message: str) -> None:

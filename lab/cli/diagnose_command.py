@@ -8,7 +8,7 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, writing
+from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, load, writing
 from lab.cli.options import (
     DimOpt,
     NumPromptsOpt,
@@ -104,9 +104,8 @@ def diagnose(
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
 
-    from lab.figures.plots import (
-        plot_variance_vs_group_size,  # matplotlib only where a figure is made
-    )
+    load("figures")  # matplotlib only where a figure is made
+    from lab.figures.plots import plot_variance_vs_group_size
 
     with writing(out):
         out.parent.mkdir(parents=True, exist_ok=True)

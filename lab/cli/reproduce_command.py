@@ -8,7 +8,7 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.application import USER_ERRORS, app, fail, writing
+from lab.cli.application import USER_ERRORS, app, fail, load, writing
 from lab.cli.progress import run_with_progress
 from lab.cli.options import DeviceOpt, QuietOpt, cli_message
 from lab.training.config import ConfigError, Device, resolve_device
@@ -45,6 +45,7 @@ def reproduce(
         files.check(rep.output_names())
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
+    load("figures")
     reproduction = run_with_progress(quiet, "reproduce", rep.progress_epochs(), lambda progress: rep.run_reproduction(
         seeds, device=torch_device, progress=progress))
     with writing(out), files.staging() as tmp:

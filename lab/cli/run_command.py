@@ -8,7 +8,7 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.application import DEFAULTS, app
+from lab.cli.application import DEFAULTS, app, load
 from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
     CliprangeValueOpt,
@@ -144,7 +144,8 @@ def run(
         job.task, config, device=job.device, progress=progress))
     diverged = records.divergence[0] if records.divergence else None  # (checked by lab.training.train)
 
-    from lab.figures.plots import plot_run  # matplotlib only where a figure is made
+    load("figures")  # matplotlib only where a figure is made
+    from lab.figures.plots import plot_run
 
     final = (lambda name: None) if diverged else (lambda name: float(records.final(name)[0]))  # noqa: E731
     summary = {

@@ -9,7 +9,7 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.application import DEFAULTS, app
+from lab.cli.application import DEFAULTS, app, load
 from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
     CliprangeValueOpt,
@@ -178,7 +178,9 @@ def sweep(
         torch.set_num_threads(previous_threads)
     summaries = sweeps.summarise(records, columns)
 
-    from lab.experiments.figures import plot_sweep  # matplotlib only where a figure is made
+    load("figures")  # matplotlib only where a figure is made
+    load("tables")
+    from lab.experiments.figures import plot_sweep
 
     shared, swept = shared_and_swept(configs)  # every setting applied: those of all runs, those that differ
 
