@@ -123,7 +123,7 @@ def run(
     Exit codes: 0 done; 2 a mistake in the input (one line, nothing written);
     3 the run diverged: a loss or parameter became inf/NaN (one line saying where;
       the records up to that step are written, summary.json says "status": "diverged",
-      no policy.pt); 1 writing failed (full disk: nothing written); 130 interrupted.
+      no policy.pt); 1 writing failed (full disk: nothing written); 130 interrupted (143: SIGTERM).
     """
     options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
 

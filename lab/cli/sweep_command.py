@@ -128,7 +128,7 @@ def sweep(
     A run that diverges (inf/NaN loss or parameters) is frozen where it diverged and left out of
     the means; summary.csv and the table count such runs per setting. Exit codes: 0 done (also
     when some runs diverged: a line on stderr says how many); 3 every run diverged; 2 a mistake
-    in the input (one line, nothing written); 1 writing failed; 130 interrupted.
+    in the input (one line, nothing written); 1 writing failed; 130 interrupted (143: SIGTERM).
     """
     from lab.experiments import sweep as sweeps
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
