@@ -24,7 +24,9 @@ import typer
 from typer.core import TyperGroup
 
 from lab.training.config import ConfigError, TrainConfig
-from lab.cli.progress import run_with_progress  # noqa: F401  (re-exported for the commands)
+from lab.cli.progress import run_with_progress
+from lab.cli.signals import held_import
+from lab.cli.signals import interrupted as report_interrupt  # noqa: F401  (re-exported for the commands)
 from lab.files.output_folders import OutputError
 
 DEFAULTS = TrainConfig()
@@ -53,10 +55,8 @@ class Interrupted(Exception):
 
 
 def interrupted(e: KeyboardInterrupt) -> int:
-    """Print the one line for Ctrl-C or SIGTERM (`lab.cli.main.Terminated`) and return the exit code."""
-    from lab.cli.main import interrupted as report  # one place: later signals ignored, then the line
-
-    return report(e)
+    """Print the one line for Ctrl-C or SIGTERM (`lab.cli.signals.Terminated`) and return the exit code."""
+    return report_interrupt(e)
 
 
 def choices_of(param) -> type[Enum] | None:
@@ -149,8 +149,6 @@ def show_version(asked: bool) -> None:
 def lab(version: Annotated[bool, typer.Option("--version", is_eager=True, callback=show_version,
                                               help="print the lab's version and exit")] = False) -> None:
     """GRPO sorting lab: train, sweep and prove policy-gradient mechanics on a toy task."""
-    from lab.cli.main import held_import
-
     held_import("torch").set_num_threads(1)  # tiny tensors: one thread beats the threading overhead
 
 
@@ -162,8 +160,6 @@ HEAVY_LIBRARIES = {"figures": ("matplotlib.figure", "matplotlib.backends.backend
 def load(kind: str) -> None:
     """Import the `HEAVY_LIBRARIES` of `kind` with SIGINT and SIGTERM held back until each is whole, so Ctrl-C
     there is the usual one line and exit 130, not a traceback from a half-initialised extension."""
-    from lab.cli.main import held_import
-
     for name in HEAVY_LIBRARIES[kind]:
         held_import(name)
 

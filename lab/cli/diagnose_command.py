@@ -50,7 +50,8 @@ def diagnose(
     from lab.exact import diagnose as diagnostics
     from lab.figures.figure_files import check_figure_path, sign
     from lab.training.bounds import check_counts
-    from lab.training.limits import available_memory, check_diagnose_memory
+    from lab.training.diagnose_memory import check_diagnose_memory
+    from lab.training.limits import available_memory
     from lab.policies.factorized import Policy
     from lab.files.run_folder import check_policy_fits, load_run, run_reward
     from lab.files.writable import check_writable

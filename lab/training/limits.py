@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lab.training.bounds import capped_power, check_counts
+from lab.training.bounds import check_counts
 from lab.training.config import ConfigError, TrainConfig
 from lab.exact.enumeration import LIMITS
 from lab.training.lengths import LENGTH_MARGIN
@@ -190,28 +190,3 @@ def check_threads(threads: int | None, flag: str = "--threads") -> None:
     cores = cpu_cores()
     if threads is not None and not 1 <= threads <= cores:
         raise ConfigError(f"{flag} must be from 1 to {cores} (this machine's cores), got {threads}")
-
-
-def diagnose_bytes(vocab_size: int, prompt_count: int, prompt_length: int, response_length: int, dim: int,
-                   group_sizes: Sequence[int], monte_carlo_chunk: int = 2_000) -> int:
-    """`lab diagnose`'s largest arrays: the score matrix float64[batch n params] (n = vocab^Q responses),
-    the Gram matrix float64[batch n n], and a Monte Carlo chunk of sampled groups for the largest G."""
-    n = capped_power(vocab_size, response_length, 1 << 62)  # past 2**62 responses the estimate refuses anyway
-    params = vocab_size * dim + (prompt_length + response_length) * dim * dim
-    exact = prompt_count * n * (params + n) * 8 * 2
-    sampled = monte_carlo_chunk * max(group_sizes) * prompt_count * response_length * (vocab_size + 24) \
-        + monte_carlo_chunk * prompt_count * n * 8
-    return exact + sampled
-
-
-def check_diagnose_memory(dim: int, task, group_sizes: Sequence[int]) -> None:
-    """Refuse a diagnosis whose arrays (`diagnose_bytes`) exceed the memory available."""
-    free = available_memory()
-    check_counts({"--dim": dim, "--group-size": max(group_sizes), "--vocab-size": task.vocab_size},
-                 free, "this diagnosis")
-    need = diagnose_bytes(task.vocab_size, task.prompts.shape[0], task.prompts.shape[1], task.response_length,
-                          dim, group_sizes)
-    if need > free:
-        raise ConfigError(f"this diagnosis needs about {gigabytes(need)} of memory, more than the "
-                          f"{gigabytes(free)} available; lower --dim or the largest --group-size "
-                          f"({max(group_sizes)}), or use fewer prompts")
