@@ -225,23 +225,35 @@ def lecture_prompts() -> Tensor:
     return torch.tensor(LECTURE_PROMPTS)
 
 
+def space_at_most(vocab_size: int, length: int, cap: int) -> int:
+    """min(vocab_size ** length, cap + 1): the number of prompts, multiplied out only until it passes `cap`
+    (a `--prompt-length` of 11 digits must not make Python compute a power of 11 digits)."""
+    space = 1
+    for _ in range(length):
+        space *= vocab_size
+        if space > cap or vocab_size <= 1:
+            return min(space, cap + 1)
+    return space
+
+
 def random_prompts(
     count: int,
     length: int,
     vocab_size: int,
     generator: torch.Generator,
     exclude: Tensor | None = None,
+    what: str = "prompt count",
 ) -> Tensor:
     """`count` distinct prompts, int[count length], none of them a row of `exclude`.
 
-    Drawn uniformly (with repeated tokens allowed) by rejection; errors if the space
-    has fewer than `count` prompts left.
+    Drawn uniformly (with repeated tokens allowed) by rejection; errors (`what` must be at most ...) if the
+    space has fewer than `count` prompts left.
     """
-    space = vocab_size ** length
     taken = set() if exclude is None else {tuple(row) for row in exclude.tolist()}
+    space = space_at_most(vocab_size, length, count + len(taken))
     if count > space - len(taken):
-        raise ValueError(f"cannot draw {count} distinct prompts of length {length} over vocab "
-                         f"{vocab_size}: only {space - len(taken)} are available")
+        raise ValueError(f"{what} must be at most {space - len(taken)}, the distinct prompts of length {length} "
+                         f"over vocab {vocab_size} left to draw, got {count}")
     chosen: list[list[int]] = []
     while len(chosen) < count:
         for row in torch.randint(vocab_size, (count, length), generator=generator).tolist():
@@ -319,8 +331,8 @@ def task_from_spec(
     else:
         prompts = _parse_prompt_list(spec, vocab_size)
     validate_prompts(prompts, vocab_size)  # before the held-out draw relies on them (make_task checks again)
-    eval_prompts = (random_prompts(heldout, prompts.shape[1], vocab_size, generator, exclude=prompts)
-                    if heldout else None)
+    eval_prompts = (random_prompts(heldout, prompts.shape[1], vocab_size, generator, exclude=prompts,
+                                   what="the number of held-out prompts") if heldout else None)
     return make_task(prompts, vocab_size, eval_prompts)
 
 

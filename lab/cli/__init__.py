@@ -1,6 +1,7 @@
 """`lab`: the command line. Commands only build a task and configs, call the library, and save.
 
     lab.cli.main         the console entry point (`lab`, `python -m lab`): signals, then the app
+    lab.cli.signals      Ctrl-C and SIGTERM: one line, exit 130 or 143; heavy imports held whole
     lab.cli.commands     the Typer `app` with every command registered
     lab.cli.application  the app object, one-line errors and exit codes shared by the commands
     lab.cli.options      the options the commands share

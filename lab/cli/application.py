@@ -12,15 +12,21 @@ Every command module in this package registers itself on `app`. Exit codes:
 
 from __future__ import annotations
 
+import re
 import sys
+import typing
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from typer.core import TyperGroup
 
 from lab.training.config import ConfigError, TrainConfig
-from lab.cli.progress import run_with_progress  # noqa: F401  (re-exported for the commands)
+from lab.cli.progress import run_with_progress
+from lab.cli.signals import held_import
+from lab.cli.signals import interrupted as report_interrupt  # noqa: F401  (re-exported for the commands)
 from lab.files.output_folders import OutputError
 
 DEFAULTS = TrainConfig()
@@ -49,14 +55,50 @@ class Interrupted(Exception):
 
 
 def interrupted(e: KeyboardInterrupt) -> int:
-    """Print the one line for Ctrl-C or SIGTERM (`lab.cli.main.Terminated`) and return the exit code."""
-    terminated = type(e).__name__ == "Terminated"  # by name: lab.cli.main imports this module, not the reverse
-    typer.echo("Interrupted" + (" (SIGTERM)" if terminated else ""), err=True)
-    return 143 if terminated else 130
+    """Print the one line for Ctrl-C or SIGTERM (`lab.cli.signals.Terminated`) and return the exit code."""
+    return report_interrupt(e)
+
+
+def choices_of(param) -> type[Enum] | None:
+    """The enum a parameter's values are chosen from (`--delta`, repeatable or optional too), or None."""
+    runtime = getattr(param, "get_runtime_param", None)
+    kinds = [getattr(runtime(), "annotation", None)] if callable(runtime) else []
+    while kinds:
+        kind = kinds.pop()
+        if isinstance(kind, type) and issubclass(kind, Enum):
+            return kind
+        kinds.extend(typing.get_args(kind))
+    return None
+
+
+def choice_message(e: Exception) -> str | None:
+    """A bad choice as the lab's other errors read (`--delta centred is not a choice; choose one of: raw, ...`),
+    not typer's "Invalid value for '--delta': Value error, 'centred' is not one of ..."; None for other errors."""
+    param, text = getattr(e, "param", None), e.format_message() if hasattr(e, "format_message") else str(e)
+    kind = choices_of(param)
+    given = re.search(r"'((?:[^'\\]|\\.)*)' is not (?:one of|a valid)", text)
+    if kind is None or given is None:
+        return None
+    return (f"{param.opts[0]} {given.group(1)} is not a choice; choose one of: "
+            f"{', '.join(member.value for member in kind)}")
 
 
 class OneLineErrors(TyperGroup):
     """Report usage mistakes (bad choices, bad numbers) as a single `Error:` line, exit code 2."""
+
+    def format_commands(self, ctx, formatter) -> None:
+        """Each command with its whole first line (click cuts it to the terminal's width with "...")."""
+        rows = [(name, command.get_short_help_str(limit=10_000)) for name in self.list_commands(ctx)
+                if (command := self.get_command(ctx, name)) is not None and not command.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt as e:  # while click parses `lab`'s own options: no blank line from click
+            raise Interrupted(e) from None
 
     def invoke(self, ctx):
         try:
@@ -76,7 +118,7 @@ class OneLineErrors(TyperGroup):
             if type(e).__name__ == "NoArgsIsHelpError":  # bare `lab`: the help, as usual
                 typer.echo(e.format_message())
                 sys.exit(0)
-            typer.echo(f"Error: {e.format_message()}", err=True)
+            typer.echo(f"Error: {choice_message(e) or e.format_message()}", err=True)
             sys.exit(e.exit_code)
         except typer.Abort as e:
             if isinstance(e.__context__, KeyboardInterrupt):  # Ctrl-C while click parsed the line
@@ -88,12 +130,38 @@ class OneLineErrors(TyperGroup):
 
 app = typer.Typer(cls=OneLineErrors, no_args_is_help=True, add_completion=False,
                   pretty_exceptions_enable=False, rich_markup_mode=None,
-                  help="GRPO sorting lab: train, sweep and prove policy-gradient mechanics on a toy task.")
+                  help="GRPO sorting lab: train, sweep and prove policy-gradient mechanics on a toy task.\n\n"
+                       "\b\nExit codes: 0 done; 1 writing failed (nothing written); 2 a mistake in the input\n"
+                       "(one line, nothing written); 3 the run diverged (every run, for lab sweep);\n"
+                       "130 interrupted by Ctrl-C, 143 by SIGTERM (one line, nothing partial left).")
+
+
+def show_version(asked: bool) -> None:
+    """`lab --version`: the installed package's version, then exit 0 (before any command or torch loads)."""
+    if asked:
+        from importlib.metadata import version
+
+        typer.echo(f"lab (grpo-sorting-lab) {version('grpo-sorting-lab')}")
+        raise typer.Exit(0)
 
 
 @app.callback()
-def lab() -> None:
+def lab(version: Annotated[bool, typer.Option("--version", is_eager=True, callback=show_version,
+                                              help="print the lab's version and exit")] = False) -> None:
     """GRPO sorting lab: train, sweep and prove policy-gradient mechanics on a toy task."""
+    held_import("torch").set_num_threads(1)  # tiny tensors: one thread beats the threading overhead
+
+
+HEAVY_LIBRARIES = {"figures": ("matplotlib.figure", "matplotlib.backends.backend_agg"),
+                   "tables": ("pyarrow", "pyarrow.parquet", "pyarrow.csv")}
+"""The C-extension libraries a command loads late, each loaded whole before use (`load`)."""
+
+
+def load(kind: str) -> None:
+    """Import the `HEAVY_LIBRARIES` of `kind` with SIGINT and SIGTERM held back until each is whole, so Ctrl-C
+    there is the usual one line and exit 130, not a traceback from a half-initialised extension."""
+    for name in HEAVY_LIBRARIES[kind]:
+        held_import(name)
 
 
 def fail(message: str) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, writing
+from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, load, writing
 from lab.cli.options import (
     DimOpt,
     NumPromptsOpt,
@@ -48,8 +48,10 @@ def diagnose(
 ) -> None:
     """Exact gradient bias (scale along grad J, angle to it) and variance of each delta mode, for G in a list."""
     from lab.exact import diagnose as diagnostics
-    from lab.figures.figure_files import check_figure_path
-    from lab.training.limits import check_diagnose_memory
+    from lab.figures.figure_files import check_figure_path, sign
+    from lab.training.bounds import check_counts
+    from lab.training.diagnose_memory import check_diagnose_memory
+    from lab.training.limits import available_memory
     from lab.policies.factorized import Policy
     from lab.files.run_folder import check_policy_fits, load_run, run_reward
     from lab.files.writable import check_writable
@@ -59,14 +61,15 @@ def diagnose(
             raise ValueError(f"--dim must be a positive integer, got {dim}")
         if not -2**63 <= seed < 2**64:  # what torch.Generator.manual_seed accepts
             raise ValueError(f"--seed must be an integer from -2**63 to 2**64 - 1 (torch's range), got {seed}")
+        check_counts({"--dim": dim, "--group-size": max(group_size or [1]), "--vocab-size": vocab_size,
+                      "--num-prompts": num_prompts, "--prompt-length": prompt_length},
+                     available_memory(), "this diagnosis")  # before a number enters a product or a power
         saved = None
-        if out is not None:  # before any work: a bad suffix or a user's file
+        if out is not None:  # before any work: a name too long, a bad suffix or a user's file
+            check_writable(out, temporary=False)
             check_figure_path(out)
         if from_run is not None:
             policy, saved = load_run(from_run, need_task=prompts is None)
-            if reward is None:  # the reward the run was trained under, not the default
-                reward = Reward(run_reward(from_run) or DEFAULTS.reward)
-        reward = reward or Reward(DEFAULTS.reward)
         if saved is not None:  # the prompts the run was trained on
             try:
                 if saved["name"] != sorting.TASK_NAME:
@@ -90,23 +93,26 @@ def diagnose(
         else:
             check_policy_fits(policy, task, f"--from-run {from_run}: policy.pt")
             source = from_run.resolve().name
+        if from_run is not None and reward is None:  # the reward the run was trained under, not the default
+            reward = Reward(run_reward(from_run, sorting.REWARDS) or DEFAULTS.reward)
+        reward = reward or Reward(DEFAULTS.reward)
         modes = delta or list(REWARD_MODES)
         out = out or Path("runs") / f"diagnose-{reward.value}-{label}-{source}.png"
-        check_figure_path(out)
         check_writable(out, temporary=False)
+        check_figure_path(out)
         rows = diagnostics.gradient_diagnostics(policy, task, reward.value, modes, sizes)
         summary = diagnostics.objective_summary(policy, task, reward.value)
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
 
-    from lab.figures.plots import (
-        plot_variance_vs_group_size,  # matplotlib only where a figure is made
-    )
+    load("figures")  # matplotlib only where a figure is made
+    from lab.figures.plots import plot_variance_vs_group_size
 
     with writing(out):
         out.parent.mkdir(parents=True, exist_ok=True)
         check_figure_path(out)  # nobody put a file of theirs there meanwhile
         plot_variance_vs_group_size(rows, out, title=f"{reward.value} reward, {label} prompts, {source}")
+        sign(out)
     J = ", ".join(f"{j:.4f}" for j in summary["expected_reward"])
     typer.echo(f"policy {source}; {reward.value} reward; exact J per prompt [{J}], "
                f"|grad J| = {summary['grad_norm']:.4g}")

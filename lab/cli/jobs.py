@@ -109,7 +109,7 @@ def report_divergence(command: str, records: Records, configs: Sequence[TrainCon
         return
     run, first = diverged[0]
     config = configs[run]
-    message = first.message(config.lr, config.steps, config.init_scale)
+    message = first.message(config)
     if command == "run":
         typer.echo(f"Error: {message}; the records up to that step are in {out} "
                    "(summary.json \"status\": \"diverged\")", err=True)

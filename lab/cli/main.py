@@ -1,12 +1,13 @@
 """The `lab` console entry point: signals first, then the heavy imports, then the app.
 
-    SIGTERM  -> raised as `Terminated` (a KeyboardInterrupt) where the program is, so every
-                temporary output is removed exactly as for Ctrl-C; exit 143, one line
-    Ctrl-C   -> exit 130, one line ("Interrupted"), also while torch is still loading
+From `main`'s first instruction on, Ctrl-C is one line "Interrupted" and exit 130, SIGTERM "Interrupted
+(SIGTERM)" and exit 143 (`lab.cli.signals`): while the command line is parsed, while torch, the command
+modules or matplotlib load (held back until they are whole), while the command runs and while it writes.
+Once the output is in place a late signal has nothing left to stop and is ignored.
 
 Importing this module loads nothing heavy (`lab/__init__.py` and `lab/cli/__init__.py` load their
-names on first use), so an interrupt during start-up lands inside `main`'s handler instead of
-printing an import traceback.
+names on first use). Before `main`'s first instruction (Python's own start-up, some tens of
+milliseconds) the system's defaults apply: the process ends at once, having written nothing.
 """
 
 from __future__ import annotations
@@ -14,32 +15,19 @@ from __future__ import annotations
 import signal
 import sys
 
-EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, delivered as an exception so that `finally` blocks and context managers run."""
-
-
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated()
-
-
-def interrupted(e: KeyboardInterrupt) -> int:
-    """Print the one line for Ctrl-C or SIGTERM and return its exit code (130 or 143)."""
-    terminated = isinstance(e, Terminated)
-    print("Interrupted" + (" (SIGTERM)" if terminated else ""), file=sys.stderr, flush=True)
-    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+from lab.cli.signals import ENTRY, ignore_signals, interrupted, raise_terminated
+from lab.files.temporaries import signals_held
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGTERM, raise_terminated)
+    ENTRY["running"] = True
     try:
-        import torch
-
-        from lab.cli.commands import app
-
-        torch.set_num_threads(1)  # tiny tensors: one thread beats the threading overhead
+        with signals_held():  # torch and the command modules load whole, or the signal waits for them
+            from lab.cli.commands import app
+        app()  # the app reports interrupts inside commands itself; here: while typer builds the command
     except KeyboardInterrupt as e:
         sys.exit(interrupted(e))
-    app()
+    except SystemExit:  # the command is done and its output in place: a signal now has nothing to stop
+        ignore_signals()
+        raise

@@ -13,6 +13,7 @@ import typer
 
 from lab.core.aggregation import LossAgg
 from lab.training.config import Device, TrainConfig
+from lab.training.settings import option, text
 from lab.core.deltas import DeltaMode
 from lab.core.dpo import DPOLoss, Pairs, Preference
 from lab.core.kl import KLEstimator, KLPlacement
@@ -147,15 +148,6 @@ PROMPT_DEFAULTS = dict(prompts="lecture", vocab_size=sorting.LECTURE_VOCAB_SIZE,
 """The prompt options' defaults (the lecture's prompts), shared by run, sweep and diagnose."""
 
 
-def name_value(value) -> str:
-    """A setting as a folder name shows it: floats with every digit (`repr` round-trips; `2` for 2.0), enums by value."""
-    value = value.value if isinstance(value, Enum) else value
-    if isinstance(value, float):
-        text = repr(value)
-        return text[:-2] if text.endswith(".0") else text
-    return str(value)
-
-
 def canonical_prompts(spec: str) -> str:
     """A JSON prompt list as compact JSON (`[[1, 0, 2]]` and `[[1,0,2]]` alike); 'lecture', 'random' as they are."""
     try:
@@ -168,8 +160,8 @@ def prompts_label(options: dict) -> str:
     """The part of a default folder name that tells the prompt options apart ('' for the defaults).
 
     'random3x4' (count x length), 'prompts<hash>' for a JSON list (hashed by the prompts it names,
-    not its spelling), then 'vocab7', 'heldout10', 'promptseed2' where they differ from the defaults,
-    so different experiments never share a name.
+    not its spelling), then 'vocab-size7', 'heldout10', 'prompt-seed2' where they differ from the defaults
+    (options as typed, as `lab.training.settings.name_parts`), so different experiments never share a name.
     """
     options = {**PROMPT_DEFAULTS, **options}
     spec, parts = options["prompts"], []
@@ -177,9 +169,9 @@ def prompts_label(options: dict) -> str:
         parts.append(f"random{options['num_prompts']}x{options['prompt_length']}")
     elif spec != "lecture":
         parts.append("prompts" + hashlib.sha256(canonical_prompts(spec).encode()).hexdigest()[:8])
-    for name, short in (("vocab_size", "vocab"), ("heldout", "heldout"), ("prompt_seed", "promptseed")):
+    for name in ("vocab_size", "heldout", "prompt_seed"):
         if options[name] != PROMPT_DEFAULTS[name]:
-            parts.append(f"{short}{options[name]}")
+            parts.append(f"{option(name)}{options[name]}")
     return "-".join(parts)
 
 
@@ -196,7 +188,7 @@ def fitted_name(name: str, prefix: str, settings: dict, suffix: str) -> str:
     options = settings.get("prompt_options")
     if isinstance(options, dict):
         settings = {**settings, "prompt_options": {**options, "prompts": canonical_prompts(options["prompts"])}}
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=name_value).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=text).encode()).hexdigest()[:12]
     return f"{prefix}-config{digest}-{suffix}"
 
 

@@ -8,12 +8,13 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.application import USER_ERRORS, app, fail, writing
+from lab.cli.application import USER_ERRORS, app, fail, load, writing
 from lab.cli.progress import Heartbeat, LineProgress, run_with_progress
 from lab.cli.options import DeviceOpt, QuietOpt, cli_message
 from lab.training.config import ConfigError, Device, resolve_device
 from lab.experiments.endtoend import END_TO_END_RUNS
 from lab.experiments.loaded_bench import LOADED_RUNS
+from lab.training.bounds import shown
 from lab.training.limits import check_memory, check_threads
 from lab.files.output_folders import OutputFiles
 from lab.files.writable import check_writable
@@ -47,13 +48,14 @@ def reproduce(
         torch_device = resolve_device(device)
         settings = list({repr(sorted(rep.config_of(o, 0).to_dict().items())): rep.config_of(o, 0)
                          for e in rep.EXPERIMENTS for o in e.settings}.values())
-        check_memory(settings, 5, 3, 3, 0, torch_device, f"the reproduction ({len(settings)} settings x {seeds} "
+        check_memory(settings, 5, 3, 3, 0, torch_device, f"the reproduction ({len(settings)} settings x {shown(seeds)} "
                      "seeds)", seeds=seeds, advice="lower --seeds")
+        check_writable(out / "RESULTS.md", temporary=False)  # first: a name too long fails any other look at it
         files = OutputFiles(out, "reproduce")
         files.check(rep.output_names())
-        check_writable(out / "RESULTS.md", temporary=False)
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
+    load("figures")
     def reproduce_and_write(progress):  # one progress, in work units (lab.experiments.work), to the last file
         last = [1.0]
 
@@ -73,6 +75,10 @@ def reproduce(
                    f"in {time.perf_counter() - start:.1f} s (training {reproduction.records.seconds:.1f} s)")
 
 
+MAX_REPEATS = 100
+"""The most timings per measurement `lab bench` takes (the best of 100 is as good as it gets)."""
+
+
 @app.command()
 def bench(
     sizes: Annotated[list[int] | None, typer.Option("--runs", help="repeatable: sweep sizes R",
@@ -80,7 +86,7 @@ def bench(
     threads: Annotated[list[int] | None, typer.Option(
         help="repeatable: torch CPU threads of the lab's runs (each reported)",
         show_default="1 and all cores")] = None,
-    repeats: Annotated[int, typer.Option(help="timings per measurement; the best counts")] = 3,
+    repeats: Annotated[int, typer.Option(help=f"timings per measurement, 1 to {MAX_REPEATS}; the best counts")] = 3,
     sweep_runs: Annotated[int, typer.Option(
         help="runs of the end-to-end row: a real `lab sweep` timed from start-up to its written folder "
              "(0 = skip it)")] = END_TO_END_RUNS,
@@ -95,16 +101,21 @@ def bench(
     from lab.training.config import TrainConfig
 
     try:
-        if repeats <= 0 or any(n <= 0 for n in [*(sizes or [])]):
-            raise ConfigError("--repeats and every --runs must be positive integers")
+        if not 0 < repeats <= MAX_REPEATS:
+            raise ConfigError(f"--repeats must be from 1 to {MAX_REPEATS} (each repeat times every row again), "
+                              f"got {repeats}")
+        if any(n <= 0 for n in [*(sizes or [])]):
+            raise ConfigError("every --runs must be a positive integer")
         if sweep_runs < 0 or loaded_runs < 0:
             raise ConfigError(f"--sweep-runs and --loaded-runs must be >= 0 (0 skips the row), got "
                               f"{sweep_runs} and {loaded_runs}")
         for count in threads or []:
             check_threads(count)
         largest = max([*(sizes or SIZES), sweep_runs, loaded_runs])  # every row's sweep, before any timing
-        check_memory([TrainConfig()], 5, 3, 3, 0, torch.device("cpu"), f"a sweep of {largest} runs",
-                     seeds=largest, advice="lower the largest --runs or --sweep-runs")
+        check_memory([TrainConfig()], 5, 3, 3, 0, torch.device("cpu"), "this benchmark", seeds=largest,
+                     advice="lower the largest --runs, --sweep-runs or --loaded-runs",
+                     seeds_flag="--runs" if largest in (sizes or SIZES) else
+                     "--sweep-runs" if sweep_runs == largest else "--loaded-runs")
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
     devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]

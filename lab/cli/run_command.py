@@ -8,7 +8,7 @@ from typing import Annotated
 import torch
 import typer
 
-from lab.cli.application import DEFAULTS, app
+from lab.cli.application import DEFAULTS, app, load
 from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
     CliprangeValueOpt,
@@ -52,7 +52,6 @@ from lab.cli.options import (
     StepsOpt,
     VocabOpt,
     fitted_name,
-    name_value,
     prompts_label,
 )
 from lab.cli.progress import run_with_progress
@@ -60,24 +59,22 @@ from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.files.run_text import metrics_csv, samples_text
 from lab.policies import policy_from_state
 from lab.policies.factorized import save_policy
-from lab.training.config import DPO_DEFAULTS, Device, TrainConfig
+from lab.training.config import Device, TrainConfig
+from lab.training.settings import name_parts
 from lab.training.train import train
 from tasks import sorting
 
 
 def default_run_name(config: TrainConfig, prompt_options: dict | None = None) -> str:
-    """`<delta>-<loss>-<reward>`, then every other setting that differs from the lecture's (floats with
-    every digit; the prompt options included: `prompts_label`), then the seed; past `NAME_BYTES`,
+    """`<delta>-<loss>-<reward>` (DPO: `dpo-<reward>`, it has no deltas), then every other setting that differs
+    from the lecture's as `<option><value>` (`lab.training.settings.name_parts`: `group-size1`, `init-scale0.1`;
+    the prompt options included: `prompts_label`), then the seed; past `NAME_BYTES`,
     `<delta>-<loss>-<reward>-config<hash of every setting>-seed<k>` (`fitted_name`)."""
-    parts = [config.delta.value, config.loss.value, config.reward]
-    for name, value in config.to_dict().items():
-        if name in ("delta", "loss", "reward", "seed") or value == DEFAULTS.to_dict().get(name) or (
-                name in DPO_DEFAULTS and value == name_value(DPO_DEFAULTS[name])):
-            continue
-        parts.append(f"{name.replace('_', '')}{name_value(value)}" if isinstance(value, float) else f"{name}{value}")
+    parts = name_parts([config])
+    lead = 2 if config.is_dpo else 3
     label = prompts_label(prompt_options or {})
     name = "-".join(parts + ([label] if label else [])) + f"-seed{config.seed}"
-    return fitted_name(name, "-".join(parts[:3]), {"config": config.to_dict(), "prompt_options": {
+    return fitted_name(name, "-".join(parts[:lead]), {"config": config.to_dict(), "prompt_options": {
         **PROMPT_DEFAULTS, **(prompt_options or {})}}, f"seed{config.seed}")
 
 
@@ -152,7 +149,8 @@ def run(
         job.task, config, device=job.device, progress=progress))
     diverged = records.divergence[0] if records.divergence else None  # (checked by lab.training.train)
 
-    from lab.figures.plots import plot_run  # matplotlib only where a figure is made
+    load("figures")  # matplotlib only where a figure is made
+    from lab.figures.plots import plot_run
 
     final = (lambda name: None) if diverged else (lambda name: float(records.final(name)[0]))  # noqa: E731
     summary = {

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import torch
 import typer
 
-from lab.cli.application import DEFAULTS, app
+from lab.cli.application import DEFAULTS, app, load
 from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
     CliprangeValueOpt,
@@ -52,7 +51,6 @@ from lab.cli.options import (
     StepsOpt,
     VocabOpt,
     fitted_name,
-    name_value,
     prompts_label,
 )
 from lab.cli.progress import run_with_progress
@@ -60,27 +58,23 @@ from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.files.tables import TableFormat, write_tables
 from lab.core.deltas import DeltaMode
 from lab.training.config import ConfigError, Device, TrainConfig
+from lab.training.bounds import shown
 from lab.training.limits import check_threads
+from lab.training.settings import name_parts, shared_and_swept, table_fields
 from tasks import sorting
 
 
-def default_sweep_name(grid: dict, base: TrainConfig, prompt_options: dict, seeds: int) -> str:
-    """`sweep-<deltas>-<losses>-<rewards>`, then every other grid setting and every base setting that
-    differs from the lecture's, several values joined by `+` (`lr0.01+0.02`, floats with every digit),
-    the prompt options (`prompts_label`), then `<N>seeds`; past `NAME_BYTES`, a hash of them all."""
-    join = lambda values: "+".join(name_value(v) for v in values)  # noqa: E731
-    parts = [join(grid[name]) for name in ("delta", "loss", "reward")]
-    for name, values in grid.items():
-        if name not in ("delta", "loss", "reward") and [name_value(v) for v in values] != [
-                name_value(getattr(DEFAULTS, name))]:
-            parts.append(f"{name.replace('_', '')}{join(values)}")
-    for name, value in base.to_dict().items():
-        if name not in grid and name != "seed" and value != DEFAULTS.to_dict().get(name):
-            parts.append(f"{name.replace('_', '')}{name_value(value)}")
+def default_sweep_name(points: list[TrainConfig], prompt_options: dict, seeds: int,
+                       table_format: TableFormat = TableFormat.parquet) -> str:
+    """`sweep-<deltas>-<losses>-<rewards>` (no deltas where every point is DPO), then every other setting some
+    grid point sets apart from the lecture's, as `<option><values>`, several joined by `+` (`lr0.01+0.02`,
+    `group-size1`: `lab.training.settings.name_parts`), the prompt options (`prompts_label`), `formatcsv` for
+    CSV tables, then `<N>seeds`; past `NAME_BYTES`, a hash of them all."""
     label = prompts_label(prompt_options)
-    name = "-".join(["sweep", *parts, *([label] if label else []), f"{seeds}seeds"])
-    settings = {"grid": {k: [name_value(v) for v in vs] for k, vs in grid.items()}, "base": base.to_dict(),
-                "prompt_options": prompt_options, "seeds": seeds}
+    fmt = [] if table_format is TableFormat.parquet else [f"format{TableFormat(table_format).value}"]
+    name = "-".join(["sweep", *name_parts(points), *([label] if label else []), *fmt, f"{seeds}seeds"])
+    settings = {"points": [p.to_dict() for p in points], "prompt_options": prompt_options, "seeds": seeds,
+                "format": TableFormat(table_format).value}
     return fitted_name(name, "sweep", settings, f"{seeds}seeds")
 
 
@@ -169,10 +163,10 @@ def sweep(
         points = sweeps.build_grid(make_base(), grid, 1, critic)  # one config per grid point: sized before seeds multiply it
         if pairs_per_prompt is not None:  # an offline setting: the online points have no use for it
             points = [p.replace(pairs_per_prompt=pairs_per_prompt) if p.pairs == "offline" else p for p in points]
-        return points, seeds, lambda: default_sweep_name(grid, make_base(), options, seeds)
+        return points, seeds, lambda: default_sweep_name(points, options, seeds, table_format)
 
     settings = math.prod(len(values) for values in grid.values())
-    job = prepare("sweep", build, options, device, out, force, quiet, what=f"this sweep ({settings} settings x {seeds} seeds)")
+    job = prepare("sweep", build, options, device, out, force, quiet, what=f"this sweep ({settings} settings x {shown(seeds)} seeds)")
     base = make_base()
     configs = sweeps.build_grid(base, grid, seeds, critic)
     if pairs_per_prompt is not None:
@@ -189,15 +183,17 @@ def sweep(
         torch.set_num_threads(previous_threads)
     summaries = sweeps.summarise(records, columns)
 
-    from lab.experiments.figures import plot_sweep  # matplotlib only where a figure is made
+    load("figures")  # matplotlib only where a figure is made
+    load("tables")
+    from lab.experiments.figures import plot_sweep
+
+    shared, swept = shared_and_swept(configs)  # every setting applied: those of all runs, those that differ
 
     def write(tmp: Path) -> None:
         write_json_atomic(tmp / "config.json", {
-            **config_header("sweep", job),
-            "grid": {k: [v.value if isinstance(v, Enum) else v for v in vs] for k, vs in grid.items()},
-            "seeds": list(range(seeds)), "base": base.to_dict(), "runs": len(configs),
-            "exploration_exact": records.exploration_exact, "parameters": records.parameters})
-        write_tables(records, sweeps.table_fields(records.configs), tmp, table_format)
+            **config_header("sweep", job), "grid": swept, "seeds": list(range(seeds)), "base": shared,
+            "runs": len(configs), "exploration_exact": records.exploration_exact, "parameters": records.parameters})
+        write_tables(records, table_fields(configs), tmp, table_format)
         write_text_atomic(tmp / "summary.csv", sweeps.summary_csv(summaries, columns))
         plot_sweep(records, names, tmp / "curves.png")
 

@@ -28,7 +28,7 @@ import torch
 from lab.exact.stuck import Endings, judge_endings
 from lab.core.deltas import NEEDS_CRITIC
 from lab.core.losses import TrainingLoss
-from lab.training.config import KL_DEFAULTS, OMITTED_AT_DEFAULT, SHARED_FIELDS, ConfigError, TrainConfig
+from lab.training.config import KL_DEFAULTS, SHARED_FIELDS, ConfigError, TrainConfig
 from lab.experiments.intervals import Interval, mean_interval, wilson_interval
 from lab.experiments.work import Stages, batch_work
 from lab.training.records import Records
@@ -39,29 +39,15 @@ from tasks import OPTIMAL_TOLERANCE
 
 GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
                "loss_agg", "temperature", "kl_estimator", "kl_in")
-"""TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option), each a column of its tables
-(`temperature`, `kl_estimator` and `kl_in` only when some run leaves their default); DPO's and the critic's
-come after them. A DPO point keeps the KL options' defaults (its beta is no penalty), and is kept once."""
+"""TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option); DPO's and the critic's come after
+them. The tables' columns are read off the runs' configs (`lab.training.settings.table_fields`). A DPO point
+keeps the KL options' defaults (its beta is no penalty), and is kept once."""
 
 DPO_GRID_FIELDS = ("pairs", "preference", "dpo_loss")
-"""The grid fields of --loss dpo: a sweep's tables have their columns only when some run is DPO."""
+"""The grid fields of --loss dpo."""
 
 CRITIC_GRID_FIELDS = ("gae_lambda",)
-"""The critic's fields a sweep may vary (`--delta gae` points only); columns of its tables only when some run
-has a critic, so the tables of a sweep without one keep their columns."""
-
-
-def table_fields(configs: Sequence[TrainConfig]) -> list[str]:
-    """The settings a sweep's tables carry as `config_<name>` columns: the GRID_FIELDS (those of
-    `OMITTED_AT_DEFAULT` only when some run leaves their default), DPO's when some run is DPO, the critic's
-    when some run has a critic; so the tables of sweeps without these keep their bytes."""
-    fields = [name for name in GRID_FIELDS if name not in OMITTED_AT_DEFAULT
-              or any(c.plain()[name] != OMITTED_AT_DEFAULT[name] for c in configs)]
-    if any(c.is_dpo for c in configs):
-        fields += DPO_GRID_FIELDS
-    if any(c.delta in NEEDS_CRITIC for c in configs):
-        fields += CRITIC_GRID_FIELDS
-    return fields
+"""The critic's fields a sweep may vary (`--delta gae` points only)."""
 
 
 def check_seeds(seeds: int) -> None:
@@ -74,7 +60,8 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
     """Every combination of the grid's values (in the order given), each with seeds 0..seeds-1.
 
     The critic's settings (`gae_lambda` in the grid, the fields of `critic` for every point) apply to
-    the `--delta gae` points only; a point of another delta keeps their defaults, and is kept once.
+    the `--delta gae` points only, DPO's (`pairs`, `preference`, `dpo_loss`) to the `--loss dpo` points only;
+    a point of another delta or loss keeps their defaults, and is kept once.
     """
     check_seeds(seeds)
     unknown = set(grid) - set(GRID_FIELDS + DPO_GRID_FIELDS + CRITIC_GRID_FIELDS)
@@ -89,6 +76,10 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
         if len(set(values)) < len(values):
             shown = ", ".join(str(v.value if isinstance(v, Enum) else v) for v in values)
             raise ConfigError(f"{name} is given the same value twice: {shown}")
+    dpo_given = [n for n in DPO_GRID_FIELDS if any(v is not None for v in grid.get(n, []))]
+    losses = [getattr(v, "value", v) for v in grid.get("loss", [base.loss])]
+    if dpo_given and "dpo" not in losses:
+        raise ConfigError(f"--{dpo_given[0].replace('_', '-')} applies to --loss dpo only; drop it or add --loss dpo")
     points, seen = [], set()
     for point in itertools.product(*(list(grid[n]) for n in names)):
         settings = dict(zip(names, point))
@@ -100,6 +91,9 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
         loss = settings.get("loss", base.loss)
         if getattr(loss, "value", loss) == TrainingLoss.dpo.value:
             for name in KL_DEFAULTS:
+                settings.pop(name, None)
+        else:
+            for name in DPO_GRID_FIELDS:  # DPO's settings apply to the --loss dpo points only
                 settings.pop(name, None)
         key = tuple((n, settings[n]) for n in names if n in settings)
         if key not in seen:

@@ -1,17 +1,23 @@
 """Single figure files (`lab diagnose --out`): the format follows the suffix, and the lab signs its files.
 
     suffix  .png | .pdf | .svg         -> that format (anything else is refused, listing these)
-    mark    "grpo-sorting-lab" in the file's metadata (PNG Software, PDF Creator, SVG Creator)
-    replace an existing file  <=>  it carries the mark (the lab wrote it); a user's file is never replaced
+    mark    .NAME.lab-output beside NAME = {"written_by": "grpo-sorting-lab", "command": "diagnose",
+            "files": {NAME: sha256}}; "grpo-sorting-lab diagnose" in the metadata too (PNG Software, ...)
+    replace an existing file  <=>  its mark names the lab and diagnose, and the file still has the sha256 the
+                                  mark lists; a user's file, or a lab figure edited since, is never replaced
 
-A folder has `lab.files.output_folders`' marker file; a single file carries its mark inside, so it travels with it.
+The metadata says who made a figure wherever it travels; only the mark beside it, a hash the lab can check,
+lets the lab replace it (text in a file can be copied into any file: a user's SVG may mention the lab).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lab.files.output_folders import WRITER, OutputError
+import json
+import os
+
+from lab.files.output_folders import MARKER, WRITER, OutputError, check_not_inside, sha256, write_json_atomic
 
 FIGURE_FORMATS = ("png", "pdf", "svg")
 MARK = f"{WRITER} diagnose"
@@ -34,11 +40,31 @@ def figure_metadata(fmt: str) -> dict:
     return {METADATA_KEY[fmt]: MARK}
 
 
+COMMAND = "diagnose"
+NAME_MAX = 255
+"""The longest file name the lab writes; a figure's mark `.NAME.lab-output` must fit it too."""
+
+
+def mark_path(path: Path) -> Path:
+    """The mark beside a figure: `.NAME.lab-output`."""
+    path = Path(path)
+    return path.parent / f".{path.name}{MARKER}"
+
+
+def sign(path: Path) -> None:
+    """Write the mark beside the figure just written: the lab's name, the command and the figure's sha256."""
+    write_json_atomic(mark_path(path), {"written_by": WRITER, "command": COMMAND,
+                                        "files": {Path(path).name: sha256(path)}})
+
+
 def written_by_lab(path: Path) -> bool:
-    """Whether the file carries the lab's mark (searched in its bytes: the metadata is stored as text)."""
+    """Whether the mark beside the file names the lab and diagnose and lists the file's current sha256."""
+    path = Path(path)
     try:
-        return MARK.encode() in Path(path).read_bytes()
-    except OSError:
+        mark = json.loads(mark_path(path).read_bytes()[:4096])
+        return (isinstance(mark, dict) and mark.get("written_by") == WRITER and mark.get("command") == COMMAND
+                and isinstance(mark.get("files"), dict) and mark["files"].get(path.name) == sha256(path))
+    except (OSError, ValueError, RecursionError):
         return False
 
 
@@ -46,9 +72,16 @@ def check_figure_path(path: Path, flag: str = "--out") -> str:
     """The figure's format; raise unless `path` is free or a figure the lab wrote (`OutputError`)."""
     fmt = figure_format(path, flag)
     path = Path(path)
+    size = len(os.fsencode(mark_path(path).name))
+    if size > NAME_MAX:
+        raise OutputError(f"{flag} {path}: the name is {size - len(MARKER) - 1} bytes long; a figure's name may have "
+                          f"at most {NAME_MAX - len(MARKER) - 1} (its mark .NAME{MARKER} goes beside it): "
+                          "choose a shorter name")
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise OutputError(f"{flag} {path} is a folder or a link; name a figure file")
+    check_not_inside(path, flag)
     if path.exists() and not written_by_lab(path):
-        raise OutputError(f"{flag} {path} exists and was not written by the lab, so it is not replaced; "
+        raise OutputError(f"{flag} {path} exists and is not a figure lab diagnose wrote unchanged (no mark "
+                          f"{mark_path(path).name} beside it with its sha256), so it is not replaced; "
                           f"move it away or choose another {flag}")
     return fmt

@@ -109,11 +109,29 @@ def foreign_files(folder: Path, marker: dict | None) -> list[str]:
             or sha256(Path(folder) / n) != listed[n]]
 
 
-def check_replaceable(out: Path, force: bool, flag: str = "--out") -> None:
-    """Raise `OutputError` unless `out` is free, or `force` is set and `out` is a lab folder intact."""
+def check_same_command(out: Path, marker: dict | None, command: str, flag: str = "--out") -> None:
+    """Refuse a folder another lab command wrote: its files are that command's, so this one never replaces them."""
+    wrote = (marker or {}).get("command")
+    if marker is not None and wrote != command:
+        raise OutputError(f"{flag} {out} is a folder that lab {wrote} wrote; lab {command} does not write into "
+                          f"it or replace it: choose another {flag}")
+
+
+def check_not_inside(out: Path, flag: str = "--out") -> None:
+    """Refuse a path inside a folder the lab wrote: a file added there is one the folder's marker does not vouch for."""
+    parent = Path(os.path.abspath(out)).parent
+    if os.path.isfile(parent / MARKER) and marker_problem(parent) is None:
+        wrote = read_marker(parent).get("command")
+        raise OutputError(f"{flag} {out} is inside {parent.name}/, a folder that lab {wrote} wrote; the lab does not "
+                          f"add to another output: choose a path outside it")
+
+
+def check_replaceable(out: Path, force: bool, flag: str = "--out", command: str = "run") -> None:
+    """Raise `OutputError` unless `out` is free, or `force` is set and `out` is an intact folder of `command`."""
     out = Path(out)
     if out.is_symlink():
         raise OutputError(f"{flag} {out} is a link; name a folder (the lab does not write through links)")
+    check_not_inside(out, flag)
     if not out.exists():
         return
     if not out.is_dir():  # --force replaces run folders, never other files
@@ -126,6 +144,7 @@ def check_replaceable(out: Path, force: bool, flag: str = "--out") -> None:
     if problem is not None:
         raise OutputError(f"{out} was not written by the lab ({problem}), so --force does not "
                           f"replace it; move it away or choose another {flag}")
+    check_same_command(out, read_marker(out), command, flag)
     foreign = foreign_files(out, read_marker(out))
     if foreign:
         shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
@@ -152,7 +171,7 @@ class RunFolder:
         self.tmp: Path | None = None
 
     def check(self) -> None:
-        check_replaceable(self.out, self.force)
+        check_replaceable(self.out, self.force, command=self.command)
 
     def __enter__(self) -> Path:
         self.check()
@@ -192,10 +211,12 @@ class OutputFiles:
         out = self.out
         if out.is_symlink() or (out.exists() and not out.is_dir()):
             raise OutputError(f"--out {out} must be a folder (not a file or a link)")
+        check_not_inside(out)
         if not out.exists():
             return
         check_not_working_folder(out)
         marker = read_marker(out)
+        check_same_command(out, marker, self.command)
         foreign = set(foreign_files(out, marker))
         clash = sorted(set(names) & foreign)
         if clash:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 from torch import nn
 
 
@@ -32,16 +33,20 @@ def load_run(folder, need_task: bool = True) -> tuple[nn.Module, dict | None]:
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"--from-run {folder}: no such run folder")
+    check_unchanged(folder)  # before any of its JSON is parsed: a marked folder is read only as the lab wrote it
     summary = _read_json(folder / "summary.json", required=False)
     if isinstance(summary, dict) and summary.get("status") == "diverged":
         raise ValueError(f"{folder / 'summary.json'}: the run diverged, so it has no final policy to diagnose")
     if not (folder / "policy.pt").is_file():
         raise ValueError(f"--from-run {folder}: no policy.pt in it (a folder written by lab run)")
-    check_unchanged(folder)
     try:
         policy = load_policy(folder / "policy.pt")
     except Exception as e:  # a damaged or foreign file: say which, not how torch failed
         raise ValueError(f"{folder / 'policy.pt'}: cannot read policy.pt ({type(e).__name__})") from None
+    for name, parameter in policy.named_parameters():
+        if not torch.isfinite(parameter).all():
+            raise ValueError(f"{folder / 'policy.pt'}: its parameter {name} holds NaN or inf values; a diverged "
+                             "policy has no gradient to diagnose")
     if isinstance(policy, AutoregressivePolicy):
         raise ValueError(f"--from-run {folder}: an autoregressive run; lab diagnose analyses the factorised policy "
                          "(for variable-length responses use lab.exact.varlen.expected_update from Python)")
@@ -69,12 +74,21 @@ def check_unchanged(folder: Path) -> None:
                              f"{MARKER}'s); put the run's own file back, or diagnose it from a folder of its own")
 
 
-def run_reward(folder) -> str | None:
-    """The reward the run was trained under (config.json "config"."reward"), or None where it does not say."""
-    data = _read_json(Path(folder) / "config.json", required=False)
+def run_reward(folder, rewards) -> str | None:
+    """The reward the run was trained under (config.json "config"."reward", one of `rewards`), or None where the
+    folder has no config.json; a config.json of the wrong shape is a `ValueError` naming the file and field."""
+    path = Path(folder) / "config.json"
+    data = _read_json(path, required=False)
+    if data is None:
+        return None
     config = data.get("config") if isinstance(data, dict) else None
-    reward = config.get("reward") if isinstance(config, dict) else None
-    return reward if isinstance(reward, str) else None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: \"config\" must be an object with the run's settings (lab run writes one), "
+                         f"got {config!r:.40}")
+    reward = config.get("reward")
+    if reward not in rewards:
+        raise ValueError(f"{path}: \"config\".\"reward\" must be one of {', '.join(rewards)}, got {reward!r:.40}")
+    return reward
 
 
 def _read_json(path: Path, required: bool = True):
@@ -88,6 +102,8 @@ def _read_json(path: Path, required: bool = True):
         raise ValueError(f"{path}: cannot read it ({e.strerror})") from None
     except ValueError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not valid JSON (nested too deeply)") from None
 
 
 def _run_task(path: Path) -> dict:
@@ -97,6 +113,8 @@ def _run_task(path: Path) -> dict:
     if not isinstance(task, dict):
         raise ValueError(f"{path}: no \"task\" object in it (lab run writes one)")
     checks = {"name": (str, "a string"), "vocab_size": (int, "an integer"), "prompts": (list, "a list")}
+    if isinstance(task.get("vocab_size"), int) and not 0 < task["vocab_size"] < 2**31:
+        raise ValueError(f"{path}: \"task\".\"vocab_size\" must be from 1 to 2**31 - 1, got {task['vocab_size']!r:.40}")
     for key, (kind, words) in checks.items():
         if key not in task:
             raise ValueError(f"{path}: \"task\" has no \"{key}\"")

@@ -49,7 +49,7 @@ def signals_held():
         for number in pending[:1]:  # the first one decides, as it would have without the hold
             handler = previous[number]
             if callable(handler):
-                handler(number, None)  # raises KeyboardInterrupt, or lab.cli.main's Terminated
+                handler(number, None)  # raises KeyboardInterrupt, or lab.cli.signals' Terminated
             elif handler == signal.SIG_DFL:
                 os.kill(os.getpid(), number)
 

@@ -1,6 +1,7 @@
 """Can the lab write OUT? Asked before any training, so that a bad --out costs seconds, not a run.
 
-    OUT is writable  <=>  every existing folder on its way is a folder (not a file), every name fits
+    OUT is writable  <=>  every existing folder on its way is a folder (not a file, also before a `..`: `f/../r`
+                          with f a file cannot be made), the whole path fits PATH_MAX (4096 bytes), every name fits
                           the file system (NAME_MAX bytes; the temporary `.NAME.<pid>.XXXXXXXX.partial`
                           keeps at most `TEMP_NAME_KEEP` bytes of NAME, so it always fits too), and the
                           nearest existing folder lets us create a folder in it (tried, then removed)
@@ -31,6 +32,14 @@ def name_max(folder: Path) -> int:
         return 255
 
 
+def path_max(folder: Path) -> int:
+    """The longest path `folder`'s file system allows (4096 where it does not say)."""
+    try:
+        return os.pathconf(folder, "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 4096
+
+
 def nearest_existing(path: Path) -> Path:
     """`path` itself or its closest ancestor that exists (following `..` lexically, as mkdir would)."""
     path = Path(os.path.abspath(path))
@@ -45,21 +54,29 @@ def check_writable(out: Path, flag: str = "--out", temporary: bool = True) -> No
     `temporary`: kept for callers; the temporary names need no room of their own (`TEMP_NAME_EXTRA`).
     """
     out = Path(out)
+    shown = str(out) if len(str(out)) <= 80 else f"{str(out)[:60]}..."
     absolute = Path(os.path.abspath(out))
+    for above in reversed(out.parents):  # as typed: `f/../r` needs f to be a folder, though abspath drops it
+        if os.path.lexists(above) and not os.path.isdir(above):
+            raise OutputError(f"{flag} {shown}: {above} is a file, not a folder; choose a path inside a folder")
     existing = nearest_existing(absolute.parent)
     if not existing.is_dir():
-        raise OutputError(f"{flag} {out}: {existing} is a file, not a folder; choose a path inside a folder")
+        raise OutputError(f"{flag} {shown}: {existing} is a file, not a folder; choose a path inside a folder")
+    longest = path_max(existing)
+    if len(os.fsencode(absolute)) >= longest:
+        raise OutputError(f"{flag}: the path is {len(os.fsencode(absolute))} bytes long, more than the {longest - 1} "
+                          "this file system allows; choose a shorter path")
     limit = name_max(existing)
     missing = absolute.relative_to(existing).parts
     for name in missing:
         if len(os.fsencode(name)) > limit:
-            raise OutputError(f"{flag} {out}: the name {name[:20]}... is {len(os.fsencode(name))} bytes long, "
+            raise OutputError(f"{flag} {shown}: the name {name[:20]}... is {len(os.fsencode(name))} bytes long, "
                               f"more than the {limit} this file system allows; choose a shorter name")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise OutputError(f"{flag} {out}: cannot write into {existing} (permission denied); "
+        raise OutputError(f"{flag} {shown}: cannot write into {existing} (permission denied); "
                           "choose a folder you can write to")
     try:  # what access() cannot see: a read-only file system, quotas, ACLs
         os.rmdir(tempfile.mkdtemp(dir=existing, prefix=PROBE_PREFIX))
     except OSError as e:
-        raise OutputError(f"{flag} {out}: cannot write into {existing} ({e.strerror}); "
+        raise OutputError(f"{flag} {shown}: cannot write into {existing} ({e.strerror}); "
                           "choose a folder you can write to") from None

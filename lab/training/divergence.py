@@ -37,17 +37,35 @@ class Divergence:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def message(self, lr: float, steps: int, init_scale: float | None = None) -> str:
-        """One line for the user, with what to try: a smaller --init-scale when the run diverged in its
-        first epoch from an initialisation past `LARGE_INIT_SCALE` (no learning rate saves that)."""
+    def message(self, config) -> str:
+        """One line for the user, with what to try: the setting at fault where one is far past what training
+        survives (`EXTREME`: a huge --kl, --entropy-coef or --critic-lr, a tiny --temperature), a smaller
+        --init-scale when the run diverged in its first epoch from an initialisation past `LARGE_INIT_SCALE`
+        (no learning rate saves that), else a smaller --lr or fewer --steps."""
         where = f"the run diverged at epoch {self.epoch}, step {self.step} (inner step {self.inner_step}): {self.what}"
-        if self.epoch == 0 and init_scale is not None and init_scale > LARGE_INIT_SCALE:
+        for name, (option, past, advice) in EXTREME.items():
+            value = getattr(config, name, None)
+            if value is not None and past(value):
+                return f"{where}; {option} {value:g} is the likely cause: try a {advice} {option}"
+        init_scale = config.init_scale
+        if self.epoch == 0 and init_scale > LARGE_INIT_SCALE:
             return f"{where}; try a smaller --init-scale (now {init_scale:g}; 1 is the lecture's)"
-        return f"{where}; try a smaller --lr (now {lr:g}) or fewer --steps (now {steps})"
+        return f"{where}; try a smaller --lr (now {config.lr:g}) or fewer --steps (now {config.steps})"
 
 
 LARGE_INIT_SCALE = 10.0
 """An init scale above this makes logits of order scale^2 * dim: a first-epoch divergence is its doing."""
+
+EXTREME = {
+    "kl": ("--kl", lambda v: v > 1e3, "smaller"),
+    "entropy_coef": ("--entropy-coef", lambda v: v > 1e3, "smaller"),
+    "critic_lr": ("--critic-lr", lambda v: v > 1.0, "smaller"),
+    "temperature": ("--temperature", lambda v: v < 1e-30, "larger"),
+}
+"""Settings that a divergence is put down to before the learning rate. A weight over 1000 times the largest
+reward (2n - 1 for a prompt of n tokens) makes its term nearly the whole loss (past 3.4e38 it is inf in the
+loop's float32 outright); a critic learning rate over 1 lets Adam move a value estimate by more than 1 a step;
+below T = 1e-30 logits / T pass float32's largest value (3.4e38) for any logit above 3.4e8 T."""
 
 
 class DivergenceGuard:

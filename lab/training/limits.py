@@ -1,7 +1,9 @@
 """What a run or sweep will need, checked against what the machine has, before anything is allocated.
 
     memory(R runs) ~ params * R * (vocab*dim + (P+Q)*dim^2) * 4 B        parameters, gradients, Adam, copies
-                   + R * B * G * Q * (vocab + 64) B * steps-in-a-block       sampling, log-probs, metric block
+                   + R * B * G * Q * (vocab + 64 + 2 P) B * steps-in-a-block sampling, the reward's token pairs,
+                                                                             log-probs, metric block
+                   + R * B * pairs-per-prompt * 2 * P * (vocab + 64) B      offline DPO's fixed pairs
                    + R * E * S * (11 metrics * 8 B + CSV row)            the records and metrics.csv's text
                    + prompts (a Python list while they are drawn)
     autoregressive: Q = max length, one more token (EOS), the (Q x Q) previous-token matrices, the
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from lab.training.bounds import check_counts
 from lab.training.config import ConfigError, TrainConfig
 from lab.exact.enumeration import LIMITS
 from lab.training.lengths import LENGTH_MARGIN
@@ -47,6 +50,8 @@ class MemoryCosts:
     """one prompt token while Python draws the prompts (int objects, list and set entries)"""
     tree_copies: int = 8
     """the autoregressive prefix tree: the policy's and the reference's levels and their temporaries"""
+    reward_pair_bytes: int = 2
+    """per (sampled token, prompt token): the reward's bool comparison and its reduction (tasks.sorting)"""
 
 
 COSTS = MemoryCosts()
@@ -75,6 +80,7 @@ def available_device_memory(device: torch.device) -> int:
 
 
 def gigabytes(n: float) -> str:
+    n = min(n, 10**300)  # a float; the counts are bounded before (lab.training.bounds), this never binds
     for unit, size in (("TB", 1e12), ("GB", 1e9)):
         if n >= size / 10:
             return f"{n / size:,.3g} {unit}" if n < 1e15 else f"{n / size:.2e} {unit}"
@@ -98,6 +104,11 @@ def estimate(configs: Sequence[TrainConfig], vocab_size: int, prompt_count: int,
     step_tokens = max(sum(seeds for c in configs if c.group_size == G) * B * G * P
                       for G in {c.group_size for c in configs})
     sampling = step_tokens * (vocab_size + costs.token_bytes)  # one bool per vocabulary entry per token
+    sampling += step_tokens * P * costs.reward_pair_bytes  # the reward compares every prompt token with every response token
+    pairs = max((c.pairs_per_prompt or 0) for c in configs)
+    if pairs:  # offline DPO: the fixed set of pairs, two responses each, and a forward pass over it
+        pair_tokens = runs * B * pairs * 2 * P
+        sampling += pair_tokens * (vocab_size + costs.token_bytes)
     block_tokens = min(E * S * step_tokens, max(METRIC_BLOCK_TOKENS, step_tokens * S))
     block = block_tokens * costs.token_bytes + block_tokens // max(1, max(c.group_size for c in configs)) \
         * vocab_size * 4 * 2
@@ -132,12 +143,18 @@ def space_within(vocab_size: int, max_length: int, cap: int) -> bool:
 
 def check_memory(configs: Sequence[TrainConfig], vocab_size: int, prompt_count: int, prompt_length: int,
                  heldout: int, device: torch.device, what: str = "this run", seeds: int = 1,
-                 advice: str | None = None) -> None:
+                 advice: str | None = None, seeds_flag: str = "--seeds") -> None:
     """Raise `ConfigError` when the estimate exceeds the memory available (message: estimate, limit, way out).
 
-    `advice`: what the command's user can lower (default: `lab run` and `lab sweep`'s options)."""
-    need = estimate(configs, vocab_size, prompt_count, prompt_length, heldout, seeds=seeds)
+    Every count is bounded first (`lab.training.bounds.check_counts`, naming its option), so the estimate
+    multiplies small numbers. `advice`: what the command's user can lower (default: `lab run` and `lab
+    sweep`'s options); `seeds_flag`: the option that counts the runs of each config."""
     host_free = available_memory()
+    counts = {f"--{name.replace('_', '-')}": max(getattr(c, name) or 0 for c in configs)
+              for name in COUNT_FIELDS} if configs else {}
+    check_counts({**counts, "--vocab-size": vocab_size, "--num-prompts": prompt_count,
+                  "--prompt-length": prompt_length, "--heldout": heldout, seeds_flag: seeds}, host_free, what)
+    need = estimate(configs, vocab_size, prompt_count, prompt_length, heldout, seeds=seeds)
     if device.type == "cuda":
         device_free = available_device_memory(device)
         if need["device"] > device_free:
@@ -149,6 +166,10 @@ def check_memory(configs: Sequence[TrainConfig], vocab_size: int, prompt_count: 
     if total > host_free:
         raise ConfigError(f"{what} needs about {gigabytes(total)} of memory, more than the "
                           f"{gigabytes(host_free)} available; {advice or _advice()}")
+
+
+COUNT_FIELDS = ("epochs", "steps", "group_size", "dim", "max_length", "pairs_per_prompt")
+"""TrainConfig fields that count units of memory (each bounded by `check_counts` before the estimate)."""
 
 
 def _advice() -> str:
@@ -169,26 +190,3 @@ def check_threads(threads: int | None, flag: str = "--threads") -> None:
     cores = cpu_cores()
     if threads is not None and not 1 <= threads <= cores:
         raise ConfigError(f"{flag} must be from 1 to {cores} (this machine's cores), got {threads}")
-
-
-def diagnose_bytes(vocab_size: int, prompt_count: int, prompt_length: int, response_length: int, dim: int,
-                   group_sizes: Sequence[int], monte_carlo_chunk: int = 2_000) -> int:
-    """`lab diagnose`'s largest arrays: the score matrix float64[batch n params] (n = vocab^Q responses),
-    the Gram matrix float64[batch n n], and a Monte Carlo chunk of sampled groups for the largest G."""
-    n = vocab_size ** response_length
-    params = vocab_size * dim + (prompt_length + response_length) * dim * dim
-    exact = prompt_count * n * (params + n) * 8 * 2
-    sampled = monte_carlo_chunk * max(group_sizes) * prompt_count * response_length * (vocab_size + 24) \
-        + monte_carlo_chunk * prompt_count * n * 8
-    return exact + sampled
-
-
-def check_diagnose_memory(dim: int, task, group_sizes: Sequence[int]) -> None:
-    """Refuse a diagnosis whose arrays (`diagnose_bytes`) exceed the memory available."""
-    need = diagnose_bytes(task.vocab_size, task.prompts.shape[0], task.prompts.shape[1], task.response_length,
-                          dim, group_sizes)
-    free = available_memory()
-    if need > free:
-        raise ConfigError(f"this diagnosis needs about {gigabytes(need)} of memory, more than the "
-                          f"{gigabytes(free)} available; lower --dim or the largest --group-size "
-                          f"({max(group_sizes)}), or use fewer prompts")

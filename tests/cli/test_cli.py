@@ -211,7 +211,7 @@ BAD_INPUT = [
     (["--prompts", "[[1,0,2"], "cannot read prompts"),
     (["--prompts", "sorted"], "cannot read prompts"),
     (["--prompts", "[[0.5,1]]"], "not a list of non-empty integer lists"),
-    (["--prompts", "random", "--vocab-size", "2", "--prompt-length", "1", "--num-prompts", "3"], "cannot draw 3"),
+    (["--prompts", "random", "--vocab-size", "2", "--prompt-length", "1", "--num-prompts", "3"], "--num-prompts must be at most 2"),
     (["--heldout", "-1"], "--heldout must be >= 0"),
     (["--seed", str(2**64)], "--seed must be an integer from -2**63 to 2**64 - 1"),
     (["--prompt-seed", str(-2**63 - 1)], "--prompt-seed must be an integer"),

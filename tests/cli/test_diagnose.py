@@ -125,13 +125,14 @@ def test_cli_prints_the_table_and_saves_the_figure_atomically(tmp_path):
     assert len(table) == 4
     assert table[0].split()[:3] == ["loo", "2", "1.0000"]
     assert (tmp_path / "figs" / "v.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert os.listdir(tmp_path / "figs") == ["v.png"]  # no temporary file left
+    assert sorted(os.listdir(tmp_path / "figs")) == [".v.png.lab-output", "v.png"]  # the mark; no temporary file
 
 
 def test_cli_default_figure_path_names_the_setting():
     result = invoke("--delta", "raw", "--group-size", "2", "--reward", "distance")
     assert result.exit_code == 0, result.output
-    assert os.listdir("runs") == ["diagnose-distance-lecture-init-seed5-dim10.png"]
+    assert sorted(os.listdir("runs")) == [".diagnose-distance-lecture-init-seed5-dim10.png.lab-output",
+                                          "diagnose-distance-lecture-init-seed5-dim10.png"]
 
 
 def test_cli_from_run_diagnoses_the_saved_policy(tmp_path, lecture):
@@ -266,7 +267,7 @@ def test_the_figure_format_follows_the_suffix_and_carries_the_labs_mark(tmp_path
     assert result.exit_code == 0, result.output
     assert out.read_bytes().startswith(magic) and written_by_lab(out)
     assert diagnose("--out", str(out)).exit_code == 0  # the lab's own figure is replaced
-    assert os.listdir(tmp_path) == [out.name]
+    assert sorted(os.listdir(tmp_path)) == [f".{out.name}.lab-output", out.name]
 
 
 def test_an_unknown_suffix_is_refused_listing_the_allowed_ones(tmp_path):
@@ -277,7 +278,7 @@ def test_an_unknown_suffix_is_refused_listing_the_allowed_ones(tmp_path):
 def test_a_users_file_is_never_replaced(tmp_path):
     mine = tmp_path / "mine.png"
     mine.write_bytes(b"\x89PNG my own figure")
-    one_line_error(diagnose("--out", str(mine)), "not written by the lab")
+    one_line_error(diagnose("--out", str(mine)), "not a figure lab diagnose wrote")
     assert mine.read_bytes() == b"\x89PNG my own figure"
     (tmp_path / "folder.png").mkdir()
     one_line_error(diagnose("--out", str(tmp_path / "folder.png")), "folder")

@@ -75,3 +75,25 @@ def test_a_sweep_into_a_folder_whose_name_is_not_utf8_writes_its_tables(tmp_path
                                           "--format", fmt])
         assert result.exit_code == 0, result.output
         assert f"metrics_step.{fmt}" in os.listdir(tmp_path / name)
+
+
+def test_dpo_options_in_a_sweep_with_dpo_apply_to_its_dpo_points():
+    """`lab sweep --loss dpo --loss naive --dpo-loss ipo` used to say "add --loss dpo", which was given."""
+    result = CliRunner().invoke(app, ["sweep", *SHORT, "--seeds", "1", "--loss", "dpo", "--loss", "naive",
+                                      "--dpo-loss", "ipo", "--kl", "0.1", "--out", "s"])
+    assert result.exit_code == 0, result.output
+    one_line(CliRunner().invoke(app, ["sweep", *SHORT, "--seeds", "1", "--dpo-loss", "ipo"]), 2,
+             "--dpo-loss applies to --loss dpo only")
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--kl", "1e300"], "--kl 1e+300 is the likely cause: try a smaller --kl"),
+    (["--entropy-coef", "1e300"], "--entropy-coef 1e+300 is the likely cause"),
+    (["--delta", "gae", "--critic-lr", "1e300"], "--critic-lr 1e+300 is the likely cause"),
+    (["--temperature", "1e-40"], "--temperature 1e-40 is the likely cause: try a larger --temperature"),
+])
+def test_a_divergence_names_the_setting_at_fault(args, option):
+    """These used to be told "try a smaller --lr"."""
+    result = CliRunner().invoke(app, ["run", "--epochs", "2", "--steps", "2", "--quiet", *args, "--out", "r"])
+    message = one_line(result, 3, option)
+    assert "--lr" not in message

@@ -5,11 +5,16 @@ silently, or with a 53-line traceback while torch was still loading.
 """
 
 import os
+import random
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 import lab.cli.run_command
@@ -109,3 +114,60 @@ def test_sigterm_in_the_middle_of_a_force_replace_leaves_one_whole_run_and_no_te
     assert result.returncode == 143, result.stderr
     assert os.listdir(tmp_path) == ["r"]
     assert '"seed": 5' in (tmp_path / "r" / "config.json").read_text()
+
+
+START = ("import os, sys\nsys.argv = ['lab', *sys.argv[1:]]\nfrom lab.cli.main import main\n"
+         "os.write(1, b'ready\\n')\nmain()\n")
+"""The console entry point, saying `ready` just before `main` (its first instruction installs the handlers)."""
+RUN = ["run", "--epochs", "3", "--steps", "1", "--quiet", "--out", "r"]
+
+
+def signalled_start(folder: Path, signum: int, delay: float) -> tuple[bool, subprocess.CompletedProcess]:
+    """`lab run` from `main`'s first instruction; `signum` `delay` s later, if it is still running."""
+    folder.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-c", START, *RUN], cwd=folder, env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.readline() == "ready\n"
+    try:
+        process.wait(timeout=delay)
+        sent = False
+    except subprocess.TimeoutExpired:
+        process.send_signal(signum)
+        sent = True
+    out, err = process.communicate(timeout=120)
+    return sent, subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def signals_at_random_moments(tmp_path: Path, tries: int, seed: int) -> None:
+    """Signals spread over start-up (arguments, torch, the command modules), training, matplotlib and writing:
+    one line and 130 or 143, or (sent as the run ended) the whole run and exit 0; never a traceback, an abort,
+    a silent exit or a temporary left behind."""
+    reference = time.perf_counter()
+    sent, result = signalled_start(tmp_path / "reference", signal.SIGINT, 60.0)
+    span = time.perf_counter() - reference
+    assert not sent and result.returncode == 0 and result.stderr == "", result.stderr
+    rng = random.Random(seed)
+    plans = [(tmp_path / f"try{k}", rng.choice([signal.SIGINT, signal.SIGTERM]), rng.uniform(0, span))
+             for k in range(tries)]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        outcomes = list(pool.map(lambda plan: (plan, signalled_start(*plan)), plans))
+    for (folder, signum, delay), (sent, result) in outcomes:
+        line = "Interrupted (SIGTERM)\n" if signum == signal.SIGTERM else "Interrupted\n"
+        code = 143 if signum == signal.SIGTERM else 130
+        whole = os.listdir(folder) == ["r"] and (folder / "r" / "curves.png").is_file()
+        context = f"{signal.Signals(signum).name} at {delay:.3f} s: exit {result.returncode}, {result.stderr!r}"
+        if result.returncode == 0:  # the run was in place before the signal could stop it
+            assert whole and result.stderr == "", context
+        else:
+            assert sent and (result.returncode, result.stderr) == (code, line), context
+            assert os.listdir(folder) in ([], ["r"]) and (whole or not os.listdir(folder)), context
+
+
+def test_signals_at_random_moments_of_start_up_end_in_one_line(tmp_path):
+    signals_at_random_moments(tmp_path, tries=6, seed=29)
+
+
+@pytest.mark.slow
+def test_many_signals_at_random_moments_of_start_up_end_in_one_line(tmp_path):
+    signals_at_random_moments(tmp_path, tries=120, seed=2029)

@@ -157,10 +157,18 @@ def test_random_prompts_are_distinct_and_disjoint_from_excluded_ones(count, leng
 
 
 def test_random_prompts_refuse_more_than_the_space_holds():
-    with pytest.raises(ValueError, match="cannot draw 5 distinct prompts"):
+    with pytest.raises(ValueError, match="prompt count must be at most 4,.* got 5"):
         random_prompts(5, 2, 2, torch.Generator().manual_seed(0))
-    with pytest.raises(ValueError, match="only 1 are available"):
-        random_prompts(2, 1, 2, torch.Generator().manual_seed(0), exclude=torch.tensor([[0]]))
+    with pytest.raises(ValueError, match="held-out prompts must be at most 1,"):
+        random_prompts(2, 1, 2, torch.Generator().manual_seed(0), exclude=torch.tensor([[0]]), what="held-out prompts")
+
+
+def test_the_prompt_space_is_counted_without_a_power_of_the_users_length():
+    """`--prompt-length 99999999999` used to compute 5**99999999999 (a hang); the count stops past the cap."""
+    from tasks.sorting import space_at_most
+    assert [space_at_most(5, n, 200) for n in (0, 1, 3, 4)] == [1, 5, 125, 201]
+    assert space_at_most(5, 99_999_999_999, 10) == 11 and space_at_most(1, 99_999_999_999, 10) == 1
+    assert space_at_most(2, 10, 2**20) == 1024
 
 
 def test_task_from_spec_heldout_prompts_are_disjoint_from_training_prompts():

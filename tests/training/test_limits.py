@@ -124,14 +124,14 @@ def test_default_names_tell_different_prompt_experiments_apart():
     names = [default_run_name(config, v) for v in variants]
     assert len(set(names)) == len(variants)
     assert names[0] == "raw-naive-inclusion-ordering-seed5"  # the lecture's run keeps its name
-    assert prompts_label({"heldout": 10, "prompt_seed": 1}) == "heldout10-promptseed1"
+    assert prompts_label({"heldout": 10, "prompt_seed": 1}) == "heldout10-prompt-seed1"
 
 
 def test_sweep_default_names_include_the_prompts(tmp_path):
     for extra in ([], ["--vocab-size", "7"]):
         assert CliRunner().invoke(app, ["sweep", *SHORT, "--seeds", "1", *extra]).exit_code == 0
     assert sorted(os.listdir(tmp_path / "runs")) == ["sweep-raw-naive-inclusion-ordering-epochs1-steps1-1seeds",
-                                                     "sweep-raw-naive-inclusion-ordering-epochs1-steps1-vocab7-1seeds"]
+                                                     "sweep-raw-naive-inclusion-ordering-epochs1-steps1-vocab-size7-1seeds"]
 
 
 def test_the_estimate_counts_the_autoregressive_policy_and_its_prefix_tree():
@@ -176,13 +176,11 @@ def test_memory_errors_advise_the_commands_own_options(tmp_path, monkeypatch, ar
 
 
 def _sweep_name(grid=None, base=None, prompts=None, seeds=2):
-    from lab.cli.application import DEFAULTS
     from lab.cli.options import PROMPT_DEFAULTS
     from lab.cli.sweep_command import default_sweep_name
-    full = {n: [getattr(DEFAULTS, n)] for n in ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size",
-                                                 "init_scale", "entropy_coef", "loss_agg")}
-    return default_sweep_name({**full, **(grid or {})}, base or TrainConfig(), {**PROMPT_DEFAULTS, **(prompts or {})},
-                              seeds)
+    from lab.experiments.sweep import build_grid
+    points = build_grid(base or TrainConfig(), grid or {}, 1)
+    return default_sweep_name(points, {**PROMPT_DEFAULTS, **(prompts or {})}, seeds)
 
 
 def test_default_sweep_names_differ_wherever_the_settings_do():

@@ -123,8 +123,8 @@ def test_lab_run_autoregressive_writes_lengths_eos_and_its_policy(tmp_path):
 
 
 @pytest.mark.parametrize("args, allowed", [
-    (("--policy", "transformer"), "'factorized', 'autoregressive'"),
-    (("--loss-agg", "sum"), "'token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'"),
+    (("--policy", "transformer"), "--policy transformer is not a choice; choose one of: factorized, autoregressive"),
+    (("--loss-agg", "sum"), "choose one of: token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm"),
     (("--max-length", "4"), "add --policy autoregressive"),
     (("--policy", "autoregressive", "--max-length", "3"), "use --max-length 4 or more"),
 ])

@@ -1,0 +1,125 @@
+"""The settings a set of runs applies, from one list: every field of their config, in declaration order.
+
+    applied(configs) = [(field, [distinct values in run order])  for every field but the seed]
+    differs(field, values)  <=>  values != [the field's default]      (DPO's defaults count as defaults)
+
+A run's and a sweep's default folder name (`name_parts`), a sweep's config.json (`shared_and_swept`) and a
+sweep's table columns (`table_fields`) are all read off `applied`, so a field added to `TrainConfig` shows
+in all three with no edit here. A name part is the option as typed without its leading dashes, glued to
+its values, several joined by `+`: `group-size1`, `init-scale0.1`, `lr0.01+0.02`, `loss-aggseq-mean-token-mean`;
+a flag as typed (`whiten-advantages`). None (a setting that does not apply to some runs) is not shown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from enum import Enum
+
+from lab.core.deltas import NEEDS_CRITIC
+from lab.training.config import DPO_DEFAULTS, SHARED_FIELDS, TrainConfig
+
+LEADING = ("delta", "loss", "reward")
+"""The fields a default name starts with, by value alone (`raw-naive-inclusion-ordering`); DPO has no delta."""
+ALWAYS_COLUMNS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
+                  "loss_agg")
+"""The settings every sweep table carries as a column, whatever their values (the tables' first columns)."""
+FAMILY_COLUMNS = ((TrainConfig.is_dpo.fget, ("pairs", "preference", "dpo_loss")),
+                  (lambda config: config.delta in NEEDS_CRITIC, ("gae_lambda",)))
+"""Columns a sweep's tables carry for a family as soon as one run belongs to it (a DPO run, a critic's)."""
+
+
+def plain(value):
+    """A value as config.json writes it: enums by value, tuples as lists."""
+    return value.value if isinstance(value, Enum) else list(value) if isinstance(value, tuple) else value
+
+
+def option(name: str) -> str:
+    """A field's command-line option without its dashes: `group_size` -> `group-size`."""
+    return name.replace("_", "-")
+
+
+def text(value) -> str:
+    """A value as a name shows it: floats with every digit (`repr` round-trips; `2` for 2.0), enums by value."""
+    value = plain(value)
+    if isinstance(value, float):
+        shown = repr(value)
+        return shown[:-2] if shown.endswith(".0") else shown
+    return str(value)
+
+
+def defaults(config_type: type = TrainConfig) -> dict:
+    """Every field's default, as a plain value."""
+    return {f.name: plain(f.default if f.default is not dataclasses.MISSING else f.default_factory())
+            for f in dataclasses.fields(config_type)}
+
+
+def is_default(name: str, value, config_type: type = TrainConfig) -> bool:
+    """The field's default; for DPO's settings also the value a DPO run takes when not given."""
+    value = plain(value)
+    return value == defaults(config_type)[name] or (name in DPO_DEFAULTS and value == plain(DPO_DEFAULTS[name]))
+
+
+def applied(configs: Sequence[TrainConfig]) -> list[tuple[str, list]]:
+    """Every field but the seed with its distinct plain values, in the order the runs take them."""
+    fields = dataclasses.fields(type(configs[0]))
+    values = [(f.name, list(dict.fromkeys(_key(plain(getattr(c, f.name))) for c in configs)))
+              for f in fields if f.name != "seed"]
+    return [(name, [_unkey(v) for v in vs]) for name, vs in values]
+
+
+def _key(value):
+    return ("list", tuple(value)) if isinstance(value, list) else (type(value).__name__, value)
+
+
+def _unkey(key):
+    return list(key[1]) if key[0] == "list" else key[1]
+
+
+def differs(name: str, values: list, config_type: type = TrainConfig) -> bool:
+    """Whether a name must show the field: some run takes a value other than the default."""
+    return not all(is_default(name, v, config_type) for v in values)
+
+
+def name_parts(configs: Sequence[TrainConfig]) -> list[str]:
+    """`<deltas>-<losses>-<rewards>` (no delta where every run is DPO), then `<option><values>` for every other
+    field some run sets apart from its default, in declaration order."""
+    settings, kind = dict(applied(configs)), type(configs[0])
+    leading = [name for name in LEADING if not (name == "delta" and all(c.is_dpo for c in configs))]
+    parts = ["+".join(text(v) for v in settings[name]) for name in leading]
+    for name, values in settings.items():
+        if name in LEADING or not differs(name, values, kind):
+            continue
+        if len(values) == 1 and isinstance(values[0], bool):  # a flag as typed: --whiten-advantages, --no-whiten-advantages
+            parts.append(("" if values[0] else "no-") + option(name))
+        else:
+            parts.append(option(name) + "+".join(text(v) for v in values if v is not None))
+    return parts
+
+
+def shared_and_swept(configs: Sequence[TrainConfig]) -> tuple[dict, dict]:
+    """config.json's "base" (each field every run shares, at its value: `temperature` only where it is not 1, as
+    `TrainConfig.to_dict`) and "grid" (each field whose runs differ, with their values); the seeds are apart."""
+    settings = dict(applied(configs))
+    written = configs[0].to_dict()
+    base = {name: values[0] for name, values in settings.items() if len(values) == 1 and name in written}
+    grid = {name: values for name, values in settings.items() if len(values) > 1}
+    return base, grid
+
+
+def table_fields(configs: Sequence[TrainConfig]) -> list[str]:
+    """The settings a sweep's tables carry as `config_<field>` columns: `ALWAYS_COLUMNS`, a family's
+    (`FAMILY_COLUMNS`) where one run belongs to it, then every other scalar field whose runs differ, or that some
+    run sets apart from its default and that is not a batch's shape or schedule shared by every run
+    (`SHARED_FIELDS`: in config.json's "base")."""
+    settings, kind = dict(applied(configs)), type(configs[0])
+    fields = list(ALWAYS_COLUMNS)
+    for member, family in FAMILY_COLUMNS:
+        if any(member(c) for c in configs):
+            fields += family
+    for name, values in settings.items():
+        scalar = all(not isinstance(v, list) for v in values)
+        shared = name in SHARED_FIELDS and len(values) == 1
+        if name not in fields and scalar and (len(values) > 1 or (differs(name, values, kind) and not shared)):
+            fields.append(name)
+    return fields
