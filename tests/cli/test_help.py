@@ -15,7 +15,7 @@ def test_the_command_list_is_shown_whole_with_the_exit_codes():
     commands = result.output.split("Commands:")[1]
     assert result.exit_code == 0 and "..." not in commands
     flat = " ".join(result.output.split())
-    assert "summary.json, policy.pt and curves.png." in flat and "sweeps of R runs (CPU, CUDA)." in flat
+    assert "summary.json, policy.pt and curves.png." in flat and "sweeps of R runs (CPU, CUDA)" in flat
     assert "130 interrupted by Ctrl-C, 143 by SIGTERM" in flat
 
 
