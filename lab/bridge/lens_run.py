@@ -42,8 +42,9 @@ def quiet_libraries() -> None:
 
 def run_with_lens(spec: TinyLM, make_trainer: Callable, prompts: torch.Tensor, responses: torch.Tensor,
                   temperature: float, steps: int, metrics: Callable, names: dict[str, str],
-                  scratch: Path | None = None) -> tuple[list[dict], dict, dict]:
-    """Train `make_trainer(model_folder, output_dir, callbacks)`; return the records, TRL's config and the weights."""
+                  scratch: Path | None = None, progress: Callable | None = None) -> tuple[list[dict], dict, dict]:
+    """Train `make_trainer(model_folder, output_dir, callbacks)`; return the records, TRL's config and the weights.
+    `progress(epochs_done, epochs)` is called after every epoch, for the caller's progress line."""
     from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
     quiet_libraries()
@@ -65,6 +66,8 @@ def run_with_lens(spec: TinyLM, make_trainer: Callable, prompts: torch.Tensor, r
             if state.global_step % steps == 0 and state.global_step > 0 and "loss" in logs:
                 records.append({"epoch": state.global_step // steps, **renamed(logs, names),
                                 **metrics(lens(model), self.initial)})
+                if progress:
+                    progress(state.global_step // steps, state.max_steps // steps)
 
     with tempfile.TemporaryDirectory(dir=scratch) as tmp, torch.random.fork_rng(devices=[]), \
             warnings.catch_warnings():

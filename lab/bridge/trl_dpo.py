@@ -120,7 +120,8 @@ def offline_pairs(task: Task, run: TRLDPO, responses: torch.Tensor, rewards: tor
     return rows
 
 
-def train_trl_dpo(task: Task, run: TRLDPO, scratch: Path | None = None) -> tuple[list[dict], dict, dict]:
+def train_trl_dpo(task: Task, run: TRLDPO, scratch: Path | None = None,
+                  progress=None) -> tuple[list[dict], dict, dict]:
     """Train; one record per epoch (epoch 0 = before training), TRL's config, the final weights."""
     from datasets import Dataset
     from trl import DPOTrainer
@@ -149,4 +150,4 @@ def train_trl_dpo(task: Task, run: TRLDPO, scratch: Path | None = None) -> tuple
                           train_dataset=data, processing_class=build_tokenizer(run.model), callbacks=callbacks)
 
     return run_with_lens(run.model, make_trainer, task.prompts, responses, 1.0, 1 if online else run.steps,
-                         metrics, DPO_NAMES, scratch)
+                         metrics, DPO_NAMES, scratch, progress)

@@ -121,7 +121,8 @@ def reward_function(task: Task, reward: str, cap: int):
     return sorting_reward
 
 
-def train_trl(task: Task, run: TRLGRPO, scratch: Path | None = None) -> tuple[list[dict], dict, dict]:
+def train_trl(task: Task, run: TRLGRPO, scratch: Path | None = None,
+              progress=None) -> tuple[list[dict], dict, dict]:
     """Train; return one record per epoch (epoch 0 = before training), TRL's config, and the final weights."""
     from datasets import Dataset
     from trl import GRPOTrainer
@@ -138,4 +139,5 @@ def train_trl(task: Task, run: TRLGRPO, scratch: Path | None = None) -> tuple[li
                            processing_class=build_tokenizer(run.model), callbacks=callbacks)
 
     return run_with_lens(run.model, make_trainer, task.prompts, responses, run.temperature, run.steps,
-                         lambda log_probs, initial: exact_metrics(log_probs, initial, rewards), TRL_NAMES, scratch)
+                         lambda log_probs, initial: exact_metrics(log_probs, initial, rewards), TRL_NAMES, scratch,
+                         progress)

@@ -153,7 +153,8 @@ def lab(version: Annotated[bool, typer.Option("--version", is_eager=True, callba
 
 
 HEAVY_LIBRARIES = {"figures": ("matplotlib.figure", "matplotlib.backends.backend_agg"),
-                   "tables": ("pyarrow", "pyarrow.parquet", "pyarrow.csv")}
+                   "tables": ("pyarrow", "pyarrow.parquet", "pyarrow.csv"),
+                   "trl": ("transformers", "datasets", "trl")}
 """The C-extension libraries a command loads late, each loaded whole before use (`load`)."""
 
 

@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from lab.cli.application import USER_ERRORS, app, fail, writing
+from lab.cli.application import USER_ERRORS, app, fail, load, writing
 from lab.cli.options import ForceOpt, QuietOpt, Reward, RewardOpt, cli_message
 from lab.files.output_folders import RunFolder, write_json_atomic, write_text_atomic
 from lab.files.writable import check_writable
@@ -40,9 +40,19 @@ def _check(name: str, value, ok: bool, allowed: str) -> None:
 
 
 def default_name(settings: dict, defaults: dict) -> str:
-    """trl-<each setting that differs, as typed>-seed<k>."""
-    parts = [f"{k.replace('_', '-')}={v}" for k, v in settings.items() if k != "seed" and v != defaults[k]]
+    """trl-<each setting that differs, the option as typed glued to its value>-seed<k> (`lab run`'s scheme)."""
+    from lab.training.settings import option, text
+
+    parts = [option(k) + text(v) for k, v in settings.items() if k != "seed" and v != defaults[k]]
     return "-".join(["trl", *parts, f"seed{settings['seed']}"])
+
+
+def require_trl(command: str) -> None:
+    """TRL is an extra of the install: its absence is a user's one line, found without importing it."""
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is None:
+        raise ValueError(f"lab {command} needs TRL, which this install lacks: pip install -e '.[trl]'")
 
 
 def rows_csv(records: list[dict]) -> str:
@@ -131,10 +141,7 @@ def trl_run(
         _check("--seed", seed, 0 <= seed < 2**32, "an integer from 0 to 2**32 - 1")
         _check("--layers", layers, 1 <= layers <= 8, "an integer from 1 to 8")
         _check("--width", width, 8 <= width <= 256 and width % 4 == 0, "a multiple of 4 from 8 to 256")
-        try:
-            import trl  # noqa: F401
-        except ImportError:
-            raise ValueError("lab trl needs TRL, which this install lacks: pip install -e '.[trl]'") from None
+        require_trl("trl")
         from lab.bridge.tiny_lm import TinyLM
         from lab.bridge.trl_dpo import TRLDPO
         from lab.bridge.trl_grpo import TRLGRPO
@@ -153,15 +160,21 @@ def trl_run(
         folder.check()
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
+    load("trl")
+    load("figures")
     from lab.bridge.trl_dpo import train_trl_dpo
     from lab.bridge.trl_grpo import train_trl
     from lab.figures.plots import plot_epoch_series
 
     trainer = "GRPOTrainer" if loss is TRLLoss.clipped else "OnlineDPOTrainer" if pairs is TRLPairs.online \
         else "DPOTrainer"
+    from lab.cli.progress import run_with_progress
+
     if not quiet:
         typer.echo(f"lab trl: {epochs} epochs of TRL's {trainer} on a {layers}-layer transformer ...", err=True)
-    records, trainer_config, weights = (train_trl_dpo if loss is TRLLoss.dpo else train_trl)(task, run)
+    train_with = train_trl_dpo if loss is TRLLoss.dpo else train_trl
+    records, trainer_config, weights = run_with_progress(quiet, "trl", epochs,
+                                                         lambda progress: train_with(task, run, progress=progress))
     broken = [row["epoch"] for row in records if not all(math.isfinite(row[c]) for c in EXACT_COLUMNS)]
     if broken:
         typer.echo(f"Error: the model's distribution went numerically wrong at epoch {broken[0]} (non-finite "
@@ -169,6 +182,7 @@ def trl_run(
         raise typer.Exit(3)
     import torch
     import transformers
+    import trl
 
     with writing(folder.out), folder as tmp:
         write_json_atomic(tmp / "config.json", {
@@ -199,22 +213,24 @@ def trl_compare(
     """The lab's autoregressive policy and TRL's transformer on the same GRPO settings: exact curves and verdicts."""
     try:
         _check("--seeds", seeds, 2 <= seeds <= 100, "an integer from 2 to 100")
-        try:
-            import trl  # noqa: F401
-        except ImportError:
-            raise ValueError("lab trl-compare needs TRL, which this install lacks: pip install -e '.[trl]'") from None
+        require_trl("trl-compare")
         folder = RunFolder(out or Path("runs") / f"trl-compare-seeds{seeds}", force, command="trl-compare")
         check_writable(folder.out)
         folder.check()
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
+    load("trl")
+    load("figures")
+    import trl
+
     from lab.cli.progress import run_with_progress
     from lab.experiments.trl_comparison import COMPARISON, run_comparison
     from lab.experiments.trl_section import write_report
     from tasks.sorting import make_task
 
     result = run_with_progress(quiet, "trl-compare", 2 * len(COMPARISON.settings),
-                               lambda progress: run_comparison(make_task(), seeds, COMPARISON, progress))
+                               lambda progress: run_comparison(make_task(), seeds, COMPARISON, progress),
+                               unit="trainings")
     with writing(folder.out), folder as tmp:
         write_report(result, {"trl": trl.__version__}, tmp)
     if not quiet:
