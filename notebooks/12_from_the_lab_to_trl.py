@@ -125,7 +125,7 @@ print(f"groups with all-equal rewards in epoch 1: lab {lab_first.epoch_metrics['
 # of responses, its entropy not far below the maximum, so every group has a signal. The algorithm is
 # the same; the starting distribution decides what the groups can see. `lab trl-compare` repeats this
 # over seeds for three settings and asks whether the lab's conclusions about delta and aggregation modes
-# carry over (figures/trl/trl_comparison.md).
+# carry over (figures/trl_comparison.md).
 #
 # ## 3. TRL's logs through the exact lens
 #
