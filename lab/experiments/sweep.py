@@ -159,10 +159,10 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
 
 
 def batches(configs: Sequence[TrainConfig]) -> list[list[int]]:
-    """Indices of configs that can train together (equal `SHARED_FIELDS`), in first-seen order."""
+    """Indices of configs that can train together (equal `SHARED_FIELDS` and method), in first-seen order."""
     groups: dict[tuple, list[int]] = {}
     for i, c in enumerate(configs):
-        groups.setdefault(tuple(getattr(c, f) for f in SHARED_FIELDS), []).append(i)
+        groups.setdefault((c.method, *(getattr(c, f) for f in SHARED_FIELDS)), []).append(i)
     return list(groups.values())
 
 

@@ -23,6 +23,36 @@ from lab.policies.interface import PolicyKind
 from lab.policies.sampling import Sampler
 
 
+class Method(str, Enum):
+    """The training methods (`lab.training.methods.METHODS`), each `--loss` belonging to one (`METHOD_OF`)."""
+
+    policy_gradient = "policy-gradient"
+    dpo = "dpo"
+    sft = "sft"
+    expert_iteration = "expert-iteration"
+
+
+METHOD_OF = {TrainingLoss.naive: Method.policy_gradient, TrainingLoss.unclipped: Method.policy_gradient,
+             TrainingLoss.clipped: Method.policy_gradient, TrainingLoss.dpo: Method.dpo, TrainingLoss.sft: Method.sft,
+             TrainingLoss.expert_iteration: Method.expert_iteration}
+"""`--loss` -> the method whose loss it is."""
+
+
+class Demos(str, Enum):
+    """Where SFT's demonstrations come from (`lab.training.supervised`)."""
+
+    optimal = "optimal"
+    noisy = "noisy"
+    policy = "policy"
+
+
+class EIFilter(str, Enum):
+    """Which of its own samples expert iteration keeps (`lab.training.supervised`)."""
+
+    group_best = "group-best"
+    threshold = "threshold"
+
+
 class ConfigError(ValueError):
     """A user-facing mistake in a setting; its message says what is allowed."""
 
@@ -134,6 +164,29 @@ class TrainConfig:
     """sampling temperature T: responses drawn from softmax(logits / T), and the loss's (and the reference's)
     log-probs taken at the same T, as verl's rollout and actor do (lab.training.kinds); 1 = the plain policy.
     Left out of `to_dict` at 1, so the files of a run without it are unchanged"""
+    max_grad_norm: float | None = None
+    """clip each run's gradient to this global L2 norm over all its policy parameters before each Adam step (TRL
+    `max_grad_norm`, verl `grad_clip`; lab.training.clipping); None = off"""
+    demos: Demos | None = None
+    """`--loss sft` only (default `optimal`): its G demonstrations per prompt, one fixed set drawn before training:
+    `optimal`, the task's target sorted(x) (then EOS) repeated, the one response that is optimal under every reward
+    (the tie rule among equally rewarded responses); `noisy`, that target with each token replaced, at rate
+    `demo_noise`, by a uniform draw from the vocabulary; `policy`, G samples per prompt from the policy of the
+    run folder `demos_from`"""
+    demo_noise: float | None = None
+    """`--demos noisy` only (default 0.2): the rate at which each demonstration token is replaced"""
+    demos_from: str | None = None
+    """`--demos policy` only: the run folder whose policy.pt draws the demonstrations"""
+    ei_filter: EIFilter | None = None
+    """`--loss expert-iteration` only (default `group-best`): which sampled responses are kept for the supervised
+    steps: each group's best (all that tie at its highest reward, none when all are equal), or `threshold`,
+    those with reward >= `reward_threshold`"""
+    reward_threshold: float | None = None
+    """`--ei-filter threshold` only: the reward a kept response reaches"""
+    init_from: str | None = None
+    """start from this run folder's policy.pt instead of a random policy; it is also the reference (KL, DPO)"""
+    init_sha256: str | None = None
+    """the sha256 of the policy.pt that `init_from` read (set by the command that read it)"""
 
     def __post_init__(self) -> None:
         for name, enum in (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind),
@@ -216,6 +269,10 @@ class TrainConfig:
     def is_dpo(self) -> bool:
         return self.loss is TrainingLoss.dpo
 
+    @property
+    def method(self) -> Method:
+        return METHOD_OF[self.loss]
+
     def _check_critic(self) -> None:
         """The critic's options: valid numbers, and only with `--delta gae` (they would do nothing else)."""
         if self.critic_lr is not None and not 0 < self.critic_lr < math.inf:
@@ -243,8 +300,10 @@ class TrainConfig:
                 for f in dataclasses.fields(self) for v in [getattr(self, f.name)]}
 
     def to_dict(self) -> dict:
-        """`plain()` as written to config.json: `temperature` left out at 1, so earlier runs' files are unchanged."""
-        return {k: v for k, v in self.plain().items() if not (k == "temperature" and v == 1.0)}
+        """`plain()` as written to config.json: `temperature` left out at 1 and the OPTIONAL_FIELDS at None, so
+        earlier runs' files are unchanged."""
+        return {k: v for k, v in self.plain().items()
+                if not (k == "temperature" and v == 1.0) and not (k in OPTIONAL_FIELDS and v is None)}
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
@@ -262,12 +321,17 @@ DPO_DEFAULTS = {"pairs": Pairs.online, "pairs_per_prompt": 16, "preference": Pre
                 "dpo_loss": DPOLoss.sigmoid}
 """The DPO settings a --loss dpo run takes when not given (None for the other losses)."""
 
+OPTIONAL_FIELDS = ("max_grad_norm", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold",
+                   "init_from", "init_sha256")
+"""Fields left out of config.json while None (unset), so the files of runs without them are unchanged."""
+
 CRITIC_FIELDS = ("critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages")
 """The critic's settings (`--delta gae` only)."""
 
 SHARED_FIELDS = ("epochs", "steps", "group_size", "dim", "kl_period", "std_eps", "std_unbiased",
                  "adam_betas", "adam_eps", "sample_every", "policy", "max_length", "pairs", "pairs_per_prompt",
-                 "optimum_metrics", "critic_warmup")
+                 "optimum_metrics", "critic_warmup", "demos", "demo_noise", "demos_from", "init_from",
+                 "init_sha256")
 """Fields that must be equal across the runs of one batched computation."""
 
 PER_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in SHARED_FIELDS)
@@ -281,4 +345,8 @@ def check_batchable(configs: list[TrainConfig]) -> None:
         if len(values) > 1:
             raise ConfigError(f"runs trained together must share {name}; got {sorted(values, key=str)}. "
                               "Train them in separate batches.")
+    methods = {c.method.value for c in configs}
+    if len(methods) > 1:
+        raise ConfigError(f"runs trained together must share their method; got {sorted(methods)}. "
+                          "Train them in separate batches.")
 
