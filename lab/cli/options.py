@@ -57,6 +57,9 @@ TemperatureOpt = Annotated[float, typer.Option(help="sampling temperature T: res
                                                     "loss's log-probs at the same T (as verl); 1 = the plain policy")]
 EntropyCoefOpt = Annotated[float, typer.Option(help="entropy bonus: loss - coef x exact mean per-position "
                                                     "entropy (0 = off)")]
+MaxGradNormOpt = Annotated[float | None, typer.Option(help="clip each run's gradient to this global L2 norm before "
+                                                         "its Adam step (TRL max_grad_norm, verl grad_clip; "
+                                                         "default: off)")]
 PromptsOpt = Annotated[str, typer.Option(help="'lecture', 'random' (see --num-prompts, --prompt-length), "
                                               "or a JSON list such as '[[3,1,0,2],[2,2,0,1]]'")]
 NumPromptsOpt = Annotated[int, typer.Option(help="how many prompts --prompts random draws")]
@@ -118,6 +121,9 @@ DPOLossesOpt = Annotated[list[DPOLoss] | None, typer.Option("--dpo-loss", help="
 GaeLambdasOpt = Annotated[list[float] | None, typer.Option("--gae-lambda", help="repeatable: GAE lambdas to "
                                                             "sweep (the --delta gae points only)",
                                                             show_default=str(_RUN.gae_lambda))]
+MaxGradNormsOpt = Annotated[list[float] | None, typer.Option("--max-grad-norm", help="repeatable: gradient "
+                                                             "norm limits to sweep, each run clipped to its own "
+                                                             "[default: off]")]
 GroupsOpt = Annotated[list[int] | None, typer.Option("--group-size", help="repeatable: group sizes G "
                                                      "(each G trains as its own batch)",
                                                      show_default=str(_RUN.group_size))]
@@ -204,7 +210,7 @@ CLI_NAMES = {
 FIELD_NAMES = ("group_size", "clip_eps", "kl_period", "init_scale", "entropy_coef", "max_length", "loss_agg",
                "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
                "epochs", "steps", "lr", "dim", "seed", "delta", "loss",
-               "reward", "kl", "pairs_per_prompt", "dpo_loss")
+               "reward", "kl", "pairs_per_prompt", "dpo_loss", "max_grad_norm")
 """TrainConfig fields that are `lab run` options (underscores become dashes)."""
 
 

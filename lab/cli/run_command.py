@@ -24,6 +24,7 @@ from lab.cli.options import (
     DimOpt,
     EntropyCoefOpt,
     TemperatureOpt,
+    MaxGradNormOpt,
     EpochsOpt,
     ForceOpt,
     GroupOpt,
@@ -107,6 +108,7 @@ def run(
     init_scale: InitScaleOpt = DEFAULTS.init_scale,
     entropy_coef: EntropyCoefOpt = DEFAULTS.entropy_coef,
     temperature: TemperatureOpt = DEFAULTS.temperature,
+    max_grad_norm: MaxGradNormOpt = DEFAULTS.max_grad_norm,
     seed: Annotated[int, typer.Option(help="seed of the run's generator (init and sampling)")] = DEFAULTS.seed,
     sampler: SamplerOpt = DEFAULTS.sampler,
     prompts: PromptsOpt = "lecture",
@@ -138,7 +140,7 @@ def run(
                              pairs_per_prompt=pairs_per_prompt, preference=preference, dpo_loss=dpo_loss,
                              critic_lr=critic_lr, gae_lambda=gae_lambda, cliprange_value=cliprange_value,
                              critic_warmup=critic_warmup, whiten_advantages=whiten_advantages,
-                             temperature=temperature)
+                             temperature=temperature, max_grad_norm=max_grad_norm)
         return [config], 1, lambda: default_run_name(config, options)
 
     job = prepare("run", build, options, device, out, force, quiet)
@@ -194,5 +196,6 @@ def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.devic
 RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "clip_eps", "epochs", "steps", "group_size",
                "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg",
                "pairs", "pairs_per_prompt", "preference", "dpo_loss",
-               "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature")
+               "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
+               "max_grad_norm")
 """TrainConfig fields that `lab run` exposes as options."""

@@ -25,6 +25,7 @@ from lab.cli.options import (
     DimOpt,
     EntropyCoefsOpt,
     TemperaturesOpt,
+    MaxGradNormsOpt,
     EpochsOpt,
     ForceOpt,
     GroupsOpt,
@@ -104,6 +105,7 @@ def sweep(
     critic_warmup: CriticWarmupOpt = DEFAULTS.critic_warmup,
     whiten_advantages: WhitenOpt = DEFAULTS.whiten_advantages,
     temperature: TemperaturesOpt = None,
+    max_grad_norm: MaxGradNormsOpt = None,
     seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
     sampler: SamplerOpt = DEFAULTS.sampler,
     threads: Annotated[int | None, typer.Option(
@@ -140,7 +142,8 @@ def sweep(
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
              "entropy_coef": entropy_coef, "loss_agg": loss_agg, "pairs": pairs, "preference": preference,
-             "dpo_loss": dpo_loss, "gae_lambda": gae_lambda, "temperature": temperature}
+             "dpo_loss": dpo_loss, "gae_lambda": gae_lambda, "temperature": temperature,
+             "max_grad_norm": max_grad_norm}
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once

@@ -43,6 +43,9 @@ GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", 
 DPO_GRID_FIELDS = ("pairs", "preference", "dpo_loss")
 """The grid fields of --loss dpo: a sweep's tables have their columns only when some run is DPO."""
 
+CLIP_GRID_FIELDS = ("max_grad_norm",)
+"""Gradient clipping's limit (`--max-grad-norm`): a column of a sweep's tables only when some run clips."""
+
 CRITIC_GRID_FIELDS = ("gae_lambda",)
 """The critic's fields a sweep may vary (`--delta gae` points only); columns of its tables only when some run
 has a critic, so the tables of a sweep without one keep their columns."""
@@ -57,6 +60,8 @@ def table_fields(configs: Sequence[TrainConfig]) -> list[str]:
         fields += DPO_GRID_FIELDS
     if any(c.delta in NEEDS_CRITIC for c in configs):
         fields += CRITIC_GRID_FIELDS
+    if any(c.max_grad_norm is not None for c in configs):
+        fields += CLIP_GRID_FIELDS
     return fields
 
 
@@ -73,10 +78,10 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
     the `--delta gae` points only; a point of another delta keeps their defaults, and is kept once.
     """
     check_seeds(seeds)
-    unknown = set(grid) - set(GRID_FIELDS + DPO_GRID_FIELDS + CRITIC_GRID_FIELDS)
+    sweepable = GRID_FIELDS + DPO_GRID_FIELDS + CRITIC_GRID_FIELDS + CLIP_GRID_FIELDS
+    unknown = set(grid) - set(sweepable)
     if unknown:
-        raise ConfigError(f"cannot sweep over {', '.join(sorted(unknown))}; choose from: "
-                          f"{', '.join(GRID_FIELDS + DPO_GRID_FIELDS + CRITIC_GRID_FIELDS)}")
+        raise ConfigError(f"cannot sweep over {', '.join(sorted(unknown))}; choose from: {', '.join(sweepable)}")
     names = list(grid)
     for name in names:
         values = list(grid[name])

@@ -212,6 +212,9 @@ class TrainConfig:
             raise ConfigError(f"init_scale must be > 0 and finite, got {self.init_scale!r}")
         if not 0 < self.temperature < math.inf:
             raise ConfigError(f"temperature must be > 0 and finite, got {self.temperature!r}")
+        if self.max_grad_norm is not None and not 0 < self.max_grad_norm < math.inf:
+            raise ConfigError(f"max_grad_norm must be > 0 and finite (leave it out for no clipping), "
+                              f"got {self.max_grad_norm!r}")
         if not 0 <= self.entropy_coef < math.inf:
             raise ConfigError(f"entropy_coef must be >= 0 and finite, got {self.entropy_coef!r}")
         if not self.std_eps >= 0:

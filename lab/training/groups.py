@@ -57,13 +57,14 @@ class History:
 
 
 def finish(task: Task, configs: list[TrainConfig], kind: Kind, optimum: Tensor, step_log: dict, epoch_log: dict,
-           guard: DivergenceGuard, history: History, seconds: float, method,
+           guard: DivergenceGuard, history: History, seconds: float, step_logs: list[dict],
            tracker: OptimumTracker | None, critic: CriticRuns | None) -> Records:
-    """The records of the loop: its logs, with the method's (DPO's, SFT's) and the critic's metrics where a run
-    has them."""
+    """The records of the loop: its logs, with the method's (DPO's, SFT's), the gradient clip's and the critic's
+    metrics where a run has them. `step_logs`: more step metrics, name -> one float[step run] per epoch."""
     if tracker is not None:
         epoch_log.update(tracker.epoch_metrics())  # float[run epoch]
-    step_log.update({name: [torch.cat(values)] for name, values in method.step_log.items()})  # float[step run]
+    for log in step_logs:
+        step_log.update({name: [torch.cat(values)] for name, values in log.items()})  # float[step run]
     policy = kind.policy
     parameters = {"policy": policy_parameter_count(policy), "critic": None if critic is None else critic.parameter_count}
     return records_of(configs, task.prompts, optimum, step_log, epoch_log, guard, policy, samples=history.samples,

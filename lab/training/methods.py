@@ -62,6 +62,8 @@ class Loop:
     block: object
     """`lab.training.metrics.StepMetricBlock`"""
     critic: object = None
+    clip: object = None
+    """`lab.training.clipping.GradClip`, where some run clips its gradient's norm"""
 
 
 class PolicyGradient:

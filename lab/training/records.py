@@ -85,6 +85,15 @@ DPO_STEP_METRICS = {
 """Recorded on every step of a DPO run (`--loss dpo`) only, before that step's update; its `loss` is the DPO
 loss and its `pg_loss` the same. Other runs' files have none of these columns."""
 
+GRAD_CLIP_METRICS = {
+    "grad_norm": "--max-grad-norm: the global L2 norm of the step's policy gradient over all its parameters, before "
+                 "clipping (TRL `grad_norm`)",
+    "grad_clipped": "--max-grad-norm: 1 where the step's gradient was scaled down to the limit, 0 where it was "
+                    "within it; its mean over steps is the fraction of steps clipped",
+}
+"""Recorded on every step of a batch where some run clips its gradient (`--max-grad-norm`; NaN-free for the runs
+without a limit, whose `grad_clipped` is 0); other runs' files have none of these columns."""
+
 OPTIMUM_METRICS = {
     "kl_to_optimum": "exact KL(pi_theta || pi*) per sequence, mean over prompts, pi* = pi_ref exp(r / beta) / Z with "
                      "beta = --kl and pi_ref the initial policy (lab.exact.optimum); after the epoch's steps",
@@ -122,6 +131,10 @@ CRITIC_EPOCH_METRICS = {
 sweep's tables after the other columns, only when some run has a critic."""
 
 
+METHOD_STEP_METRICS = {}
+"""The step metrics of the supervised methods (SFT's and expert iteration's), recorded by their runs only."""
+
+
 def is_critic_metric(name: str) -> bool:
     """A critic metric's name (value_error_exact_<t> included)."""
     return name in CRITIC_STEP_METRICS or name in CRITIC_EPOCH_METRICS or name.startswith("value_error_exact_")
@@ -141,8 +154,8 @@ def epoch_metric_names(records: Records) -> list[str]:
 def step_metric_names(records: Records) -> list[str]:
     """The step metrics a records holds: STEP_METRICS, then the DPO metrics of a DPO run, then the critic's
     where some run has a critic."""
-    return [*STEP_METRICS, *(name for name in DPO_STEP_METRICS if name in records.step_metrics),
-            *records.critic_columns()[0]]
+    return [*STEP_METRICS, *(name for name in (*DPO_STEP_METRICS, *METHOD_STEP_METRICS, *GRAD_CLIP_METRICS)
+                             if name in records.step_metrics), *records.critic_columns()[0]]
 
 
 def metric_columns(records: Records) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from lab.core.kl import freeze, reference_due
+from lab.training.clipping import GradClip
 from lab.training.config import TrainConfig, check_batchable
 from lab.training.groups import (
     Groups,
@@ -88,7 +89,8 @@ def train(
     optimum = kind.optimum(prompts, targets)  # float[run batch]
     step_log, history = {name: [] for name in STEP_METRICS}, History()
     method, tracker, critic = extensions(configs, kind, settings, list(generators), device)
-    loop = Loop(kind, method, parameters, settings, optimizer, guard, block, critic)
+    loop = Loop(kind, method, parameters, settings, optimizer, guard, block, critic,
+                GradClip.of([c.max_grad_norm for c in configs], device))
     start = time.perf_counter()
 
     for index in range(shared.epochs):
@@ -119,7 +121,7 @@ def train(
 
     epoch_log = epoch_metrics(kind, settings, shared, history, (prompts, targets, optimum), eval_prompts)
     return finish(task, configs, kind, optimum, step_log, epoch_log, guard, history, time.perf_counter() - start,
-                  method, tracker, critic)
+                  [method.step_log, {} if loop.clip is None else loop.clip.log], tracker, critic)
 
 
 def train_steps(loop: Loop, epoch: Epoch) -> list[Tensor]:
@@ -147,6 +149,8 @@ def train_steps(loop: Loop, epoch: Epoch) -> list[Tensor]:
         # is shared). Not loss.backward(ones): an explicit gradient makes torch import its symbolic-shape
         # machinery (sympy), about 0.6 s of start-up, far more than the sum costs
         loss.sum().backward()
+        if loop.clip is not None:  # each run's gradient to its own global norm, before Adam reads it
+            loop.clip(parameters)
         if epoch.train_policy:
             loop.optimizer.step()
         if loop.critic is not None:
@@ -157,6 +161,8 @@ def train_steps(loop: Loop, epoch: Epoch) -> list[Tensor]:
         block.add_step(step, log_probs if on_groups else None, aux, loss=loss.detach(), pg_loss=pg_loss.detach(),
                        **exact)
     method.end_epoch(loop.settings)
+    if loop.clip is not None:
+        loop.clip.end_epoch()
     block.end_epoch(old_log_probs, ref_log_probs, ref_aux, groups.mask,
                     groups.deltas if groups.token_deltas is None else groups.token_deltas, groups.responses)
     return losses
