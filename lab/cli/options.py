@@ -12,10 +12,11 @@ from typing import Annotated
 import typer
 
 from lab.core.aggregation import LossAgg
-from lab.training.config import Device, TrainConfig
+from lab.training.config import Demos, Device, TrainConfig
 from lab.core.deltas import DeltaMode
 from lab.core.dpo import DPOLoss, Pairs, Preference
 from lab.core.losses import TrainingLoss
+from lab.core.sft import Filter
 from lab.policies.interface import PolicyKind
 from lab.policies.sampling import Sampler
 from tasks import sorting
@@ -29,7 +30,9 @@ DeltaOpt = Annotated[DeltaMode, typer.Option(help="rewards -> deltas: raw, minus
                                                   "a learned critic's GAE advantages per token (PPO)")]
 LossOpt = Annotated[TrainingLoss, typer.Option(help="surrogate loss: naive log-prob * delta, ratio * delta, "
                                                     "PPO-style clipped ratio; or dpo: DPO on preference pairs, "
-                                                    "beta = --kl (> 0), reference frozen at the initial policy")]
+                                                    "beta = --kl (> 0), reference frozen at the initial policy; "
+                                                    "sft: the NLL of demonstrations (--demos); expert-iteration: "
+                                                    "the NLL of the policy's own samples that pass --ei-filter")]
 PairsOpt = Annotated[Pairs | None, typer.Option(help="--loss dpo: online (each group's best vs worst sample) "
                                                      "or offline (one fixed set drawn from pi_ref) [default: online]")]
 PairsPerPromptOpt = Annotated[int | None, typer.Option(help="--pairs offline: pairs drawn per prompt "
@@ -60,6 +63,20 @@ EntropyCoefOpt = Annotated[float, typer.Option(help="entropy bonus: loss - coef 
 MaxGradNormOpt = Annotated[float | None, typer.Option(help="clip each run's gradient to this global L2 norm before "
                                                          "its Adam step (TRL max_grad_norm, verl grad_clip; "
                                                          "default: off)")]
+DemosOpt = Annotated[Demos | None, typer.Option(help="--loss sft: its demonstrations, G per prompt, fixed: optimal "
+                                                    "(the target sorted(x), the one response optimal under every "
+                                                    "reward), noisy (that target, each token replaced at rate "
+                                                    "--demo-noise), or policy (drawn from --demos-from's policy) "
+                                                    "[default: optimal]")]
+DemoNoiseOpt = Annotated[float | None, typer.Option(help="--demos noisy: the rate at which each token is replaced "
+                                                         "by a uniform one [default: 0.2]")]
+DemosFromOpt = Annotated[str | None, typer.Option(help="--demos policy: the run folder whose policy.pt draws the "
+                                                       "demonstrations")]
+EIFilterOpt = Annotated[Filter | None, typer.Option(help="--loss expert-iteration: keep each group's best responses "
+                                                         "(none when all tie), or those with reward >= "
+                                                         "--reward-threshold [default: group-best]")]
+RewardThresholdOpt = Annotated[float | None, typer.Option(help="--ei-filter threshold: the reward a kept response "
+                                                               "reaches")]
 PromptsOpt = Annotated[str, typer.Option(help="'lecture', 'random' (see --num-prompts, --prompt-length), "
                                               "or a JSON list such as '[[3,1,0,2],[2,2,0,1]]'")]
 NumPromptsOpt = Annotated[int, typer.Option(help="how many prompts --prompts random draws")]
@@ -210,7 +227,7 @@ CLI_NAMES = {
 FIELD_NAMES = ("group_size", "clip_eps", "kl_period", "init_scale", "entropy_coef", "max_length", "loss_agg",
                "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
                "epochs", "steps", "lr", "dim", "seed", "delta", "loss",
-               "reward", "kl", "pairs_per_prompt", "dpo_loss", "max_grad_norm")
+               "reward", "kl", "pairs_per_prompt", "dpo_loss", "max_grad_norm", "demo_noise", "reward_threshold")
 """TrainConfig fields that are `lab run` options (underscores become dashes)."""
 
 

@@ -25,6 +25,11 @@ from lab.cli.options import (
     EntropyCoefOpt,
     TemperatureOpt,
     MaxGradNormOpt,
+    DemoNoiseOpt,
+    DemosFromOpt,
+    DemosOpt,
+    EIFilterOpt,
+    RewardThresholdOpt,
     EpochsOpt,
     ForceOpt,
     GroupOpt,
@@ -109,6 +114,11 @@ def run(
     entropy_coef: EntropyCoefOpt = DEFAULTS.entropy_coef,
     temperature: TemperatureOpt = DEFAULTS.temperature,
     max_grad_norm: MaxGradNormOpt = DEFAULTS.max_grad_norm,
+    demos: DemosOpt = DEFAULTS.demos,
+    demo_noise: DemoNoiseOpt = DEFAULTS.demo_noise,
+    demos_from: DemosFromOpt = DEFAULTS.demos_from,
+    ei_filter: EIFilterOpt = DEFAULTS.ei_filter,
+    reward_threshold: RewardThresholdOpt = DEFAULTS.reward_threshold,
     seed: Annotated[int, typer.Option(help="seed of the run's generator (init and sampling)")] = DEFAULTS.seed,
     sampler: SamplerOpt = DEFAULTS.sampler,
     prompts: PromptsOpt = "lecture",
@@ -140,7 +150,9 @@ def run(
                              pairs_per_prompt=pairs_per_prompt, preference=preference, dpo_loss=dpo_loss,
                              critic_lr=critic_lr, gae_lambda=gae_lambda, cliprange_value=cliprange_value,
                              critic_warmup=critic_warmup, whiten_advantages=whiten_advantages,
-                             temperature=temperature, max_grad_norm=max_grad_norm)
+                             temperature=temperature, max_grad_norm=max_grad_norm, demos=demos,
+                             demo_noise=demo_noise, demos_from=demos_from, ei_filter=ei_filter,
+                             reward_threshold=reward_threshold)
         return [config], 1, lambda: default_run_name(config, options)
 
     job = prepare("run", build, options, device, out, force, quiet)
@@ -197,5 +209,5 @@ RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "clip_eps", "epochs
                "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg",
                "pairs", "pairs_per_prompt", "preference", "dpo_loss",
                "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
-               "max_grad_norm")
+               "max_grad_norm", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold")
 """TrainConfig fields that `lab run` exposes as options."""

@@ -27,6 +27,7 @@ import torch
 
 from lab.exact.stuck import Endings, judge_endings
 from lab.core.deltas import NEEDS_CRITIC
+from lab.core.losses import TrainingLoss
 from lab.training.config import SHARED_FIELDS, ConfigError, TrainConfig
 from lab.experiments.intervals import Interval, mean_interval, wilson_interval
 from lab.training.records import Records
@@ -46,6 +47,9 @@ DPO_GRID_FIELDS = ("pairs", "preference", "dpo_loss")
 CLIP_GRID_FIELDS = ("max_grad_norm",)
 """Gradient clipping's limit (`--max-grad-norm`): a column of a sweep's tables only when some run clips."""
 
+SUPERVISED_FIELDS = ("demos", "ei_filter")
+"""SFT's demonstration source and expert iteration's filter: columns of a sweep's tables only when some run has one."""
+
 CRITIC_GRID_FIELDS = ("gae_lambda",)
 """The critic's fields a sweep may vary (`--delta gae` points only); columns of its tables only when some run
 has a critic, so the tables of a sweep without one keep their columns."""
@@ -62,6 +66,8 @@ def table_fields(configs: Sequence[TrainConfig]) -> list[str]:
         fields += CRITIC_GRID_FIELDS
     if any(c.max_grad_norm is not None for c in configs):
         fields += CLIP_GRID_FIELDS
+    if any(c.demos is not None or c.ei_filter is not None for c in configs):
+        fields += SUPERVISED_FIELDS
     return fields
 
 
@@ -103,6 +109,33 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
             seen.add(key)
             points.append(settings)
     return [base.replace(**settings, seed=seed) for settings in points for seed in range(seeds)]
+
+
+METHOD_FIELDS = {"pairs_per_prompt": "offline pairs", "demos": TrainingLoss.sft, "demo_noise": TrainingLoss.sft,
+                 "demos_from": TrainingLoss.sft, "ei_filter": TrainingLoss.expert_iteration,
+                 "reward_threshold": TrainingLoss.expert_iteration}
+"""A sweep's single-valued settings that belong to one method's points: offline DPO's, SFT's, expert iteration's."""
+
+
+def method_settings(configs: list[TrainConfig], **given) -> list[TrainConfig]:
+    """The configs with each given method setting (None: not given) on the points of its method only, so a sweep
+    can compare methods; a setting whose method no point has is an error (one line)."""
+    given = {name: value for name, value in given.items() if value is not None}
+    for name in given:
+        owner = METHOD_FIELDS[name]
+        if not any(_belongs(c, owner) for c in configs):
+            wanted = "--pairs offline" if owner == "offline pairs" else f"--loss {owner.value}"
+            raise ConfigError(f"--{name.replace('_', '-')} applies to {wanted} only, which no point of the sweep has")
+
+    def specialise(config: TrainConfig) -> TrainConfig:
+        mine = {name: value for name, value in given.items() if _belongs(config, METHOD_FIELDS[name])}
+        return config.replace(**mine) if mine else config
+
+    return [specialise(c) for c in configs]
+
+
+def _belongs(config: TrainConfig, owner) -> bool:
+    return config.pairs == "offline" if owner == "offline pairs" else config.loss is owner
 
 
 def setting(config: TrainConfig, names: Sequence[str]) -> tuple:

@@ -19,6 +19,7 @@ from lab.core.choices import parse_choice
 from lab.core.deltas import NEEDS_GROUP, DeltaMode
 from lab.core.dpo import DPOLoss, Pairs, Preference
 from lab.core.losses import TrainingLoss
+from lab.core.sft import Filter
 from lab.policies.interface import PolicyKind
 from lab.policies.sampling import Sampler
 
@@ -44,13 +45,6 @@ class Demos(str, Enum):
     optimal = "optimal"
     noisy = "noisy"
     policy = "policy"
-
-
-class EIFilter(str, Enum):
-    """Which of its own samples expert iteration keeps (`lab.training.supervised`)."""
-
-    group_best = "group-best"
-    threshold = "threshold"
 
 
 class ConfigError(ValueError):
@@ -177,7 +171,7 @@ class TrainConfig:
     """`--demos noisy` only (default 0.2): the rate at which each demonstration token is replaced"""
     demos_from: str | None = None
     """`--demos policy` only: the run folder whose policy.pt draws the demonstrations"""
-    ei_filter: EIFilter | None = None
+    ei_filter: Filter | None = None
     """`--loss expert-iteration` only (default `group-best`): which sampled responses are kept for the supervised
     steps: each group's best (all that tie at its highest reward, none when all are equal), or `threshold`,
     those with reward >= `reward_threshold`"""
@@ -193,6 +187,7 @@ class TrainConfig:
                            ("loss_agg", LossAgg)):
             object.__setattr__(self, name, parse_choice(enum, getattr(self, name), name, ConfigError))
         self._check_dpo()
+        self._check_supervised()
         object.__setattr__(self, "adam_betas", tuple(self.adam_betas))
         for name in ("epochs", "steps", "group_size", "dim", "sample_every"):
             value = getattr(self, name)
@@ -267,6 +262,46 @@ class TrainConfig:
         if self.delta is DeltaMode.gae:
             raise ConfigError("--loss dpo uses no advantages, so --delta gae (a learned critic) has nothing to do; "
                               "drop --delta gae or use a policy-gradient --loss")
+
+    def _check_supervised(self) -> None:
+        """SFT's and expert iteration's settings: their defaults for their --loss, refused (one line each) otherwise."""
+        sft, ei = self.loss is TrainingLoss.sft, self.loss is TrainingLoss.expert_iteration
+        for name, applies, option in (("demos", sft, "--loss sft"), ("demo_noise", sft, "--demos noisy"),
+                                      ("demos_from", sft, "--demos policy"), ("ei_filter", ei, "--loss expert-iteration"),
+                                      ("reward_threshold", ei, "--ei-filter threshold")):
+            if getattr(self, name) is not None and not applies:
+                raise ConfigError(f"--{name.replace('_', '-')} applies to {option} only; drop it or add {option}")
+        if not (sft or ei):
+            return
+        if sft:
+            demos = parse_choice(Demos, Demos.optimal if self.demos is None else self.demos, "--demos", ConfigError)
+            object.__setattr__(self, "demos", demos)
+            if demos is Demos.noisy and self.demo_noise is None:
+                object.__setattr__(self, "demo_noise", 0.2)
+            for name, needs in (("demo_noise", Demos.noisy), ("demos_from", Demos.policy)):
+                if getattr(self, name) is not None and demos is not needs:
+                    raise ConfigError(f"--{name.replace('_', '-')} applies to --demos {needs.value} only")
+            if self.demo_noise is not None and not 0 <= self.demo_noise <= 1:
+                raise ConfigError(f"--demo-noise must lie in [0, 1], got {self.demo_noise!r}")
+            if demos is Demos.policy and not self.demos_from:
+                raise ConfigError("--demos policy needs --demos-from RUN_FOLDER: the run whose policy draws them")
+        if ei:
+            name = Filter.group_best if self.ei_filter is None else self.ei_filter
+            object.__setattr__(self, "ei_filter", parse_choice(Filter, name, "--ei-filter", ConfigError))
+            if self.ei_filter is Filter.threshold and self.reward_threshold is None:
+                raise ConfigError("--ei-filter threshold needs --reward-threshold: the reward a kept response reaches")
+            if self.ei_filter is not Filter.threshold and self.reward_threshold is not None:
+                raise ConfigError("--reward-threshold applies to --ei-filter threshold only")
+            if self.reward_threshold is not None and not math.isfinite(self.reward_threshold):
+                raise ConfigError(f"--reward-threshold must be finite, got {self.reward_threshold!r}")
+        method = f"--loss {self.loss.value}"
+        for name, default, why in (("kl", 0.0, "it has no KL penalty (its kl_exact is measured all the same)"),
+                                   ("entropy_coef", 0.0, "it has no entropy bonus"),
+                                   ("loss_agg", LossAgg.token_mean, "its NLL is the token mean, as TRL's SFT")):
+            if getattr(self, name) != default:
+                raise ConfigError(f"--{name.replace('_', '-')} does not apply to {method}: {why}")
+        if self.delta is DeltaMode.gae:
+            raise ConfigError(f"{method} uses no advantages, so --delta gae (a learned critic) has nothing to do")
 
     @property
     def is_dpo(self) -> bool:

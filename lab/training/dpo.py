@@ -126,6 +126,8 @@ class DPOSetup:
     pairs and step metrics. Its reference is frozen once, at the start (the initial policy)."""
 
     tracks_optimum = True
+    tracks_progress = False
+    epoch_log = {}
 
     offline: bool
     generators: list[torch.Generator]
@@ -178,8 +180,8 @@ class DPOSetup:
             return groups.responses, groups.mask, True
         return *pair_responses(self.pairs, groups.responses, groups.mask), False
 
-    def step_loss(self, loop, epoch, step: int, log_probs: Tensor, old_log_probs: Tensor, ref_log_probs: Tensor,
-                  on_groups: bool) -> tuple[Tensor, Tensor]:
+    def step_loss(self, loop, epoch, step: int, log_probs: Tensor, aux: Tensor, old_log_probs: Tensor,
+                  ref_log_probs: Tensor, on_groups: bool) -> tuple[Tensor, Tensor]:
         """One step's DPO loss float[run], twice (it is also the step's `pg_loss`). log_probs: per token, on the
         pairs (`responses`) or, `on_groups`, on the epoch's groups (`pair_log_probs`); `ref_log_probs`, on the same
         responses, is read at the epoch's first step only: the pairs' reference log-probs stay fixed for the

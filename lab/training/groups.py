@@ -21,7 +21,7 @@ from lab.training.kinds import Kind
 from lab.training.methods import METHODS
 from lab.training.lengths import length_metrics, response_lengths
 from lab.training.metrics import greedy_log, sample_metrics
-from lab.training.optimum import OptimumTracker
+from lab.training.optimum import OptimumTracker, ProgressTracker
 from lab.training.records import Records, Samples
 from lab.training.runs import RunSettings, records_of
 from tasks import Task
@@ -57,12 +57,14 @@ class History:
 
 
 def finish(task: Task, configs: list[TrainConfig], kind: Kind, optimum: Tensor, step_log: dict, epoch_log: dict,
-           guard: DivergenceGuard, history: History, seconds: float, step_logs: list[dict],
-           tracker: OptimumTracker | None, critic: CriticRuns | None) -> Records:
+           guard: DivergenceGuard, history: History, seconds: float, step_logs: list[dict], method_epochs: dict,
+           tracker: ProgressTracker | None, critic: CriticRuns | None) -> Records:
     """The records of the loop: its logs, with the method's (DPO's, SFT's), the gradient clip's and the critic's
-    metrics where a run has them. `step_logs`: more step metrics, name -> one float[step run] per epoch."""
+    metrics where a run has them. `step_logs`: more step metrics, name -> one float[step run] per epoch;
+    `method_epochs`: the method's epoch metrics, name -> one float[run] per epoch."""
     if tracker is not None:
         epoch_log.update(tracker.epoch_metrics())  # float[run epoch]
+    epoch_log.update({name: torch.stack(values, dim=1) for name, values in method_epochs.items()})  # float[run epoch]
     for log in step_logs:
         step_log.update({name: [torch.cat(values)] for name, values in log.items()})  # float[step run]
     policy = kind.policy
@@ -75,13 +77,14 @@ def finish(task: Task, configs: list[TrainConfig], kind: Kind, optimum: Tensor, 
 
 
 def extensions(configs: list[TrainConfig], kind: Kind, settings: RunSettings, generators: list[torch.Generator],
-               device: torch.device) -> tuple[object, OptimumTracker | None, CriticRuns | None]:
+               device: torch.device) -> tuple[object, ProgressTracker | None, CriticRuns | None]:
     """The batch's method (`lab.training.methods.METHODS`), and what some batches add to the loop: the exact
     distance to pi* (of the initial policy), a critic."""
     shared = configs[0]
     method = METHODS[shared.method].of(configs, kind, settings, generators, device)
     tracker = (OptimumTracker(kind, [c.reward for c in configs], [c.kl for c in configs])
-               if (method.tracks_optimum or shared.optimum_metrics) and kind.exact else None)
+               if (method.tracks_optimum or shared.optimum_metrics) and kind.exact else
+               ProgressTracker(kind, [c.reward for c in configs]) if method.tracks_progress and kind.exact else None)
     critic = CriticRuns(kind, configs, critic_runs(configs), device) if critic_runs(configs) else None
     return method, tracker, critic
 

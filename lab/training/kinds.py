@@ -148,6 +148,11 @@ class Factorized(TemperedStack):
         """float[run batch trial pos] and the log-softmaxes float[run batch pos vocab], through one node."""
         return policy_log_probs(*tempered(parameters, self.scale), self.prompts, responses)
 
+    def argmax_tokens(self, aux: Tensor, responses: Tensor) -> Tensor:
+        """Each position's most likely token, int[run batch trial pos], from a step's log-softmaxes (`aux`): the
+        factorised policy's positions do not depend on the response."""
+        return aux.argmax(dim=-1).unsqueeze(-2).expand_as(responses)
+
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         """The exact mean entropy of the given runs' policies on the prompts, differentiable: float[runs]."""
         chosen = None if self.scale is None else self.scale.index_select(0, runs)
@@ -234,6 +239,12 @@ class Autoregressive(TemperedStack):
     def log_probs(self, parameters: list[Tensor], responses: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """float[run batch trial pos] (0 on padding) and each position's entropy, through one node."""
         return ar_log_probs(*tempered(parameters, self.scale), self.prompts, responses, mask)
+
+    def argmax_tokens(self, aux: Tensor, responses: Tensor) -> Tensor:
+        """Each position's most likely token given the response's prefix, int[run batch trial pos] (a forward pass
+        of its own: the fused node's second output is the entropy)."""
+        with torch.no_grad():
+            return P.token_logits(self.policy, self.prompts, responses).argmax(dim=-1)
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         raise ValueError("the autoregressive policy has no entropy bonus (TrainConfig rejects one)")

@@ -27,6 +27,7 @@ from lab.core.kl import k3
 from lab.core.losses import compute_loss
 from lab.training.config import Method
 from lab.training.dpo import DPOSetup
+from lab.training.supervised import ExpertIteration, SFT
 
 
 @dataclass
@@ -70,7 +71,9 @@ class PolicyGradient:
     """GRPO and its relatives (`--loss naive | unclipped | clipped`): the surrogate on the groups' deltas."""
 
     tracks_optimum = False
+    tracks_progress = False
     step_log: dict = {}
+    epoch_log: dict = {}
 
     @classmethod
     def of(cls, configs, kind, settings, generators, device) -> PolicyGradient:
@@ -94,7 +97,7 @@ class PolicyGradient:
     def forward_responses(self, kind, groups) -> tuple[Tensor, Tensor | None, bool]:
         return groups.responses, groups.mask, True
 
-    def step_loss(self, loop: Loop, epoch: Epoch, step: int, log_probs: Tensor, old_log_probs: Tensor,
+    def step_loss(self, loop: Loop, epoch: Epoch, step: int, log_probs: Tensor, aux: Tensor, old_log_probs: Tensor,
                   ref_log_probs: Tensor, on_groups: bool) -> tuple[Tensor, Tensor]:
         return step_loss(loop.kind, loop.parameters, loop.settings, epoch.groups, log_probs, old_log_probs,
                          ref_log_probs)
@@ -135,5 +138,6 @@ def with_penalties(kind, parameters: list[Tensor], s, loss: Tensor, log_probs: T
     return loss
 
 
-METHODS: dict[Method, type] = {Method.policy_gradient: PolicyGradient, Method.dpo: DPOSetup}
+METHODS: dict[Method, type] = {Method.policy_gradient: PolicyGradient, Method.dpo: DPOSetup, Method.sft: SFT,
+                               Method.expert_iteration: ExpertIteration}
 """The one dispatch table: method (`TrainConfig.method`, from `--loss`) -> its side of the training loop."""

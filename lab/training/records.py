@@ -131,8 +131,27 @@ CRITIC_EPOCH_METRICS = {
 sweep's tables after the other columns, only when some run has a critic."""
 
 
-METHOD_STEP_METRICS = {}
-"""The step metrics of the supervised methods (SFT's and expert iteration's), recorded by their runs only."""
+METHOD_STEP_METRICS = {
+    "demo_logps": "SFT, expert iteration: mean sequence log-prob log pi_theta(y | x) of the responses the step trains "
+                  "on (the demonstrations, or the kept samples; NaN where none is kept)",
+    "token_accuracy": "SFT, expert iteration: fraction of the trained responses' live tokens where the policy's most "
+                      "likely next token (given the response's prefix) is the response's (TRL `mean_token_accuracy`)",
+}
+"""The step metrics of the supervised methods (`--loss sft`, `--loss expert-iteration`), recorded by their runs
+only, before each step's update; their `loss` (and `pg_loss`) is the NLL averaged over the trained tokens."""
+
+SUPERVISED_EPOCH_METRICS = {
+    "samples_drawn": "SFT, expert iteration: responses sampled from the policy to train on, from the start (SFT: 0; "
+                     "expert iteration: G per prompt each epoch)",
+    "samples_kept": "SFT, expert iteration: of those, the ones kept to train on, from the start (SFT: its "
+                    "demonstrations, counted once)",
+    "samples_trained": "SFT, expert iteration: responses trained on, one per response and step, from the start",
+    "reward_exact": "SFT, expert iteration: exact expected reward E_theta[r] of the policy after the epoch's steps, "
+                    "mean over prompts (enumerable response spaces only)",
+    "kl_initial_exact": "SFT, expert iteration: exact KL(pi_theta || pi_0) to the policy the run started from, per "
+                        "sequence, mean over prompts, after the epoch's steps (enumerable response spaces only)",
+}
+"""Recorded once per epoch for the supervised methods' runs only."""
 
 
 def is_critic_metric(name: str) -> bool:
@@ -147,8 +166,8 @@ METRIC_COLUMNS = (*INDEX_COLUMNS, *EPOCH_METRICS, *STEP_METRICS)
 def epoch_metric_names(records: Records) -> list[str]:
     """The epoch metrics a records holds: EPOCH_METRICS, then the optimum metrics where recorded, then the
     critic's where some run has a critic."""
-    return [*EPOCH_METRICS, *(name for name in OPTIMUM_METRICS if name in records.epoch_metrics),
-            *records.critic_columns()[1]]
+    return [*EPOCH_METRICS, *(name for name in (*OPTIMUM_METRICS, *SUPERVISED_EPOCH_METRICS)
+                              if name in records.epoch_metrics), *records.critic_columns()[1]]
 
 
 def step_metric_names(records: Records) -> list[str]:

@@ -121,7 +121,7 @@ def train(
 
     epoch_log = epoch_metrics(kind, settings, shared, history, (prompts, targets, optimum), eval_prompts)
     return finish(task, configs, kind, optimum, step_log, epoch_log, guard, history, time.perf_counter() - start,
-                  [method.step_log, {} if loop.clip is None else loop.clip.log], tracker, critic)
+                  [method.step_log, {} if loop.clip is None else loop.clip.log], method.epoch_log, tracker, critic)
 
 
 def train_steps(loop: Loop, epoch: Epoch) -> list[Tensor]:
@@ -143,7 +143,8 @@ def train_steps(loop: Loop, epoch: Epoch) -> list[Tensor]:
             with torch.no_grad():
                 ref_log_probs, ref_aux = ((old_log_probs, aux.detach()) if epoch.fresh_reference else
                                           kind.log_probs(epoch.reference, responses, mask))
-        pg_loss, loss = method.step_loss(loop, epoch, step, log_probs, old_log_probs, ref_log_probs, on_groups)
+        pg_loss, loss = method.step_loss(loop, epoch, step, log_probs, aux, old_log_probs, ref_log_probs,
+                                         on_groups)
         loop.optimizer.zero_grad()
         # d(sum of the runs' losses)/d(loss_r) = 1: each run gets exactly its own gradient (no parameter
         # is shared). Not loss.backward(ones): an explicit gradient makes torch import its symbolic-shape
