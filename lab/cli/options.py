@@ -77,6 +77,9 @@ EIFilterOpt = Annotated[Filter | None, typer.Option(help="--loss expert-iteratio
                                                          "--reward-threshold [default: group-best]")]
 RewardThresholdOpt = Annotated[float | None, typer.Option(help="--ei-filter threshold: the reward a kept response "
                                                                "reaches")]
+InitFromOpt = Annotated[str | None, typer.Option(help="start every run from this finished run folder's policy.pt "
+                                                      "(checked against the settings); it is also the KL and DPO "
+                                                      "reference")]
 PromptsOpt = Annotated[str, typer.Option(help="'lecture', 'random' (see --num-prompts, --prompt-length), "
                                               "or a JSON list such as '[[3,1,0,2],[2,2,0,1]]'")]
 NumPromptsOpt = Annotated[int, typer.Option(help="how many prompts --prompts random draws")]

@@ -9,7 +9,7 @@ import torch
 import typer
 
 from lab.cli.application import DEFAULTS, app
-from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
+from lab.cli.jobs import start_settings, config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
     CliprangeValueOpt,
     CriticLrOpt,
@@ -26,6 +26,7 @@ from lab.cli.options import (
     TemperatureOpt,
     MaxGradNormOpt,
     DemoNoiseOpt,
+    InitFromOpt,
     DemosFromOpt,
     DemosOpt,
     EIFilterOpt,
@@ -114,6 +115,7 @@ def run(
     entropy_coef: EntropyCoefOpt = DEFAULTS.entropy_coef,
     temperature: TemperatureOpt = DEFAULTS.temperature,
     max_grad_norm: MaxGradNormOpt = DEFAULTS.max_grad_norm,
+    init_from: InitFromOpt = DEFAULTS.init_from,
     demos: DemosOpt = DEFAULTS.demos,
     demo_noise: DemoNoiseOpt = DEFAULTS.demo_noise,
     demos_from: DemosFromOpt = DEFAULTS.demos_from,
@@ -152,7 +154,7 @@ def run(
                              critic_warmup=critic_warmup, whiten_advantages=whiten_advantages,
                              temperature=temperature, max_grad_norm=max_grad_norm, demos=demos,
                              demo_noise=demo_noise, demos_from=demos_from, ei_filter=ei_filter,
-                             reward_threshold=reward_threshold)
+                             reward_threshold=reward_threshold, **start_settings(init_from))
         return [config], 1, lambda: default_run_name(config, options)
 
     job = prepare("run", build, options, device, out, force, quiet)
@@ -209,5 +211,5 @@ RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "clip_eps", "epochs
                "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg",
                "pairs", "pairs_per_prompt", "preference", "dpo_loss",
                "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
-               "max_grad_norm", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold")
+               "max_grad_norm", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold", "init_from")
 """TrainConfig fields that `lab run` exposes as options."""

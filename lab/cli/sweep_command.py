@@ -11,7 +11,7 @@ import torch
 import typer
 
 from lab.cli.application import DEFAULTS, app
-from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
+from lab.cli.jobs import start_settings, config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
     CliprangeValueOpt,
     CriticLrOpt,
@@ -27,6 +27,7 @@ from lab.cli.options import (
     TemperaturesOpt,
     MaxGradNormsOpt,
     DemoNoiseOpt,
+    InitFromOpt,
     DemosFromOpt,
     DemosOpt,
     EIFilterOpt,
@@ -111,6 +112,7 @@ def sweep(
     whiten_advantages: WhitenOpt = DEFAULTS.whiten_advantages,
     temperature: TemperaturesOpt = None,
     max_grad_norm: MaxGradNormsOpt = None,
+    init_from: InitFromOpt = DEFAULTS.init_from,
     demos: DemosOpt = DEFAULTS.demos,
     demo_noise: DemoNoiseOpt = DEFAULTS.demo_noise,
     demos_from: DemosFromOpt = DEFAULTS.demos_from,
@@ -166,7 +168,7 @@ def sweep(
 
     def make_base() -> TrainConfig:  # the settings every run of the sweep shares
         return TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler,
-                           policy=policy, max_length=max_length)
+                           policy=policy, max_length=max_length, **start_settings(init_from))
 
     def build():
         check_threads(threads)

@@ -35,6 +35,18 @@ from lab.training.runs import RunGroups
 from tasks import Task
 from tasks.sorting import variable_length_reward
 
+def start_from(policy, folder: str | None) -> None:
+    """Every run's parameters set to a finished run's policy.pt (`--init-from`; the same start for every seed, each
+    seed still sampling with its own generator). The stack is first built as usual, so each run's generator has made
+    the same draws as from a random start. The command checked the folder and the policy's shape before."""
+    if folder is None:
+        return
+    state = torch.load(f"{folder}/policy.pt", map_location="cpu", weights_only=True)
+    with torch.no_grad():
+        for name, parameter in policy.named_parameters():
+            parameter.copy_(state[name].to(parameter).expand_as(parameter))
+
+
 def temperature_scale(configs: list[TrainConfig], device: torch.device) -> Tensor | None:
     """1 / sqrt(T) per run, float[run]; None when every run has T = 1, so that such runs take exactly the
     code path they took before temperatures existed (bit for bit).
@@ -110,6 +122,7 @@ class Factorized(TemperedStack):
         self.entries = task.response_length  # per response and step, to size the metric blocks
         self.policy = PolicyStack(task.vocab_size, self.prompts.shape[1], task.response_length, shared.dim,
                                   generators, [c.init_scale for c in configs])
+        start_from(self.policy, shared.init_from)
         sampler_groups = RunGroups([c.sampler for c in configs], device)
         # each sampler draws for its own runs, each run from its own generator (lab.policies.sampling)
         run_generators = {s: [generators[i] for i in idx.tolist()] for s, idx in sampler_groups.groups}
@@ -200,6 +213,7 @@ class Autoregressive(TemperedStack):
         self.max_length = resolve_max_length(shared, self.prompts.shape[1])
         self.policy = P.make_stack(shared.policy, task.vocab_size, self.prompts.shape[1], self.max_length,
                                    shared.dim, generators, [c.init_scale for c in configs])
+        start_from(self.policy, shared.init_from)
         self.eos = P.ops_of(self.policy).eos(self.policy)
         self.entries = self.max_length * (self.eos + 1)  # per response and step, to size the metric blocks
         self.rewards = {c.reward: variable_length_reward(c.reward, self.eos) for c in configs}  # unknown names fail
