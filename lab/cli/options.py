@@ -15,6 +15,7 @@ from lab.core.aggregation import LossAgg
 from lab.training.config import Demos, Device, TrainConfig
 from lab.core.deltas import DeltaMode
 from lab.core.dpo import DPOLoss, Pairs, Preference
+from lab.core.kl import KLEstimator, KLPlacement
 from lab.core.losses import TrainingLoss
 from lab.core.sft import Filter
 from lab.policies.interface import PolicyKind
@@ -47,6 +48,11 @@ SamplerOpt = Annotated[Sampler, typer.Option(help="how the run's generator draws
                                                     "its own runs)")]
 RewardOpt = Annotated[Reward, typer.Option(help="reward function of the sorting task")]
 KLOpt = Annotated[float, typer.Option("--kl", help="beta, weight of the k3 KL penalty to the reference (0 = off)")]
+KLEstimatorOpt = Annotated[KLEstimator, typer.Option(help="the penalty's per-token KL estimator (verl's "
+                                                          "kl_loss_type: k1 kl, k2 mse, k3 low_var_kl)")]
+KLInOpt = Annotated[KLPlacement, typer.Option(help="where the penalty goes: the loss (verl's use_kl_loss), or the "
+                                                   "reward, r - beta * summed estimator before the deltas "
+                                                   "(use_kl_in_reward)")]
 KLPeriodOpt = Annotated[int, typer.Option(help="refresh the reference every N epochs (0 = frozen at the start)")]
 ClipOpt = Annotated[float, typer.Option(help="clip band half-width eps of the clipped loss")]
 EpochsOpt = Annotated[int, typer.Option(help="epochs: each samples a fresh group per prompt")]
@@ -116,6 +122,12 @@ RewardsOpt = Annotated[list[Reward] | None, typer.Option("--reward", help="repea
                                                          show_default=_RUN.reward)]
 KLsOpt = Annotated[list[float] | None, typer.Option("--kl", help="repeatable: KL weights beta to sweep",
                                                     show_default=str(_RUN.kl))]
+KLEstimatorsOpt = Annotated[list[KLEstimator] | None, typer.Option("--kl-estimator", help="repeatable: the "
+                                                                  "penalty's KL estimators to sweep",
+                                                                  show_default=_RUN.kl_estimator.value)]
+KLInsOpt = Annotated[list[KLPlacement] | None, typer.Option("--kl-in", help="repeatable: where the penalty goes "
+                                                            "(loss or reward) to sweep",
+                                                            show_default=_RUN.kl_in.value)]
 ClipsOpt = Annotated[list[float] | None, typer.Option("--clip-eps", help="repeatable: clip eps to sweep",
                                                       show_default=str(_RUN.clip_eps))]
 LrsOpt = Annotated[list[float] | None, typer.Option("--lr", help="repeatable: learning rates to sweep",
@@ -227,7 +239,7 @@ CLI_NAMES = {
     "the number of held-out prompts": "--heldout", "the prompt seed": "--prompt-seed",
     "kl (beta)": "--kl (beta)",
 }
-FIELD_NAMES = ("group_size", "clip_eps", "kl_period", "init_scale", "entropy_coef", "max_length", "loss_agg",
+FIELD_NAMES = ("group_size", "clip_eps", "kl_period", "kl_estimator", "kl_in", "init_scale", "entropy_coef", "max_length", "loss_agg",
                "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
                "epochs", "steps", "lr", "dim", "seed", "delta", "loss",
                "reward", "kl", "pairs_per_prompt", "dpo_loss", "max_grad_norm", "demo_noise", "reward_threshold")

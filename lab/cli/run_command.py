@@ -36,6 +36,8 @@ from lab.cli.options import (
     GroupOpt,
     HeldoutOpt,
     InitScaleOpt,
+    KLEstimatorOpt,
+    KLInOpt,
     KLOpt,
     KLPeriodOpt,
     LossAggOpt,
@@ -93,6 +95,8 @@ def run(
     reward: RewardOpt = Reward(DEFAULTS.reward),
     kl: KLOpt = DEFAULTS.kl,
     kl_period: KLPeriodOpt = DEFAULTS.kl_period,
+    kl_estimator: KLEstimatorOpt = DEFAULTS.kl_estimator,
+    kl_in: KLInOpt = DEFAULTS.kl_in,
     policy: PolicyOpt = DEFAULTS.policy,
     max_length: MaxLengthOpt = DEFAULTS.max_length,
     loss_agg: LossAggOpt = DEFAULTS.loss_agg,
@@ -147,7 +151,7 @@ def run(
     def build():
         config = TrainConfig(epochs=epochs, steps=steps, group_size=group_size, lr=lr, seed=seed, sampler=sampler,
                              dim=dim, reward=reward.value, delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
-                             kl_period=kl_period, init_scale=init_scale, entropy_coef=entropy_coef,
+                             kl_period=kl_period, kl_estimator=kl_estimator, kl_in=kl_in, init_scale=init_scale, entropy_coef=entropy_coef,
                              policy=policy, max_length=max_length, loss_agg=loss_agg, pairs=pairs,
                              pairs_per_prompt=pairs_per_prompt, preference=preference, dpo_loss=dpo_loss,
                              critic_lr=critic_lr, gae_lambda=gae_lambda, cliprange_value=cliprange_value,
@@ -207,7 +211,7 @@ def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.devic
     return f"lab run --prompts '{prompt_options['prompts']}' " + " ".join(args) + f" --device {device.type}"
 
 
-RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "clip_eps", "epochs", "steps", "group_size",
+RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "kl_estimator", "kl_in", "clip_eps", "epochs", "steps", "group_size",
                "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg",
                "pairs", "pairs_per_prompt", "preference", "dpo_loss",
                "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",

@@ -37,6 +37,8 @@ from lab.cli.options import (
     GroupsOpt,
     HeldoutOpt,
     InitScalesOpt,
+    KLEstimatorsOpt,
+    KLInsOpt,
     KLPeriodOpt,
     KLsOpt,
     LossAggsOpt,
@@ -95,6 +97,8 @@ def sweep(
     loss: LossesOpt = None,
     reward: RewardsOpt = None,
     kl: KLsOpt = None,
+    kl_estimator: KLEstimatorsOpt = None,
+    kl_in: KLInsOpt = None,
     clip_eps: ClipsOpt = None,
     lr: LrsOpt = None,
     group_size: GroupsOpt = None,
@@ -155,7 +159,7 @@ def sweep(
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
              "entropy_coef": entropy_coef, "loss_agg": loss_agg, "pairs": pairs, "preference": preference,
              "dpo_loss": dpo_loss, "gae_lambda": gae_lambda, "temperature": temperature,
-             "max_grad_norm": max_grad_norm}
+             "max_grad_norm": max_grad_norm, "kl_estimator": kl_estimator, "kl_in": kl_in}
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once

@@ -6,8 +6,18 @@ With the sampled token y ~ pi_theta and rho = pi_ref(y) / pi_theta(y):
     k2 = (log rho)^2 / 2            biased, always >= 0
     k3 = rho - log rho - 1          unbiased (E[rho] = 1 on-policy), always >= 0  (Schulman)
 
-    kl_estimate = mean over (batch, trial) of  sum over pos of  k    (the sequence estimate: the `kl` metric)
-    kl_penalty  = beta * kl_estimate with k3                          (the loss's term at fixed length)
+    kl_estimate = mean over (batch, trial) of  sum over pos of  k    (the sequence estimate: the `kl` metric, k3)
+    kl_penalty  = beta * kl_estimate                                   (the loss's term at fixed length; k3 by default)
+
+Where the penalty goes (`KLPlacement`, verl's `use_kl_loss` / `use_kl_in_reward`):
+
+    loss     L = surrogate + beta * agg(k)                 expected gradient beta * E[grad k]
+    reward   r' = r - beta * sum over pos of k, detached,  expected gradient beta * E[k * grad log pi]
+             before the deltas (PPO-RLHF's penalty)
+
+so k2 in the loss and k1 in the reward both add beta * grad KL(pi_theta || pi_ref), the gradient of
+J_beta = E[r] - beta KL(pi_theta || pi_ref); k3 in the loss adds beta * grad KL(pi_ref || pi_theta), the
+other direction (claim 14, docs/claims.md, has every pair).
 
 The loss's KL term under any aggregation mode is `lab.core.aggregation.kl_term` (C * agg(k3)); under
 token-mean at fixed length it is exactly `kl_estimate` with k3.
@@ -57,6 +67,32 @@ class KLEstimator(str, Enum):
 
 
 ESTIMATORS = {KLEstimator.k1: k1, KLEstimator.k2: k2, KLEstimator.k3: k3}
+"""The one dispatch table: estimator -> f(log_probs, ref_log_probs) per token (verl's `kl_loss_type`)."""
+
+
+class KLPlacement(str, Enum):
+    """Where the KL penalty goes (`--kl-in`): verl's `use_kl_loss` (loss) or `use_kl_in_reward` (reward)."""
+
+    loss = "loss"
+    reward = "reward"
+
+
+def sequence_kl(log_probs: Tensor, ref_log_probs: Tensor, estimator: KLEstimator | str = "k3",
+                mask: Tensor | None = None) -> Tensor:
+    """Each response's summed per-token estimate over its live tokens, float[... batch trial]."""
+    per_token = ESTIMATORS[KLEstimator(estimator)](log_probs, ref_log_probs)
+    if mask is not None:  # where, not a product: an overflowing estimate on padding cannot leak
+        per_token = torch.where(mask.bool(), per_token, torch.zeros((), dtype=per_token.dtype))
+    return per_token.sum(dim=-1)
+
+
+def penalized_rewards(rewards: Tensor, log_probs: Tensor, ref_log_probs: Tensor, beta: float | Tensor,
+                      estimator: KLEstimator | str = "k3", mask: Tensor | None = None) -> Tensor:
+    """r - beta * the summed estimate, detached: the rewards the deltas are made from under `--kl-in reward`,
+    float[... batch trial]; beta a float or float[...] per leading index."""
+    beta = torch.as_tensor(beta, dtype=rewards.dtype, device=rewards.device)
+    penalty = sequence_kl(log_probs.detach(), ref_log_probs.detach(), estimator, mask)
+    return rewards - beta.reshape(*beta.shape, *[1] * (rewards.dim() - beta.dim())) * penalty.to(rewards.dtype)
 
 
 def kl_estimate(log_probs: Tensor, ref_log_probs: Tensor, estimator: KLEstimator | str = "k3") -> Tensor:
@@ -68,9 +104,10 @@ def kl_estimate(log_probs: Tensor, ref_log_probs: Tensor, estimator: KLEstimator
     return per_token.sum(dim=(-3, -2, -1)) / (batch * trial)
 
 
-def kl_penalty(log_probs: Tensor, ref_log_probs: Tensor, beta: float | Tensor) -> Tensor:
-    """beta * the k3 sequence estimate, float[...]; beta may be float[...] per leading index."""
-    return beta * kl_estimate(log_probs, ref_log_probs, KLEstimator.k3)
+def kl_penalty(log_probs: Tensor, ref_log_probs: Tensor, beta: float | Tensor,
+               estimator: KLEstimator | str = KLEstimator.k3) -> Tensor:
+    """beta * the sequence estimate (k3 by default), float[...]; beta may be float[...] per leading index."""
+    return beta * kl_estimate(log_probs, ref_log_probs, estimator)
 
 
 def freeze(policy: nn.Module) -> nn.Module:

@@ -9,8 +9,9 @@ enumerated responses of a prompt: `lab.exact.varlen` enumerates both policies' s
 factorised policy's V^L, the autoregressive one's variable-length responses), so the `policy_*`
 functions work for either. beta must be > 0 (at beta = 0 the optimum is the argmax, not this formula).
 
-Neither policy class can represent every pi*: `best_in_class` finds the best J_beta the class
-reaches, by exact gradient ascent on the policy's own parameters (`AscentConfig` states the
+Neither policy class can represent every pi*: `best_in_class` ascends J_beta exactly on the policy's own
+parameters, a local ascent (J_beta is not concave in them), from `AscentConfig.starts` starts, and keeps
+the best: a lower bound on the best J_beta the class reaches, not a proof of it (`AscentConfig` states the
 stopping rule). `kl_to_optimum` and `objective_gap` measure how far a trained policy is from pi*.
 """
 
@@ -114,6 +115,11 @@ class AscentConfig:
     """converged when every partial derivative of the mean J_beta is at most this in absolute value"""
     history: int = 50
     """L-BFGS memory (pairs of past steps)"""
+    starts: int = 4
+    """ascents run, the best kept: the first from the given policy, the others from its parameters plus
+    `start_scale` x N(0, 1) noise drawn from a generator seeded with `seed`"""
+    start_scale: float = 1.0
+    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -129,19 +135,37 @@ class BestInClass:
     iterations: int
     grad_max: float
     """the largest |dJ/dtheta| at the end"""
+    start_objectives: tuple[float, ...] = ()
+    """the mean J_beta each start ended at (the best is `objective`'s mean): how far apart the local maxima are"""
 
 
 def best_in_class(policy: nn.Module, prompts: Tensor, reward, beta: float, reference: nn.Module | None = None,
                   config: AscentConfig = AscentConfig()) -> BestInClass:
-    """Maximise the mean J_beta over prompts within the policy's class, starting from `policy`.
+    """Maximise the mean J_beta over prompts within the policy's class: the best of `config.starts` local ascents.
 
     `reference` is pi_ref (default: `policy` itself, the reference frozen at the initial policy, as in
-    training). J_beta is not concave in the parameters, so this is the maximum reached from this start
-    (a stationary point when converged); it is at most J_beta(pi*) per prompt.
+    training). J_beta is not concave in the parameters, so each ascent ends at a stationary point near its
+    start (when converged); the best of them is at most J_beta(pi*) per prompt, and may be below the class's best.
     """
     _check_beta(beta)
     ref_log_probs, rewards = policy_tables(policy if reference is None else reference, prompts, reward)
-    model = copy.deepcopy(policy).double().requires_grad_(True)
+    generator = torch.Generator().manual_seed(config.seed)
+    results = []
+    for start in range(config.starts):
+        model = copy.deepcopy(policy).double().requires_grad_(True)
+        if start > 0:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(config.start_scale * torch.randn(p.shape, generator=generator, dtype=p.dtype))
+        results.append(_ascend(model, prompts, ref_log_probs, rewards, beta, config))
+    best = max(results, key=lambda r: float(r.objective.mean()))
+    return BestInClass(best.policy, best.objective, best.converged, best.iterations, best.grad_max,
+                       tuple(float(r.objective.mean()) for r in results))
+
+
+def _ascend(model: nn.Module, prompts: Tensor, ref_log_probs: Tensor, rewards: Tensor, beta: float,
+            config: AscentConfig) -> BestInClass:
+    """One L-BFGS ascent of the mean J_beta from `model`'s parameters (changed in place)."""
     params = list(model.parameters())
     optimizer = torch.optim.LBFGS(params, lr=1.0, max_iter=config.window, history_size=config.history,
                                   tolerance_grad=config.grad_tolerance, tolerance_change=0.0,

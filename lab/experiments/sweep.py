@@ -28,7 +28,7 @@ import torch
 from lab.exact.stuck import Endings, judge_endings
 from lab.core.deltas import NEEDS_CRITIC
 from lab.core.losses import TrainingLoss
-from lab.training.config import SHARED_FIELDS, ConfigError, TrainConfig
+from lab.training.config import KL_DEFAULTS, OMITTED_AT_DEFAULT, SHARED_FIELDS, ConfigError, TrainConfig
 from lab.experiments.intervals import Interval, mean_interval, wilson_interval
 from lab.training.records import Records
 from lab.files.run_text import format_value
@@ -37,9 +37,10 @@ from tasks import Task
 from tasks import OPTIMAL_TOLERANCE
 
 GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
-               "loss_agg", "temperature")
+               "loss_agg", "temperature", "kl_estimator", "kl_in")
 """TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option), each a column of its tables
-(`temperature` only when some run has T != 1); DPO's and the critic's come after them."""
+(`temperature`, `kl_estimator` and `kl_in` only when some run leaves their default); DPO's and the critic's
+come after them. A DPO point keeps the KL options' defaults (its beta is no penalty), and is kept once."""
 
 DPO_GRID_FIELDS = ("pairs", "preference", "dpo_loss")
 """The grid fields of --loss dpo: a sweep's tables have their columns only when some run is DPO."""
@@ -56,10 +57,11 @@ has a critic, so the tables of a sweep without one keep their columns."""
 
 
 def table_fields(configs: Sequence[TrainConfig]) -> list[str]:
-    """The settings a sweep's tables carry as `config_<name>` columns: the GRID_FIELDS (`temperature` only when
-    some run has T != 1), DPO's when some run is DPO, the critic's when some run has a critic; so the tables of
-    sweeps without these keep their bytes."""
-    fields = [name for name in GRID_FIELDS if name != "temperature" or any(c.temperature != 1.0 for c in configs)]
+    """The settings a sweep's tables carry as `config_<name>` columns: the GRID_FIELDS (those of
+    `OMITTED_AT_DEFAULT` only when some run leaves their default), DPO's when some run is DPO, the critic's
+    when some run has a critic; so the tables of sweeps without these keep their bytes."""
+    fields = [name for name in GRID_FIELDS if name not in OMITTED_AT_DEFAULT
+              or any(c.plain()[name] != OMITTED_AT_DEFAULT[name] for c in configs)]
     if any(c.is_dpo for c in configs):
         fields += DPO_GRID_FIELDS
     if any(c.delta in NEEDS_CRITIC for c in configs):
@@ -104,6 +106,10 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
             settings.update(critic or {})
         else:
             settings.pop("gae_lambda", None)
+        loss = settings.get("loss", base.loss)
+        if getattr(loss, "value", loss) == TrainingLoss.dpo.value:
+            for name in KL_DEFAULTS:
+                settings.pop(name, None)
         key = tuple((n, settings[n]) for n in names if n in settings)
         if key not in seen:
             seen.add(key)

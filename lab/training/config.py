@@ -18,6 +18,7 @@ from lab.core.aggregation import LossAgg
 from lab.core.choices import parse_choice
 from lab.core.deltas import NEEDS_GROUP, DeltaMode
 from lab.core.dpo import DPOLoss, Pairs, Preference
+from lab.core.kl import KLEstimator, KLPlacement
 from lab.core.losses import TrainingLoss
 from lab.core.sft import Filter
 from lab.policies.interface import PolicyKind
@@ -101,6 +102,16 @@ class TrainConfig:
     """clip band half-width eps of the clipped loss (TRL `epsilon`, verl `clip_ratio`); the lecture's 0.01"""
     kl: float = 0.0
     """beta, weight of the k3 KL penalty to the reference (TRL `beta`, verl `kl_loss_coef`); 0 = off"""
+    kl_estimator: KLEstimator = KLEstimator.k3
+    """which per-token estimator of KL(pi_theta || pi_ref) the penalty uses (lab.core.kl): k1 = log(pi / pi_ref),
+    k2 = its square / 2, k3 = rho - log rho - 1 (verl `kl_loss_type` / `kl_penalty`: k1 is `kl`, k2 `mse`,
+    k3 `low_var_kl` without its clamp; TRL's GRPO: k3). Left out of `to_dict` at k3"""
+    kl_in: KLPlacement = KLPlacement.loss
+    """where the penalty goes: `loss`, beta * the estimator added to the loss (verl `use_kl_loss`, TRL's GRPO), or
+    `reward`, each response's reward becomes r - beta * its summed estimator, detached, before the deltas (verl
+    `use_kl_in_reward`, PPO-RLHF; the `reward` metrics stay the task's). Claim 14: k2 in the loss and k1 in the
+    reward follow grad KL(pi_theta || pi_ref); k3 in the loss grad KL(pi_ref || pi_theta). Left out of `to_dict`
+    at loss"""
     kl_period: int = 10
     """refresh the reference every this many epochs; 0 = freeze it once at the start"""
     std_eps: float = 1e-5
@@ -184,7 +195,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name, enum in (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind),
-                           ("loss_agg", LossAgg)):
+                           ("loss_agg", LossAgg), ("kl_estimator", KLEstimator), ("kl_in", KLPlacement)):
             object.__setattr__(self, name, parse_choice(enum, getattr(self, name), name, ConfigError))
         self._check_dpo()
         self._check_supervised()
@@ -259,6 +270,10 @@ class TrainConfig:
         if self.entropy_coef > 0:
             raise ConfigError("--entropy-coef applies to the policy-gradient losses; use --entropy-coef 0 with "
                               "--loss dpo")
+        for name in ("kl_estimator", "kl_in"):
+            if getattr(self, name) != KL_DEFAULTS[name]:
+                raise ConfigError(f"--{name.replace('_', '-')} applies to the policy-gradient losses' KL penalty; "
+                                  "DPO's beta is no penalty (drop it with --loss dpo)")
         if self.delta is DeltaMode.gae:
             raise ConfigError("--loss dpo uses no advantages, so --delta gae (a learned critic) has nothing to do; "
                               "drop --delta gae or use a policy-gradient --loss")
@@ -296,6 +311,8 @@ class TrainConfig:
                 raise ConfigError(f"--reward-threshold must be finite, got {self.reward_threshold!r}")
         method = f"--loss {self.loss.value}"
         for name, default, why in (("kl", 0.0, "it has no KL penalty (its kl_exact is measured all the same)"),
+                                   ("kl_estimator", KL_DEFAULTS["kl_estimator"], "it has no KL penalty"),
+                                   ("kl_in", KL_DEFAULTS["kl_in"], "it has no KL penalty"),
                                    ("entropy_coef", 0.0, "it has no entropy bonus"),
                                    ("loss_agg", LossAgg.token_mean, "its NLL is the token mean, as TRL's SFT")):
             if getattr(self, name) != default:
@@ -338,10 +355,10 @@ class TrainConfig:
                 for f in dataclasses.fields(self) for v in [getattr(self, f.name)]}
 
     def to_dict(self) -> dict:
-        """`plain()` as written to config.json: `temperature` left out at 1 and the OPTIONAL_FIELDS at None, so
-        earlier runs' files are unchanged."""
-        return {k: v for k, v in self.plain().items()
-                if not (k == "temperature" and v == 1.0) and not (k in OPTIONAL_FIELDS and v is None)}
+        """`plain()` as written to config.json: `temperature`, `kl_estimator` and `kl_in` left out at their defaults
+        and the OPTIONAL_FIELDS while None, so earlier runs' files are unchanged."""
+        return {k: v for k, v in self.plain().items() if not (k in OMITTED_AT_DEFAULT and v == OMITTED_AT_DEFAULT[k])
+                and not (k in OPTIONAL_FIELDS and v is None)}
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
@@ -362,6 +379,12 @@ DPO_DEFAULTS = {"pairs": Pairs.online, "pairs_per_prompt": 16, "preference": Pre
 OPTIONAL_FIELDS = ("max_grad_norm", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold",
                    "init_from", "init_sha256")
 """Fields left out of config.json while None (unset), so the files of runs without them are unchanged."""
+
+KL_DEFAULTS = {"kl_estimator": KLEstimator.k3, "kl_in": KLPlacement.loss}
+"""Where the KL penalty goes and which estimator it uses, by default: k3 in the loss (TRL's GRPO, verl's default)."""
+
+OMITTED_AT_DEFAULT = {"temperature": 1.0, "kl_estimator": "k3", "kl_in": "loss"}
+"""Fields `to_dict` leaves out at these (plain) values: written only by runs that use them."""
 
 CRITIC_FIELDS = ("critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages")
 """The critic's settings (`--delta gae` only)."""

@@ -1,7 +1,8 @@
 """One epoch's groups and what the training loop keeps of them (`lab.training.train`).
 
     groups:   y ~ pi_theta(. | x), G per prompt;  m = live tokens;  r = R(x, y);  d = deltas(r)
-              (a critic run's d: its GAE advantages per token, `lab.training.critic`)
+              (a critic run's d: its GAE advantages per token, `lab.training.critic`; a `--kl-in reward`
+              run's d = deltas(r - beta * sum_pos k(l_old, l_ref)), its critic's returns the same)
     kept:     the samples every `sample_every` epochs, each epoch's greedy responses, rewards and lengths
     records:  the epoch metrics computed for all epochs at once after the loop, then `Records`
 """
@@ -14,6 +15,7 @@ import torch
 from torch import Tensor
 
 from lab.core.deltas import compute_deltas
+from lab.core.kl import penalized_rewards
 from lab.training.config import TrainConfig
 from lab.training.critic import CriticRuns, critic_runs, policy_parameter_count
 from lab.training.divergence import DivergenceGuard
@@ -96,20 +98,38 @@ def keep_greedy(history: History, kind: Kind, prompts: Tensor, eval_prompts: Ten
         history.heldout_greedy.append(kind.greedy(eval_prompts))
 
 
-def sample_groups(kind: Kind, settings: RunSettings, shared: TrainConfig, critic: CriticRuns | None) -> Groups:
-    """Draw the epoch's groups from the sampling policy and score them; the critic runs' advantages per token."""
+def sample_groups(kind: Kind, settings: RunSettings, shared: TrainConfig, critic: CriticRuns | None,
+                  policies: tuple[list[Tensor], list[Tensor], bool] | None = None) -> Groups:
+    """Draw the epoch's groups from the sampling policy and score them; the critic runs' advantages per token.
+    `policies`: (the policy's parameters, the reference's, whether the reference is the policy), which the
+    `--kl-in reward` runs' penalty reads (None: no such run)."""
     with torch.no_grad():
         responses = kind.sample()  # int[run batch trial pos]
         mask = kind.live_tokens(responses)
         rewards = settings.reward_groups.apply(lambda name, y: kind.rewards[name](kind.prompts, y), responses)
+        # what the deltas (and a critic's returns) are made from: the task's rewards, KL-penalised where asked
+        shaped = rewards if policies is None else reward_penalty(kind, settings, rewards, responses, mask, *policies)
         deltas = settings.delta_groups.apply(  # float[run batch trial]
-            lambda mode, r: compute_deltas(r, mode, shared.std_eps, shared.std_unbiased), rewards)
+            lambda mode, r: compute_deltas(r, mode, shared.std_eps, shared.std_unbiased), shaped)
         if critic is None:
             return Groups(responses, mask, rewards, deltas)
-        advantages = critic.advantages(responses, mask, rewards)  # float[critic-run batch trial pos]
+        advantages = critic.advantages(responses, mask, shaped)  # float[critic-run batch trial pos]
         token_deltas = deltas.unsqueeze(-1).expand(*responses.shape).clone().index_copy_(0, critic.runs, advantages)
         deltas = deltas.index_copy(0, critic.runs, advantages[..., 0])
     return Groups(responses, mask, rewards, deltas, token_deltas)
+
+
+def reward_penalty(kind: Kind, settings: RunSettings, rewards: Tensor, responses: Tensor, mask: Tensor | None,
+                   parameters: list[Tensor], reference: list[Tensor], fresh_reference: bool) -> Tensor:
+    """r - beta * sum_pos k(l_old, l_ref) on the `--kl-in reward` runs (each with its estimator k), the other
+    runs' rewards unchanged: float[run batch trial]. l_old: the sampling policy's log-probs (the policy now)."""
+    runs = settings.reward_kl_runs
+    log_probs = kind.log_probs(parameters, responses, mask)[0]  # float[run batch trial pos]
+    ref_log_probs = log_probs if fresh_reference else kind.log_probs(reference, responses, mask)[0]
+    chosen = [t if t is None else t[runs] for t in (rewards, log_probs, ref_log_probs, mask, settings.beta)]
+    penalised = settings.reward_kl_groups.apply(
+        lambda k, r, lp, ref, m, beta: penalized_rewards(r, lp, ref, beta, k, m), *chosen)
+    return rewards.index_copy(0, runs, penalised)
 
 
 def keep_samples(history: History, epoch: int, groups: Groups, targets: Tensor, write: bool,

