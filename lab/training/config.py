@@ -152,7 +152,8 @@ class TrainConfig:
     `loss_type`)"""
     optimum_metrics: bool = False
     """record the exact distance to the KL-regularised optimum pi* each epoch (kl_to_optimum, objective_exact,
-    objective_gap: lab.exact.optimum, beta = `kl`, pi_ref = the initial policy); always on for DPO"""
+    objective_gap: lab.exact.optimum, beta = `kl`, pi_ref = the initial policy; always on for DPO), and with it the
+    exact expected reward and KL to the initial policy (reward_exact, kl_initial_exact, as SFT's)"""
     critic_lr: float | None = None
     """`--delta gae` only: the critic's Adam learning rate (verl `critic.optim.lr`); None = the policy's lr"""
     gae_lambda: float = 1.0

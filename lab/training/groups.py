@@ -84,7 +84,7 @@ def extensions(configs: list[TrainConfig], kind: Kind, settings: RunSettings, ge
     distance to pi* (of the initial policy), a critic."""
     shared = configs[0]
     method = METHODS[shared.method].of(configs, kind, settings, generators, device)
-    tracker = (OptimumTracker(kind, [c.reward for c in configs], [c.kl for c in configs])
+    tracker = (OptimumTracker(kind, [c.reward for c in configs], [c.kl for c in configs], shared.optimum_metrics)
                if (method.tracks_optimum or shared.optimum_metrics) and kind.exact else
                ProgressTracker(kind, [c.reward for c in configs]) if method.tracks_progress and kind.exact else None)
     critic = CriticRuns(kind, configs, critic_runs(configs), device) if critic_runs(configs) else None

@@ -57,8 +57,10 @@ class OptimumTracker(ProgressTracker):
                             = (J_beta(pi*) - J_beta(pi_theta)) / beta                  - log Z, summed under pi_theta)
     """
 
-    def __init__(self, kind, reward_names: list[str], betas: list[float]) -> None:
+    def __init__(self, kind, reward_names: list[str], betas: list[float], progress: bool = False) -> None:
+        """`progress`: record `ProgressTracker`'s metrics too (for runs with `optimum_metrics`, not DPO's own)."""
         super().__init__(kind, reward_names)
+        self.progress = progress
         with torch.no_grad():
             log_ref = self.reference.log_probs()  # float[run batch n]
             beta = torch.tensor(betas, dtype=torch.float64, device=log_ref.device)
@@ -73,4 +75,5 @@ class OptimumTracker(ProgressTracker):
             gap = self.best - objective
             values = torch.stack([gap / self.beta, objective, gap]).mean(-1)  # float[3 run]
             values = values.masked_fill(self.off, float("nan")).float()
-            return dict(zip(("kl_to_optimum", "objective_exact", "objective_gap"), values.unbind()))
+            measured = dict(zip(("kl_to_optimum", "objective_exact", "objective_gap"), values.unbind()))
+        return {**measured, **super().measure(policy)} if self.progress else measured

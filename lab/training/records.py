@@ -151,7 +151,8 @@ SUPERVISED_EPOCH_METRICS = {
     "kl_initial_exact": "SFT, expert iteration: exact KL(pi_theta || pi_0) to the policy the run started from, per "
                         "sequence, mean over prompts, after the epoch's steps (enumerable response spaces only)",
 }
-"""Recorded once per epoch for the supervised methods' runs only."""
+"""Recorded once per epoch: the counts for the supervised methods' runs only; `reward_exact` and `kl_initial_exact`
+also for runs with `optimum_metrics`."""
 
 
 def is_critic_metric(name: str) -> bool:
