@@ -40,9 +40,9 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 SCRIPTS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.py"))
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 LESSONS = ("01_policy_gradient_and_baselines", "02_grpo_deltas_and_losses", "03_kl_to_a_reference",
-           "04_sorting_experiments", "05_silent_bugs", "06_exploration", "07_length_bias", "08_critic", "09_dpo")
+           "04_sorting_experiments", "05_silent_bugs", "06_exploration", "07_length_bias", "08_critic", "09_dpo", "10_before_rl")
 """The lessons, in teaching order: five on policy gradients and GRPO, then exploration, length bias, the
-learned critic and DPO."""
+learned critic, DPO, and what comes before RL (SFT, expert iteration, a start from SFT)."""
 
 NOTEBOOK_TIMEOUT_S = 60
 """Budget for one whole notebook, its solutions included: it runs top to bottom on a CPU in under a minute."""
