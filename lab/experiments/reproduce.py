@@ -111,6 +111,10 @@ class Reproduction:
     """the DPO section's runs (GRPO + KL and DPO at one beta, longer: its own records)"""
     dpo_groups: list[list[int]] = field(default_factory=list)
     """per `lab.experiments.dpo_results.SETTINGS` entry, its run indices in `dpo`"""
+    before_rl: Records | None = None
+    """the "Before RL" section's runs (SFT, expert iteration, GRPO, RL from an SFT start, clipping)"""
+    before_rl_groups: list[list[int]] = field(default_factory=list)
+    """per `lab.experiments.before_rl_results.SETTINGS` entry, its run indices in `before_rl`"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -126,10 +130,12 @@ def config_of(overrides: dict, seed: int, base: TrainConfig = LECTURE) -> TrainC
 def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: torch.device | str = "cpu",
                      progress: Callable[[int, int], None] | None = None,
                      experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
-                     controls: bool = True, critic: bool = True, dpo: bool = True) -> Reproduction:
+                     controls: bool = True, critic: bool = True, dpo: bool = True,
+                     before_rl: bool = True) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
     length-bias experiment (`lab.experiments.length_bias`) as its own batches, then the critic experiment
-    (`lab.experiments.critic_results`), a batch per setting, then the DPO section (`lab.experiments.dpo_results`).
+    (`lab.experiments.critic_results`), a batch per setting, then the DPO section (`lab.experiments.dpo_results`),
+    then the "Before RL" section (`lab.experiments.before_rl_results`).
     `progress` counts epochs over all of them (`progress_epochs`)."""
     configs: list[TrainConfig] = []
     index: dict[TrainConfig, int] = {}
@@ -175,6 +181,11 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         offset = (2 + (len(CRITIC_SETTINGS) if critic else 0)) * base.epochs
         later = None if progress is None else lambda done, _: progress(offset + done, progress_epochs(base))
         reproduction.dpo = run_sweep(make_task(), dpo_runs, device=device, progress=later)
+    if before_rl:
+        from lab.experiments.before_rl_results import run_before_rl
+
+        reproduction.before_rl, reproduction.before_rl_groups = run_before_rl(seeds, base, run_sweep, make_task(),
+                                                                              device)
     return reproduction
 
 
@@ -256,6 +267,12 @@ def write_figures(reproduction: Reproduction, out: Path,
         text += "\n".join(["", "## GRPO with a KL penalty and DPO: the same optimum? (Rafailov et al. 2023; "
                            "Azar et al. 2023)", "", f"![dpo]({DPO_FIGURE})", "",
                            *dpo_markdown(reproduction.dpo, reproduction.dpo_groups, reproduction.seeds)]) + "\n"
+    if reproduction.before_rl is not None:
+        from lab.experiments.before_rl_results import before_rl_markdown
+
+        text += "\n".join(["", "## Before RL: imitation, filtering, and where RL starts (CS336 assignment 5)", "",
+                           *before_rl_markdown(reproduction.before_rl, reproduction.before_rl_groups,
+                                               reproduction.seeds)]) + "\n"
     results = Path(out) / "RESULTS.md"
     write_text_atomic(results, text)
     return [*paths, results]
