@@ -81,16 +81,27 @@ def before_rl_configs(seeds: int, base: TrainConfig, start: str) -> tuple[list[T
     return configs, [list(range(i * seeds, (i + 1) * seeds)) for i in range(len(SETTINGS))]
 
 
-def run_before_rl(seeds: int, base: TrainConfig, run_sweep, task, device) -> tuple[object, list[list[int]]]:
-    """Stage 1 (the SFT start), then stage 2: the section's records and, per setting, its run indices."""
+def section_epochs(base: TrainConfig) -> int:
+    """The epochs the section trains, batch after batch: stage 1's, then each batch of stage 2's."""
+    from lab.experiments.sweep import batches
+
+    return (1 + len(batches(before_rl_configs(1, base, "start")[0]))) * base.epochs
+
+
+def run_before_rl(seeds: int, base: TrainConfig, run_sweep, task, device,
+                  progress=None) -> tuple[object, list[list[int]]]:
+    """Stage 1 (the SFT start), then stage 2: the section's records and, per setting, its run indices.
+    `progress(epochs_done, _)` counts the section's epochs (`section_epochs`)."""
     from lab.policies import policy_from_state
     from lab.policies.factorized import save_policy
 
-    stage1 = run_sweep(task, [base.replace(**SFT_NOISY, seed=s) for s in range(seeds)], device=device)
+    stage1 = run_sweep(task, [base.replace(**SFT_NOISY, seed=s) for s in range(seeds)], device=device,
+                       progress=progress)
+    later = None if progress is None else lambda done, _: progress(base.epochs + done, None)
     with tempfile.TemporaryDirectory(prefix="lab-sft-start-") as folder:
         save_policy(policy_from_state(stage1.state, 0), Path(folder) / "policy.pt")
         configs, groups = before_rl_configs(seeds, base, folder)
-        return run_sweep(task, configs, device=device), groups
+        return run_sweep(task, configs, device=device, progress=later), groups
 
 
 def _t(interval: Interval, digits: int = 2) -> str:

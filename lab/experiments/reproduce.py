@@ -173,8 +173,9 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
 
         later = None if progress is None else lambda done, _: progress(2 * base.epochs + done, progress_epochs(base))
         reproduction.critic = run_critic_experiment(seeds, base, device, later)
+    from lab.experiments.critic_results import SETTINGS as CRITIC_SETTINGS
+
     if dpo:
-        from lab.experiments.critic_results import SETTINGS as CRITIC_SETTINGS
         from lab.experiments.dpo_results import dpo_configs
 
         dpo_runs, reproduction.dpo_groups = dpo_configs(seeds, base)
@@ -183,19 +184,24 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.dpo = run_sweep(make_task(), dpo_runs, device=device, progress=later)
     if before_rl:
         from lab.experiments.before_rl_results import run_before_rl
+        from lab.experiments.dpo_results import EPOCH_FACTOR
 
+        offset = (2 + (len(CRITIC_SETTINGS) if critic else 0)) * base.epochs + (3 * EPOCH_FACTOR * base.epochs if dpo
+                                                                                 else 0)
+        later = None if progress is None else lambda done, _: progress(offset + done, progress_epochs(base))
         reproduction.before_rl, reproduction.before_rl_groups = run_before_rl(seeds, base, run_sweep, make_task(),
-                                                                              device)
+                                                                              device, later)
     return reproduction
 
 
 def progress_epochs(base: TrainConfig = LECTURE) -> int:
     """The epochs `run_reproduction`'s progress counts: the experiments', the length bias's, each critic
-    setting's, the DPO section's (three batches: GRPO, online and offline pairs)."""
+    setting's, the DPO section's (three batches: GRPO, online and offline pairs), the "Before RL" section's."""
+    from lab.experiments.before_rl_results import section_epochs
     from lab.experiments.critic_results import SETTINGS
     from lab.experiments.dpo_results import EPOCH_FACTOR
 
-    return (2 + len(SETTINGS)) * base.epochs + 3 * EPOCH_FACTOR * base.epochs
+    return (2 + len(SETTINGS)) * base.epochs + 3 * EPOCH_FACTOR * base.epochs + section_epochs(base)
 
 
 def length_tasks() -> dict:
