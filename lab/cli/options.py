@@ -161,6 +161,21 @@ GroupsOpt = Annotated[list[int] | None, typer.Option("--group-size", help="repea
                                                      show_default=str(_RUN.group_size))]
 
 
+FOLDER_SETTINGS = ("init_from", "demos_from")
+"""Settings that name a run folder: a default folder name shows the folder's own name (its path would put slashes
+in the name), and leaves out the sha256 of the policy read (config.json records it)."""
+
+
+def folder_setting(name: str, value) -> str | None:
+    """How a folder setting appears in a default folder name (`initfrom<its name>`), None for `init_sha256`, or
+    "" for a setting that is no folder (the caller names it)."""
+    if name == "init_sha256":
+        return None
+    if name in FOLDER_SETTINGS:
+        return f"{name.replace('_', '')}{os.path.basename(os.path.normpath(str(value)))}"
+    return ""
+
+
 def make_task(prompts: str, vocab_size: int, num_prompts: int, prompt_length: int, heldout: int,
               prompt_seed: int):
     """The sorting task the prompt options describe (`tasks.sorting.task_from_spec`)."""

@@ -59,6 +59,7 @@ from lab.cli.options import (
     StepsOpt,
     VocabOpt,
     fitted_name,
+    folder_setting,
     name_value,
     prompts_label,
 )
@@ -67,7 +68,7 @@ from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.files.run_text import metrics_csv, samples_text
 from lab.policies import policy_from_state
 from lab.policies.factorized import save_policy
-from lab.training.config import DPO_DEFAULTS, Device, TrainConfig
+from lab.training.config import DPO_DEFAULTS, SUPERVISED_DEFAULTS, Device, TrainConfig
 from lab.training.train import train
 from tasks import sorting
 
@@ -79,7 +80,12 @@ def default_run_name(config: TrainConfig, prompt_options: dict | None = None) ->
     parts = [config.delta.value, config.loss.value, config.reward]
     for name, value in config.to_dict().items():
         if name in ("delta", "loss", "reward", "seed") or value == DEFAULTS.to_dict().get(name) or (
-                name in DPO_DEFAULTS and value == name_value(DPO_DEFAULTS[name])):
+                name in DPO_DEFAULTS and value == name_value(DPO_DEFAULTS[name])) or (
+                name in SUPERVISED_DEFAULTS and name_value(value) == name_value(SUPERVISED_DEFAULTS[name])):
+            continue
+        folder = folder_setting(name, value)
+        if folder is None or folder:
+            parts += [folder] if folder else []
             continue
         parts.append(f"{name.replace('_', '')}{name_value(value)}" if isinstance(value, float) else f"{name}{value}")
     label = prompts_label(prompt_options or {})

@@ -59,6 +59,7 @@ from lab.cli.options import (
     StepsOpt,
     VocabOpt,
     fitted_name,
+    folder_setting,
     name_value,
     prompts_label,
 )
@@ -82,6 +83,10 @@ def default_sweep_name(grid: dict, base: TrainConfig, prompt_options: dict, seed
                 name_value(getattr(DEFAULTS, name))]:
             parts.append(f"{name.replace('_', '')}{join(values)}")
     for name, value in base.to_dict().items():
+        folder = folder_setting(name, value)
+        if folder is None or folder:
+            parts += [folder] if folder else []
+            continue
         if name not in grid and name != "seed" and value != DEFAULTS.to_dict().get(name):
             parts.append(f"{name.replace('_', '')}{name_value(value)}")
     label = prompts_label(prompt_options)

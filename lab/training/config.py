@@ -290,10 +290,11 @@ class TrainConfig:
         if not (sft or ei):
             return
         if sft:
-            demos = parse_choice(Demos, Demos.optimal if self.demos is None else self.demos, "--demos", ConfigError)
+            demos = parse_choice(Demos, SUPERVISED_DEFAULTS["demos"] if self.demos is None else self.demos, "--demos",
+                                 ConfigError)
             object.__setattr__(self, "demos", demos)
             if demos is Demos.noisy and self.demo_noise is None:
-                object.__setattr__(self, "demo_noise", 0.2)
+                object.__setattr__(self, "demo_noise", SUPERVISED_DEFAULTS["demo_noise"])
             for name, needs in (("demo_noise", Demos.noisy), ("demos_from", Demos.policy)):
                 if getattr(self, name) is not None and demos is not needs:
                     raise ConfigError(f"--{name.replace('_', '-')} applies to --demos {needs.value} only")
@@ -302,7 +303,7 @@ class TrainConfig:
             if demos is Demos.policy and not self.demos_from:
                 raise ConfigError("--demos policy needs --demos-from RUN_FOLDER: the run whose policy draws them")
         if ei:
-            name = Filter.group_best if self.ei_filter is None else self.ei_filter
+            name = SUPERVISED_DEFAULTS["ei_filter"] if self.ei_filter is None else self.ei_filter
             object.__setattr__(self, "ei_filter", parse_choice(Filter, name, "--ei-filter", ConfigError))
             if self.ei_filter is Filter.threshold and self.reward_threshold is None:
                 raise ConfigError("--ei-filter threshold needs --reward-threshold: the reward a kept response reaches")
@@ -376,6 +377,9 @@ class TrainConfig:
 DPO_DEFAULTS = {"pairs": Pairs.online, "pairs_per_prompt": 16, "preference": Preference.argmax,
                 "dpo_loss": DPOLoss.sigmoid}
 """The DPO settings a --loss dpo run takes when not given (None for the other losses)."""
+
+SUPERVISED_DEFAULTS = {"demos": Demos.optimal, "demo_noise": 0.2, "ei_filter": Filter.group_best}
+"""The SFT and expert-iteration settings their runs take when not given (None for the other losses)."""
 
 OPTIONAL_FIELDS = ("max_grad_norm", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold",
                    "init_from", "init_sha256")

@@ -119,3 +119,13 @@ def test_a_folder_that_is_not_a_finished_lab_run_is_refused(tmp_path, starts, mo
         result = CliRunner().invoke(app, [*command, *SHORT, "--init-from", str(folder)])
         assert result.exit_code == 2 and fragment in result.output and "Traceback" not in result.output
     assert sorted(os.listdir(tmp_path)) == ([] if damage == "no folder" else ["copy"])
+
+
+def test_the_default_folder_name_shows_the_start_folders_name_not_its_path_or_hash(tmp_path, starts, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for command in (["run"], ["sweep", "--seeds", "1"]):
+        result = CliRunner().invoke(app, [*command, *SHORT, "--init-from", str(starts / "factorized")])
+        assert result.exit_code == 0, result.output
+    names = sorted(os.listdir(tmp_path / "runs"))
+    assert names == ["raw-naive-inclusion-ordering-epochs2-steps2-initfromfactorized-seed5",
+                     "sweep-raw-naive-inclusion-ordering-epochs2-steps2-initfromfactorized-1seeds"]
