@@ -124,7 +124,8 @@ print(f"GRPO (centered, clipped), the same {int(drawn[0])} samples: exact E[r] {
 # only as good as its filter: a run whose policy rarely reaches the threshold keeps almost nothing (look
 # at the kept counts) and has nothing to imitate, while GRPO's centered deltas use every sample, good or
 # bad, and give each a signed weight. On these seeds GRPO's exact expected reward is the higher on
-# average. `figures/RESULTS.md` compares the methods over 20 seeds and 300 epochs, per sample.
+# average. `figures/RESULTS.md` (section "Before RL") compares the methods over 20 seeds of the lecture's 100
+# epochs, per sample drawn, with verdicts.
 #
 # ## 3. Where RL starts: GRPO and DPO from an SFT policy
 #

@@ -86,7 +86,8 @@ def extensions(configs: list[TrainConfig], kind: Kind, settings: RunSettings, ge
     method = METHODS[shared.method].of(configs, kind, settings, generators, device)
     tracker = (OptimumTracker(kind, [c.reward for c in configs], [c.kl for c in configs], shared.optimum_metrics)
                if (method.tracks_optimum or shared.optimum_metrics) and kind.exact else
-               ProgressTracker(kind, [c.reward for c in configs]) if method.tracks_progress and kind.exact else None)
+               ProgressTracker(kind, [c.reward for c in configs])
+               if method.tracks_progress and kind.exact and kind.eos is None else None)  # see ProgressTracker
     critic = CriticRuns(kind, configs, critic_runs(configs), device) if critic_runs(configs) else None
     return method, tracker, critic
 

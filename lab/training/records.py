@@ -135,7 +135,8 @@ METHOD_STEP_METRICS = {
     "demo_logps": "SFT, expert iteration: mean sequence log-prob log pi_theta(y | x) of the responses the step trains "
                   "on (the demonstrations, or the kept samples; NaN where none is kept)",
     "token_accuracy": "SFT, expert iteration: fraction of the trained responses' live tokens where the policy's most "
-                      "likely next token (given the response's prefix) is the response's (TRL `mean_token_accuracy`)",
+                      "likely next token (given the response's prefix) is the response's (TRL `mean_token_accuracy`); "
+                      "autoregressive runs measure it at each epoch's first step only, empty at the others",
 }
 """The step metrics of the supervised methods (`--loss sft`, `--loss expert-iteration`), recorded by their runs
 only, before each step's update; their `loss` (and `pg_loss`) is the NLL averaged over the trained tokens."""
@@ -146,10 +147,11 @@ SUPERVISED_EPOCH_METRICS = {
     "samples_kept": "SFT, expert iteration: of those, the ones kept to train on, from the start (SFT: its "
                     "demonstrations, counted once)",
     "samples_trained": "SFT, expert iteration: responses trained on, one per response and step, from the start",
-    "reward_exact": "SFT, expert iteration: exact expected reward E_theta[r] of the policy after the epoch's steps, "
-                    "mean over prompts (enumerable response spaces only)",
-    "kl_initial_exact": "SFT, expert iteration: exact KL(pi_theta || pi_0) to the policy the run started from, per "
-                        "sequence, mean over prompts, after the epoch's steps (enumerable response spaces only)",
+    "reward_exact": "SFT, expert iteration (factorised policy): exact expected reward E_theta[r] of the policy after "
+                    "the epoch's steps, mean over prompts (enumerable response spaces only)",
+    "kl_initial_exact": "SFT, expert iteration (factorised policy): exact KL(pi_theta || pi_0) to the policy the run "
+                        "started from, per sequence, mean over prompts, after the epoch's steps (enumerable response "
+                        "spaces only; an autoregressive run's kl_exact is the same KL, at each epoch's first step)",
 }
 """Recorded once per epoch: the counts for the supervised methods' runs only; `reward_exact` and `kl_initial_exact`
 also for runs with `optimum_metrics`."""

@@ -87,8 +87,12 @@ class Supervised:
             count = (torch.ones_like(log_probs[..., 0]) if self.weights is None else self.weights)
             sequences = (log_probs.detach().sum(dim=-1) * count).sum(dim=(-2, -1)) / count.sum(dim=(-2, -1))
             self.epoch_values["demo_logps"].append(sequences)  # NaN where nothing is kept
-            self.epoch_values["token_accuracy"].append(token_accuracy(kind.argmax_tokens(aux.detach(), self.responses),
-                                                                      self.responses, self.mask, self.weights))
+            # the factorised policy's argmax is in the step's log-softmaxes; the autoregressive one's takes a forward
+            # pass of its own (a quarter of an expert-iteration step), so it is measured at each epoch's first step
+            measured = step == 0 or kind.step_metrics.from_log_softmax
+            self.epoch_values["token_accuracy"].append(
+                token_accuracy(kind.argmax_tokens(aux.detach(), self.responses), self.responses, self.mask,
+                               self.weights) if measured else torch.full_like(sequences, float("nan")))
         return loss, loss
 
     def end_epoch(self, settings) -> None:
