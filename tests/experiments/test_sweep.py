@@ -167,6 +167,7 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     length_part, critic_part = length_part.split("## The critic GRPO removes", 1)
     exploration_part = exploration_part.split("## Reproducing a number", 1)[0]
     critic_part, dpo_part = critic_part.split("## GRPO with a KL penalty and DPO", 1)
+    dpo_part, before_rl_part = dpo_part.split("## Before RL", 1)
 
     def verdicts(part: str) -> list[str]:
         return [line.rsplit("**", 2)[-2] for line in part.splitlines() if line.endswith("** |")]
@@ -184,6 +185,8 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     assert len(verdicts(critic_part)) == 3 and set(verdicts(critic_part)) <= {"holds", "does not hold", "inconclusive"}
     assert "the critic reduces the gradient's variance" in critic_part and "t = 4" in critic_part
     assert len(verdicts(dpo_part)) == 15 and set(verdicts(dpo_part)) <= {"holds", "does not hold", "inconclusive"}
+    assert len(verdicts(before_rl_part)) == 7
+    assert set(verdicts(before_rl_part)) <= {"holds", "does not hold", "inconclusive"}
     raw = reproduction.runs["lecture_deltas", 0]
     assert mean_interval(reproduction.records.final("mean_reward")[raw]).text(3) in text
     assert len(set(reproduction.runs["baselines", 1]) & set(reproduction.runs["lecture_deltas", 1])) == 6  # trained once
