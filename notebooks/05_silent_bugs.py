@@ -376,6 +376,10 @@ def agrees_with_the_lab(agreement_with_naive):
     lab_value = agreement_with_naive(lab.core.losses.ratios)
     assert abs(lab_value - 1) < 1e-5, f"the lab's ratio must agree with the naive loss (claim 9), got {lab_value:.6f}"
     assert agreement_with_naive(broken(1)) == 0.0, "bug 1's gradient is exactly zero"
+    plain_ratio = lambda lp, old: torch.exp(lp - old)  # noqa: E731  (a ratio that leaves the old log-probs as given)
+    assert abs(agreement_with_naive(plain_ratio) - 1) < 1e-5, (
+        "exp(log_probs - old_log_probs) is a right ratio when its caller holds the old log-probs fixed, as the "
+        "training loop does: does your check give it old log-probs that carry no gradient?")
     for number in (2, 3):
         mine, measured = agreement_with_naive(broken(number)), cosine(loss_gradient("unclipped", number), naive)
         assert abs(mine - measured) < 1e-5, f"bug {number}: yours {mine:.6f}, measured through the lab {measured:.6f}"
@@ -494,6 +498,17 @@ def flags_the_broken_std(own_group_only):
     assert own_group_only(leaks_into_later_prompts) is False, (
         "a function whose later prompts' deltas depend on another prompt's rewards must be flagged: "
         "does your check look at every prompt?")
+
+    def leaks_sometimes(prompt):  # that prompt's deltas move only when the next prompt's rewards sum above 15
+        def deltas(rewards, mode):
+            follower = rewards[(prompt + 1) % len(rewards)]
+            return compute_deltas(rewards, mode) + (follower.sum() > 15).float() * (
+                torch.arange(len(rewards)) == prompt).float().unsqueeze(-1)
+        return deltas
+
+    for prompt in range(3):
+        assert own_group_only(leaks_sometimes(prompt)) is False, (
+            "a leak that only some reward draws set off must be flagged too: how many draws does your check try?")
 
 
 check("Exercise 2: the group check", flags_the_broken_std, own_group_only);
@@ -718,6 +733,10 @@ def flags_the_live_reference(stays_put):
     assert stays_put(copy.copy) is False, (
         "a shallow copy is another object that shares the policy's parameters, so it moves with them: "
         "does your check take an optimizer step and compare outputs?")
+    assert stays_put(lambda policy: Policy(task.vocab_size, 3, task.response_length,
+                                           generator=torch.Generator().manual_seed(9))) is True, (
+        "a reference that is another policy altogether never moves with this one: does your check compare the "
+        "reference with itself before and after the step?")
 
 
 check("Exercise 3: the reference check", flags_the_live_reference, stays_put);

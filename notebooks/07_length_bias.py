@@ -276,7 +276,7 @@ check("Exercise 1, two aggregations", test_aggregations, token_mean, seq_mean_to
 # Claim 19 says that with a constant divisor C the expected update is exactly grad J / C with
 # leave-one-out deltas. Centered deltas subtract the group mean, which includes the response itself.
 # Predict the scale of the `seq-mean-token-sum-norm` update along grad J for centered deltas, G = 3
-# and C = 4 (the autoregressive policy of sections 2 and 3), as a number.
+# and C = 4 (the autoregressive policy of sections 2 and 3), as a number: three digits are enough.
 
 # %% tags=["exercise"]
 predicted_scale = ...  # your prediction, a float
@@ -299,9 +299,9 @@ def test_centered_scale(predicted_scale):
     update = X.expected_update(policy, PROMPT, REWARD, "centered", "seq-mean-token-sum-norm", 3)[0]
     exact = float(update @ grad_j / (grad_j @ grad_j))
     assert angle(update, grad_j) < 1e-3, "the update should be parallel to grad J"
-    assert abs(float(predicted_scale) - exact) < 1e-9, (
-        f"{float(predicted_scale):.6f} is not the scale: start from claim 19's leave-one-out scale 1/C and ask "
-        "what share of a response's own delta the group mean removes in expectation")
+    assert abs(float(predicted_scale) - exact) < 5e-4, (
+        f"{float(predicted_scale):.6f} is not the scale to three digits: start from claim 19's leave-one-out scale "
+        "1/C and ask what share of a response's own delta the group mean removes in expectation")
 
 
 check("Exercise 2, the scale with centered deltas", test_centered_scale, predicted_scale);

@@ -70,8 +70,8 @@ def angle(u, v):
 #
 # The per-response estimator is `g = sum_t A_t grad log pi(a_t | s_t)`. Without a baseline `A_t = R`.
 # With a critic and lambda = 1, GAE gives `A_t = R - V(s_t)`, unbiased for any critic (claim 23). Three
-# critics: none (`V = 0`), the prompt's value `J(x) = V^pi(s_0)` at every prefix (the best a baseline
-# that sees only the prompt can do, and what GRPO's group mean estimates), and `V^pi` at every prefix:
+# critics: none (`V = 0`), the prompt's value `J(x) = V^pi(s_0)` at every prefix (what GRPO's group mean
+# estimates), and `V^pi` at every prefix:
 
 # %%
 zero = [torch.zeros_like(v) for v in v_pi]
@@ -90,6 +90,28 @@ assert variance["no baseline"] > 4 * variance["J(x) at every prefix"] > 4 * vari
 # every prefix cuts it further, to about 60% of the prompt-only baseline's: a token late in a response
 # is judged against what was still possible after the tokens before it, not against the prompt's
 # average.
+#
+# `J(x)` is not the best a baseline that sees only the prompt can do. tr Cov[g] is a quadratic in a
+# constant baseline b, least at `b* = E[R |grad log pi|^2] / E[|grad log pi|^2]` (lesson 1's optimal
+# constant), which weighs each response by the size of its score. Three constant critics fix the
+# quadratic exactly:
+
+# %%
+def constant_critic_variance(b):
+    return float(critic_moments.gae_moments(policy, PROMPT, REWARD, [torch.full_like(v, b) for v in v_pi], 1.0,
+                                            group_size=1).trace_cov)
+
+
+v0, v1, v2 = (constant_critic_variance(b) for b in (0.0, 1.0, 2.0))
+curvature, slope = (v2 - 2 * v1 + v0) / 2, (v1 - v0) - (v2 - 2 * v1 + v0) / 2  # tr Cov(b) = curvature b^2 + slope b + v0
+best_constant = -slope / (2 * curvature)
+print(f"J(x) = {float(v_pi[0]):.3f}: tr Cov[g] = {variance['J(x) at every prefix']:.2f};  "
+      f"b* = {best_constant:.3f}: tr Cov[g] = {constant_critic_variance(best_constant):.2f}")
+assert constant_critic_variance(best_constant) < variance["J(x) at every prefix"]
+
+# %% [markdown]
+# The least-variance constant sits above `J(x)` here, and lowers the variance further; GRPO's group mean
+# estimates `J(x)`, not `b*`.
 #
 # ## 2. V^pi prefix by prefix, and the noise of its target
 #
@@ -223,9 +245,17 @@ assert bargain["group baseline loo, G = 10"] > bargain["GAE, J(x) at every prefi
 # %% [markdown]
 # With an exact critic, one sample does more than one sample of a group: the leave-one-out estimator
 # pays for estimating `J(x)` from the other nine rewards (47.65 against 42.05 with `J(x)` known), and
-# both group estimators judge every token against the prompt's value. (The centered number is smaller
-# than the leave-one-out one partly because its expected update is shrunk by (G-1)/G, claim 4.)
-#
+# both group estimators judge every token against the prompt's value. The centered number is smaller
+# than the leave-one-out one entirely because of the group scale: centered deltas are exactly (G-1)/G
+# times the leave-one-out ones (claim 4), so the variance is ((G-1)/G)^2 = 0.81 times as large, and the
+# expected update shrinks by the same (G-1)/G:
+
+# %%
+shrink = bargain["group baseline centered, G = 10"] / bargain["group baseline loo, G = 10"]
+print(f"centered / leave-one-out variance: {shrink:.6f}  ((G-1)/G)^2 = {(9 / 10) ** 2:.6f}")
+assert abs(shrink - 0.81) < 1e-9
+
+# %% [markdown]
 # The bargain is that no one has the exact critic. A learned one costs a second network, its own
 # steps and its own error (section 4); the group mean costs samples and nothing else. Whether the
 # trade pays is an experiment.

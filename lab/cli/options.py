@@ -47,7 +47,8 @@ SamplerOpt = Annotated[Sampler, typer.Option(help="how the run's generator draws
                                                     "or torch.multinomial as the lecture's script (with --seed 5 "
                                                     "its own runs)")]
 RewardOpt = Annotated[Reward, typer.Option(help="reward function of the sorting task")]
-KLOpt = Annotated[float, typer.Option("--kl", help="beta, weight of the k3 KL penalty to the reference (0 = off)")]
+KLOpt = Annotated[float, typer.Option("--kl", help="beta, weight of the KL penalty to the reference (0 = off; k3 in "
+                                                   "the loss unless --kl-estimator, --kl-in say otherwise)")]
 KLEstimatorOpt = Annotated[KLEstimator, typer.Option(help="the penalty's per-token KL estimator (verl's "
                                                           "kl_loss_type: k1 kl, k2 mse, k3 low_var_kl)")]
 KLInOpt = Annotated[KLPlacement, typer.Option(help="where the penalty goes: the loss (verl's use_kl_loss), or the "

@@ -12,8 +12,14 @@ maximum likelihood over preference pairs becomes a loss on the policy alone. Wit
 
     sigmoid   loss = -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h)     (Rafailov et al. 2023;
                                                                                     eps: conservative label smoothing)
-    ipo       loss = (h - 1 / (2 beta))^2                                          (Azar et al. 2023, as TRL computes it)
+    ipo       loss = (h - 1 / (2 beta))^2                                          (Azar et al. 2023)
     chosen_rewards = beta (log pi(y_w) - log pi_ref(y_w)),   rejected_rewards likewise   (detached, TRL's names)
+
+Sequence log-probs are sums over tokens, the default everywhere in the lab (training, `--dpo-loss ipo`, the
+population loss of `lab.exact.pairs`): h is the log-ratio of whole sequences, in which Azar et al. state IPO.
+TRL's IPO (`loss_type="ipo"`) divides each sequence's log-prob, the policy's and the reference's, by its token
+count first (a per-token mean); `dpo_loss` computes that form when given the lengths (`chosen_lengths`,
+`rejected_lengths`). At a fixed length L (the factorised policy) it is h / L: the summed loss at beta / L, divided by L^2.
 
 The implicit rewards are TRL's: their difference is beta h, and the pair is "right" (reward accuracy)
 when chosen_rewards > rejected_rewards. A preference model decides which response of a drawn pair
@@ -103,18 +109,26 @@ def dpo_loss(
     beta: float | Tensor,
     loss_type: DPOLoss | str = DPOLoss.sigmoid,
     label_smoothing: float = 0.0,
+    chosen_lengths: Tensor | None = None,
+    rejected_lengths: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Per-pair losses and implicit rewards (module docstring), each float[...] like the inputs.
 
     The four log-prob tensors are sequence log-probs float[...] of the same shape (the reference ones
     are treated as constants); `beta` is a float > 0 or a tensor broadcasting against them (one beta
     per run: float[run 1 ...]). Returns (losses, chosen_rewards, rejected_rewards); the rewards are
-    detached, as TRL's.
+    detached, as TRL's. `chosen_lengths`, `rejected_lengths` (token counts float[...], both or neither): each
+    sequence's log-ratio divided by its length first, TRL's length-normalised IPO (module docstring); None, the
+    default: whole-sequence sums.
     """
     loss_type = parse_dpo_loss(loss_type)
     _check(beta, loss_type, label_smoothing)
     chosen_ratio = chosen_logps - ref_chosen_logps.detach()
     rejected_ratio = rejected_logps - ref_rejected_logps.detach()
+    if (chosen_lengths is None) != (rejected_lengths is None):
+        raise ValueError("give both chosen_lengths and rejected_lengths (TRL's per-token IPO), or neither")
+    if chosen_lengths is not None:
+        chosen_ratio, rejected_ratio = chosen_ratio / chosen_lengths, rejected_ratio / rejected_lengths
     losses = DPO_LOSSES[loss_type](chosen_ratio - rejected_ratio, beta, label_smoothing)
     return losses, (beta * chosen_ratio).detach(), (beta * rejected_ratio).detach()
 

@@ -113,16 +113,21 @@ def masked_whiten(advantages: Tensor, mask: Tensor, config: WhitenConfig = WHITE
     return (advantages - mean) * torch.rsqrt(var + config.eps) * live
 
 
+EXPLAINED_VARIANCE_EPS = 1e-5
+"""Added to Var(R_t) in the explained variance's denominator, as verl's `compute_data_metrics` adds it."""
+
+
 def explained_variance(returns: Tensor, values: Tensor, mask: Tensor) -> Tensor:
-    """verl's `vf_explained_var`, 1 - Var(R_t - V) / Var(R_t) over the live tokens of each run: float[...].
-    The two variances are over the same tokens, so Bessel's correction cancels; 1 for a perfect critic,
-    0 for one that predicts the mean target, NaN where every target is equal."""
+    """verl's `vf_explained_var`, 1 - Var(R_t - V) / (Var(R_t) + 1e-5) over the live tokens of each run, both
+    variances Bessel-corrected (torch.var, as verl): float[...]. 1 for a perfect critic, about 0 for one that
+    predicts the mean target; where every target is equal, 1 - Var(R_t - V) / 1e-5 (verl's number, however
+    negative), not NaN; NaN only with fewer than two live tokens."""
     live = mask.to(values.dtype)
     tokens = live.sum(dim=TOKEN_AXES)
 
     def variance(x: Tensor) -> Tensor:
         mean = (x * live).sum(dim=TOKEN_AXES, keepdim=True) / tokens[..., None, None, None]
-        return (((x - mean) * live) ** 2).sum(dim=TOKEN_AXES) / tokens
+        return (((x - mean) * live) ** 2).sum(dim=TOKEN_AXES) / (tokens - 1)
 
-    spread = variance(returns)
-    return torch.where(spread > 0, 1 - variance(returns - values) / spread, torch.full_like(spread, float("nan")))
+    ratio = 1 - variance(returns - values) / (variance(returns) + EXPLAINED_VARIANCE_EPS)
+    return torch.where(tokens > 1, ratio, torch.full_like(ratio, float("nan")))

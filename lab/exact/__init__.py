@@ -6,7 +6,9 @@
     lab.exact.varlen          any policy, variable-length responses included
     lab.exact.prefix_tree     the autoregressive policy's prefix recursion (KL, exploration)
     lab.exact.distributions   a policy's distribution over all responses: expectations and KLs, either policy
-    lab.exact.optimum         the KL-regularised optimum pi*, J_beta, the best J_beta a policy class reaches
+    lab.exact.optimum         the KL-regularised optimum pi*, J_beta, a local ascent of it in a policy class
+    lab.exact.reverse_kl      the optimum of E[r] - beta KL(pi_ref || pi), where GRPO with k3 in the loss goes
+    lab.exact.flow            the exact expected-update flow of a population loss, to a stated tolerance
     lab.exact.pairs           the population DPO loss over every pair of responses
     lab.exact.values          V^pi and Q^pi at every state, the exact expected GAE advantage of any critic
     lab.exact.critic_error    a critic's exact error against V^pi, the exact expected gradient under GAE

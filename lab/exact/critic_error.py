@@ -5,7 +5,8 @@
     by position t      = sum_u P(s_t = u) e(u) / sum_u P(s_t = u)                    (the error given t is live)
 
 The states are drawn as the policy visits them, once per live token: the population of the
-critic's token-mean regression (verl's value loss). Prompts weigh equally. The factorised
+critic's token-mean regression (verl's value loss). Each prompt weighs as its expected number of live tokens
+(the sums run over prompts too; the factorised policy's prompts all weigh L). The factorised
 policy's one state is the prompt, so every position has the same error.
 
 The per-response estimator with GAE advantages, g = sum_t A_t grad log pi(a_t | s_t) (summed over

@@ -7,9 +7,11 @@ flow's end is the gradient flow's limit: a stationary point of L where it has on
 finite minimiser (DPO under argmax preferences, claim 28) the direction the flow leaves in. The flow
 is integrated by Euler steps of length at most `FlowConfig.step` (shorter where a step would raise L:
 halved until it does not, then allowed to grow again, never past `step`), so its path is the
-gradient flow's to O(step). It stops, `converged`, when L <= `loss_tolerance` or |grad L| <=
-`grad_tolerance`, and otherwise after `max_steps` steps (or when a step would have to be shorter than
-`min_step`), not converged. Deterministic: no sampling anywhere.
+gradient flow's to O(step). Problems that do not interact (one per prompt, axis `batch`) flow side by
+side, each row normalised by its own gradient: theta float[... n], L returning float[...] per row.
+A row stops, `converged`, when its L <= `loss_tolerance` or |grad L| <= `grad_tolerance`; it stops
+unconverged when a step would have to be shorter than `min_step`, and every row stops after
+`max_steps` steps. Deterministic: no sampling anywhere.
 """
 
 from __future__ import annotations
@@ -26,53 +28,57 @@ class FlowConfig:
     """How far the flow runs and how finely (module docstring)."""
 
     step: float = 0.02
-    """the longest Euler step, in parameter space (the path's resolution)"""
+    """the longest Euler step of a row, in parameter space (the path's resolution)"""
     loss_tolerance: float = 1e-9
-    """converged when L is at most this (for a loss whose infimum is 0)"""
+    """a row has converged when its L is at most this (for a loss whose infimum is 0)"""
     grad_tolerance: float = 1e-9
-    """converged when |grad L| is at most this (a stationary point)"""
+    """a row has converged when its |grad L| is at most this (a stationary point)"""
     max_steps: int = 200_000
     """steps at most"""
     min_step: float = 1e-12
-    """a step that must be shorter than this ends the flow (not converged unless a tolerance holds)"""
+    """a row whose step must be shorter than this stops (not converged unless a tolerance holds)"""
 
 
 @dataclass(frozen=True)
 class Flow:
-    """Where the flow stopped."""
+    """Where the flow stopped, per row."""
 
     theta: Tensor
-    """the parameters there (detached)"""
-    loss: float
-    grad_norm: float
+    """the parameters there, float[... n] (detached)"""
+    loss: Tensor
+    """float[...]"""
+    grad_norm: Tensor
+    """float[...]"""
     steps: int
-    converged: bool
-    """whether `loss_tolerance` or `grad_tolerance` held before `max_steps` or `min_step`"""
+    converged: Tensor
+    """bool[...]: whether `loss_tolerance` or `grad_tolerance` held"""
 
 
-def _value_and_grad(loss: Callable[[Tensor], Tensor], theta: Tensor) -> tuple[float, Tensor]:
+def _value_and_grad(loss: Callable[[Tensor], Tensor], theta: Tensor) -> tuple[Tensor, Tensor]:
     theta = theta.detach().requires_grad_(True)
     value = loss(theta)
-    return float(value.detach()), torch.autograd.grad(value, theta)[0]
+    return value.detach(), torch.autograd.grad(value.sum(), theta)[0]  # rows do not interact: each its own gradient
 
 
 def descend(loss: Callable[[Tensor], Tensor], theta: Tensor, config: FlowConfig = FlowConfig()) -> Flow:
-    """Follow -grad L / |grad L| from `theta` (float64 recommended) until a tolerance holds or the steps run out."""
+    """Follow -grad L / |grad L| row by row from `theta` (float64 recommended) until every row has stopped."""
     theta = theta.detach().clone()
     value, grad = _value_and_grad(loss, theta)
-    step, steps = config.step, 0
-    while steps < config.max_steps:
-        norm = float(grad.norm())
-        if value <= config.loss_tolerance or norm <= config.grad_tolerance:
-            return Flow(theta, value, norm, steps, True)
-        candidate = theta - step * grad / norm
+    step = torch.full_like(value, config.step)
+
+    def reached(value: Tensor, grad: Tensor) -> Tensor:
+        return (value <= config.loss_tolerance) | (grad.norm(dim=-1) <= config.grad_tolerance)
+
+    done, steps = reached(value, grad), 0
+    while steps < config.max_steps and not bool(done.all()):
+        direction = grad / grad.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(grad.dtype).tiny)
+        candidate = theta - torch.where(done, 0.0, step).unsqueeze(-1) * direction
         new_value, new_grad = _value_and_grad(loss, candidate)
-        if new_value > value:  # overshot a minimum along the direction: a shorter step
-            step /= 2
-            if step < config.min_step:
-                break
-            continue
-        theta, value, grad, steps = candidate, new_value, new_grad, steps + 1
-        step = min(config.step, step * 1.5)
-    norm = float(grad.norm())
-    return Flow(theta, value, norm, steps, value <= config.loss_tolerance or norm <= config.grad_tolerance)
+        worse = (new_value > value) & ~done  # overshot a minimum along the direction: a shorter step
+        accept = ~worse & ~done
+        theta = torch.where(accept.unsqueeze(-1), candidate, theta)
+        value, grad = torch.where(accept, new_value, value), torch.where(accept.unsqueeze(-1), new_grad, grad)
+        step = torch.where(worse, step / 2, (step * 1.5).clamp_max(config.step))
+        done = done | reached(value, grad) | (step < config.min_step)
+        steps += 1
+    return Flow(theta, value, grad.norm(dim=-1), steps, reached(value, grad))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from enum import Enum
 
 import torch
 from torch import Tensor, nn
@@ -62,6 +63,23 @@ def _objective_from_logs(log_probs: Tensor, ref_log_probs: Tensor, rewards: Tens
     """J_beta from log-prob tables of full-support policies (no 0 log 0): float[...]."""
     probs = log_probs.exp()
     return (probs * (rewards - beta * (log_probs - ref_log_probs))).sum(dim=-1)
+
+
+def _reverse_from_logs(log_probs: Tensor, ref_log_probs: Tensor, rewards: Tensor, beta: float) -> Tensor:
+    """J'_beta = E_pi[r] - beta KL(pi_ref || pi) from log-prob tables (`lab.exact.reverse_kl`): float[...]."""
+    return (log_probs.exp() * rewards).sum(dim=-1) - beta * (ref_log_probs.exp() * (ref_log_probs - log_probs)).sum(-1)
+
+
+class Objective(str, Enum):
+    """Which KL-regularised objective an ascent maximises: J_beta (KL(pi || pi_ref): k2 in the loss, k1 in the
+    reward, DPO) or the reverse J'_beta (KL(pi_ref || pi): k3 in the loss; claim 14)."""
+
+    forward = "forward"
+    reverse = "reverse"
+
+
+OBJECTIVES = {Objective.forward: _objective_from_logs, Objective.reverse: _reverse_from_logs}
+"""The one dispatch table: objective -> f(log_probs, ref_log_probs, rewards, beta) -> float[...]."""
 
 
 def policy_tables(policy: nn.Module, prompts: Tensor, reward, dtype=torch.float64) -> tuple[Tensor, Tensor]:
@@ -140,8 +158,9 @@ class BestInClass:
 
 
 def best_in_class(policy: nn.Module, prompts: Tensor, reward, beta: float, reference: nn.Module | None = None,
-                  config: AscentConfig = AscentConfig()) -> BestInClass:
-    """Maximise the mean J_beta over prompts within the policy's class: the best of `config.starts` local ascents.
+                  config: AscentConfig = AscentConfig(), objective: Objective | str = Objective.forward) -> BestInClass:
+    """Maximise the mean J_beta (or the reverse J'_beta) over prompts within the policy's class: the best of
+    `config.starts` local ascents.
 
     `reference` is pi_ref (default: `policy` itself, the reference frozen at the initial policy, as in
     training). J_beta is not concave in the parameters, so each ascent ends at a stationary point near its
@@ -157,15 +176,15 @@ def best_in_class(policy: nn.Module, prompts: Tensor, reward, beta: float, refer
             with torch.no_grad():
                 for p in model.parameters():
                     p.add_(config.start_scale * torch.randn(p.shape, generator=generator, dtype=p.dtype))
-        results.append(_ascend(model, prompts, ref_log_probs, rewards, beta, config))
+        results.append(_ascend(model, prompts, ref_log_probs, rewards, beta, config, OBJECTIVES[Objective(objective)]))
     best = max(results, key=lambda r: float(r.objective.mean()))
     return BestInClass(best.policy, best.objective, best.converged, best.iterations, best.grad_max,
                        tuple(float(r.objective.mean()) for r in results))
 
 
 def _ascend(model: nn.Module, prompts: Tensor, ref_log_probs: Tensor, rewards: Tensor, beta: float,
-            config: AscentConfig) -> BestInClass:
-    """One L-BFGS ascent of the mean J_beta from `model`'s parameters (changed in place)."""
+            config: AscentConfig, objective_of=_objective_from_logs) -> BestInClass:
+    """One L-BFGS ascent of the mean objective from `model`'s parameters (changed in place)."""
     params = list(model.parameters())
     optimizer = torch.optim.LBFGS(params, lr=1.0, max_iter=config.window, history_size=config.history,
                                   tolerance_grad=config.grad_tolerance, tolerance_change=0.0,
@@ -173,7 +192,7 @@ def _ascend(model: nn.Module, prompts: Tensor, ref_log_probs: Tensor, rewards: T
 
     def negative_objective() -> Tensor:
         optimizer.zero_grad()
-        value = -_objective_from_logs(varlen.all_log_probs(model, prompts), ref_log_probs, rewards, beta).mean()
+        value = -objective_of(varlen.all_log_probs(model, prompts), ref_log_probs, rewards, beta).mean()
         value.backward()
         return value
 
@@ -186,5 +205,5 @@ def _ascend(model: nn.Module, prompts: Tensor, ref_log_probs: Tensor, rewards: T
         converged = previous - value <= config.relative_tolerance * max(abs(value), 1.0) or \
             grad_max <= config.grad_tolerance
     with torch.no_grad():
-        objective = _objective_from_logs(varlen.all_log_probs(model, prompts), ref_log_probs, rewards, beta)
+        objective = objective_of(varlen.all_log_probs(model, prompts), ref_log_probs, rewards, beta)
     return BestInClass(model.requires_grad_(False), objective, converged, iterations, grad_max)

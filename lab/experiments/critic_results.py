@@ -12,11 +12,14 @@ Verdicts (95% intervals over seeds; `late` = the mean over the last LATE_EPOCHS 
 - "the critic reduces the gradient's variance": per factorised gae run at its end, log(tr Cov[g] with its learned
   critic / tr Cov[g] without a baseline, the same policy and G); t-interval below 0 -> holds, above 0 -> does not
   hold, else inconclusive.
-- "under a terminal reward the critic's regression is hard, and harder at early tokens": per autoregressive gae run,
-  late value_error_exact at the first position minus at the last; t-interval above 0 -> holds, below 0 -> does not
+- "under a terminal reward the critic's regression is hard, and harder at early tokens", per lambda (the three
+  settings share seeds, so they are not pooled): per autoregressive gae run, late value_error_exact at t = 0 minus
+  the visit-weighted mean of the late errors at t >= 1 (weights: the final policy's exact expected visits per
+  position, so a position few responses reach weighs little); t-interval above 0 -> holds, below 0 -> does not
   hold (there the later tokens are the harder ones), else inconclusive.
 - "the group mean is a low-cost substitute for the critic": final mean reward of GRPO centered G = 10 minus gae
-  G = 10 (factorised, equal samples per epoch); a Welch interval within +-MARGIN x the optimum -> holds, beyond it
+  G = 10 (factorised, equal samples per epoch; the same seeds, so a paired t-interval,
+  `lab.experiments.intervals.seed_difference`); within +-MARGIN x the optimum -> holds, beyond it
   -> does not hold, else inconclusive; the exact variance per sample and the samples per epoch beside it (the
   seconds are `lab bench`'s gae row: a timing cannot be reproduced byte for byte, so RESULTS.md holds none).
 Pure: training is `lab.training.train.train`; the figure is `lab.experiments.critic_figures`.
@@ -31,7 +34,8 @@ import numpy as np
 import torch
 
 from lab.exact import critic_moments
-from lab.experiments.intervals import difference_interval, mean_interval, wilson_interval
+from lab.exact import values as exact_values
+from lab.experiments.intervals import mean_interval, seed_difference, wilson_interval
 from lab.experiments.sweep import optimal_everywhere
 from lab.policies import make_policy, policy_from_state
 from lab.policies.critic import CRITICS
@@ -120,6 +124,25 @@ def _raw_variance_at_end(records: Records, run: int) -> float:
     return float(raw.trace_cov.mean())
 
 
+def visits_by_position(records: Records, run: int) -> np.ndarray:
+    """The final policy's expected visits per position, summed over the prompts: float[pos] (t = 0: one per prompt;
+    later t: the chance a response reaches t without EOS before it)."""
+    policy, prompts = policy_from_state(records.state, run), torch.as_tensor(records.prompts)
+    return np.array([float(v.sum()) for v in exact_values.visit_probs(policy, prompts)])
+
+
+def early_minus_later(records: Records) -> np.ndarray:
+    """Per run: the late exact error at t = 0 minus the visit-weighted mean of the late errors at t >= 1, so that
+    a position few responses reach (EOS came before it) weighs little: float[run]."""
+    out = []
+    for run in range(len(records.configs)):
+        visits = visits_by_position(records, run)
+        errors = np.array([late(records, f"value_error_exact_{t}")[run] for t in range(len(visits))])
+        known = ~np.isnan(errors[1:])
+        out.append(errors[0] - float((visits[1:][known] * errors[1:][known]).sum() / visits[1:][known].sum()))
+    return np.array(out)
+
+
 def _verdict(interval, above: bool) -> str:
     if (interval.low > 0) if above else (interval.high < 0):
         return "holds"
@@ -154,6 +177,11 @@ def _by_position(runs: CriticRuns) -> list[str]:
     for overrides, records in ar:
         cells = [mean_interval(late(records, f"value_error_exact_{t}")).text(3) for t in range(length)]
         lines.append(f"| {label(overrides)} | " + " | ".join(cells) + " |")
+    for overrides, records in ar:
+        visits = np.mean([visits_by_position(records, r) for r in range(len(records.configs))], axis=0)
+        share = visits / visits.sum()
+        lines.append(f"| share of visits, {label(overrides)} (final policies) | " +
+                     " | ".join(f"{v:.2%}" for v in share) + " |")
     return lines
 
 
@@ -165,23 +193,26 @@ def _verdicts(runs: CriticRuns, var: dict[int, np.ndarray]) -> list[str]:
     rows.append(f"| the critic reduces the gradient's variance | log(tr Cov with the learned critic / without a "
                 f"baseline) at the end, factorised gae runs, below 0 | {interval.text(2)} | "
                 f"**{_verdict(interval, above=False)}** |")
-    ar = [r for o, r in zip(SETTINGS, runs.records) if o.get("policy") == "autoregressive" and o["delta"] == "gae"]
-    last = max(int(k.rsplit("_", 1)[1]) for k in ar[0].epoch_metrics if k.startswith("value_error_exact_"))
-    gaps = np.concatenate([late(r, "value_error_exact_0") - late(r, f"value_error_exact_{last}") for r in ar])
-    interval = mean_interval(gaps)
-    rows.append(f"| under a terminal reward the critic's regression is harder at early tokens | late exact error "
-                f"at t = 0 minus at t = {last}, autoregressive gae runs, above 0 | {interval.text(3)} | "
-                f"**{_verdict(interval, above=True)}** |")
+    for overrides, records in zip(SETTINGS, runs.records):
+        if overrides.get("policy") != "autoregressive" or overrides["delta"] != "gae":
+            continue
+        interval = mean_interval(early_minus_later(records))
+        rows.append(f"| under a terminal reward the critic's regression is harder at early tokens "
+                    f"(lambda = {overrides['gae_lambda']:g}) | late exact error at t = 0 minus its visit-weighted "
+                    f"mean over t >= 1 (weights: the final policy's expected visits per position), per seed, above 0 "
+                    f"| {interval.text(3)} | **{_verdict(interval, above=True)}** |")
     grpo, gae = runs.records[1], runs.records[2]
     optimum = float(grpo.optimum.mean())
-    diff = difference_interval(grpo.final("mean_reward"), gae.final("mean_reward"))
+    seeds = lambda records: [c.seed for c in records.configs]  # noqa: E731
+    diff = seed_difference(grpo.final("mean_reward"), gae.final("mean_reward"), seeds(grpo), seeds(gae))
     inside = -MARGIN * optimum <= diff.low and diff.high <= MARGIN * optimum
     outside = diff.low > MARGIN * optimum or diff.high < -MARGIN * optimum
     per_sample = [var[i][:, 1].mean() * runs.records[i].configs[0].group_size for i in (1, 2)]
     rows.append(f"| the group mean is a low-cost substitute for the critic | final mean reward, GRPO centered minus "
                 f"gae, G = 10, within +-{MARGIN:.0%} of the optimum | {diff.text(3)} | "
                 f"**{'holds' if inside else 'does not hold' if outside else 'inconclusive'}** |")
-    whitened = difference_interval(runs.records[4].final("mean_reward"), gae.final("mean_reward"))
+    whitened = seed_difference(runs.records[4].final("mean_reward"), gae.final("mean_reward"),
+                               seeds(runs.records[4]), seeds(gae))
     return rows + ["", f"Whitening the advantages over the batch (verl, TRL) against not (the lab's default), gae "
                    f"G = 10, factorised: final mean reward difference {whitened.text(3)} (whitened minus not).",
                    "", "Beside the last verdict, at the end, tr Cov per prompt x G (the variance per sample): GRPO "

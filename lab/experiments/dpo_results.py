@@ -1,23 +1,32 @@
-"""The DPO section of `lab reproduce`: GRPO with a frozen-reference KL penalty and DPO at the same beta.
+"""The DPO section of `lab reproduce`: where GRPO with a KL penalty and DPO go, exactly, then how far sampled runs get.
 
-    settings   GRPO (centered deltas, clipped, KL to the frozen initial policy), online DPO and offline DPO
-               (sigmoid and IPO; argmax and Bradley-Terry), each over seeds 0..N-1, lecture's init and prompts
+    exact      per seed's reference and prompt (`lab.experiments.dpo_exact`): the objective each method's expected
+               update ascends, its fixed point in the tabular class, and that point's distance from pi*
+    settings   GRPO (centered deltas, clipped, KL to the frozen initial policy) with k3 in the loss (the lab's and
+               TRL's default), k2 in the loss and k1 in the reward; online and offline DPO (sigmoid and IPO; argmax
+               and Bradley-Terry), each over seeds 0..N-1, the lecture's init and prompts
     measured   exactly each epoch (lab.training.optimum): kl_to_optimum = KL(pi_theta || pi*), objective_gap =
                J_beta(pi*) - J_beta(pi_theta); kl_exact (the exact KL to the reference, each epoch's first step)
 
-Verdict rules (95% intervals: Student t over seeds for means, Welch t for differences; lab.experiments.intervals):
-- "DPO keeps the KL to the reference finite at convergence", per DPO setting: growth = mean kl_exact over the
-  last tenth of the epochs minus that over the tenth ending at two thirds. Holds (a plateau) if the interval of
-  the growth lies inside +-PLATEAU x the final KL; does not hold (still growing) if it lies above +PLATEAU x the
-  final KL; else inconclusive. (On this finite space every KL to a full-support reference is bounded, by
-  -log min pi_ref; claim 28 says what bounds it under argmax preferences.)
-- "GRPO with a KL penalty and DPO reach the same optimum", per DPO setting against GRPO: the Welch interval of
-  the difference of final objective_gap. Holds if it lies inside +-SAME x GRPO's initial gap; does not hold if
-  it lies wholly outside; else inconclusive.
-- "DPO needs no online sampling", offline against online (same loss and preference; offline draws as many
-  pairs per prompt as online can use, one per epoch): holds if the upper end of the interval of offline minus
-  online final objective_gap is below SAME x the initial gap (offline is not worse), does not hold if the lower
-  end is above it, else inconclusive.
+Verdict rules (95% intervals: Student t over seeds for means; every comparison of two settings is paired by seed,
+`lab.experiments.intervals.seed_difference`, since all settings run seeds 0..N-1):
+- exact, per DPO method: "the implicit KL stops rising before -log pi_ref(top set)" (the course notes' "settles at a
+  finite value", stated so that it can be false): holds if the flow of its population loss has a finite
+  stationary point (claim 28: Bradley-Terry's pi*, IPO's minimiser), where the KL stops below -log pi_ref(top
+  set); does not hold where it has none (argmax DPO): the losers' mass falls to 0 and the KL rises to the limit's,
+  -log pi_ref(y*) for one best response, more with tied best responses (pi_ref^(1 + 1/beta) on the top set).
+- budget, per DPO setting: "the sampled KL has stopped rising by the end": growth = mean kl_exact over the last
+  tenth of the epochs minus that over the tenth ending at two thirds; holds if its interval lies inside +-PLATEAU x
+  the final KL; does not hold if above +PLATEAU x the final KL; else inconclusive.
+- budget: "GRPO with k2 in the loss / k1 in the reward ends closer to pi* than with k3 in the loss": the paired
+  interval of final kl_to_optimum, k3 minus the other, above 0 -> holds, below 0 -> does not hold.
+- budget, per DPO setting: "DPO gets as close to pi* as GRPO with k1 in the reward (both ascend J_beta)": paired
+  interval of the final objective_gap difference within +-SAME x the initial gap -> holds, wholly outside -> does
+  not hold, else inconclusive.
+- budget: "DPO needs no online sampling", offline against online (same loss and preference; offline draws as
+  many pairs per prompt as online can use, one per epoch): holds if the upper end of the paired interval of
+  offline minus online final objective_gap is below SAME x the initial gap, does not hold if the lower end is
+  above it, else inconclusive.
 """
 
 from __future__ import annotations
@@ -25,21 +34,28 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from lab.experiments.intervals import Interval, difference_interval, mean_interval
+from lab.experiments.dpo_exact import exact_rows
+from lab.experiments.intervals import Interval, mean_interval, seed_difference
 from lab.training.config import TrainConfig
 
 BETA = 0.05
-"""The beta of every setting: GRPO's KL weight and DPO's beta (the same J_beta, the same pi*)."""
+"""The beta of every setting: GRPO's KL weight and DPO's beta."""
 EPOCH_FACTOR = 3
 """The section's runs last this many times the base's epochs (300 for the lecture's 100): long enough to tell a
 plateau of the KL from growth."""
 PLATEAU = 0.10
 SAME = 0.10
+NO_FINITE_FIXED_POINT = ("DPO, argmax (offline)",)
+"""The methods whose population loss has no finite minimiser (claim 28): the KL rises to the limit's."""
 FIGURE = "dpo.png"
 
+GRPO = dict(delta="centered", loss="clipped", kl_period=0, optimum_metrics=True)
 SETTINGS = (
-    ("GRPO + KL", dict(delta="centered", loss="clipped", kl_period=0, optimum_metrics=True)),
+    ("GRPO, k3 in the loss", GRPO),
+    ("GRPO, k2 in the loss", dict(GRPO, kl_estimator="k2")),
+    ("GRPO, k1 in the reward", dict(GRPO, kl_estimator="k1", kl_in="reward")),
     ("online DPO, argmax", dict(loss="dpo", pairs="online")),
     ("online DPO, Bradley-Terry", dict(loss="dpo", pairs="online", preference="bradley-terry")),
     ("online IPO, argmax", dict(loss="dpo", pairs="online", dpo_loss="ipo")),
@@ -50,7 +66,9 @@ SETTINGS = (
 """(label, overrides of the lecture's settings; beta = BETA, EPOCH_FACTOR x the epochs, and for offline pairs
 as many pairs per prompt as epochs are added)."""
 
-ONLINE_OF = {4: 1, 5: 2, 6: 3}
+GRPO_SETTINGS = 3
+"""The first settings are GRPO's; the one with k1 in the reward (index 2) ascends J_beta, as DPO does."""
+ONLINE_OF = {6: 3, 7: 4, 8: 5}
 """offline setting -> the online setting with the same loss and preference model."""
 
 
@@ -78,6 +96,10 @@ def _inside(interval: Interval, margin: float) -> str:
     return "does not hold" if interval.low > margin or interval.high < -margin else "inconclusive"
 
 
+def _sign(interval: Interval) -> str:
+    return "holds" if interval.low > 0 else "does not hold" if interval.high < 0 else "inconclusive"
+
+
 def plateau_verdict(records, runs: list[int]) -> tuple[Interval, float, str]:
     kl = epoch_kl(records)[runs]
     tenth = max(1, kl.shape[1] // 10)
@@ -90,18 +112,53 @@ def plateau_verdict(records, runs: list[int]) -> tuple[Interval, float, str]:
     return growth, final, verdict
 
 
+def exact_markdown(records, groups: list[list[int]]) -> list[str]:
+    """Which objective each method ascends and how far its fixed point is from pi* (means over references and
+    prompts), then the exact verdicts on the implicit KL."""
+    configs = [records.configs[r] for r in groups[0]]
+    rows = exact_rows(configs, torch.as_tensor(records.prompts), BETA, configs[0].group_size)
+    out = [f"Where each method goes, exactly (`lab/experiments/dpo_exact.py`): the objective its expected update "
+           f"ascends with centered deltas of G = {configs[0].group_size} (claims 4, 14, 26, 28), its fixed point in "
+           "the tabular class, for each seed's reference and prompt (no sampling, no budget); means over the "
+           f"{len(configs)} references and {len(records.prompts)} prompts. J_beta(pi*) - J_beta(fixed point) = "
+           f"beta KL(fixed point || pi*) (claim 26).", "",
+           "| method | objective ascended | fixed point | KL(fixed point \\|\\| pi*) | J_beta gap | KL to pi_ref "
+           "| -log pi_ref(top set) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    points = {"GRPO, k3 in the loss": "pi' = beta' pi_ref / (lambda - r)", "GRPO, k2 in the loss": "pi* at beta'",
+              "DPO, argmax (offline)": "the limit pi_ref^(1 + 1/beta) on the top set",
+              "IPO, argmax (offline)": "the quadratic's minimiser (Newton)"}
+    verdicts = []
+    for label, objective, to_star, to_ref, top in rows:
+        out.append(f"| {label} | {objective} | {points.get(label, 'pi*')} | {float(to_star.mean()):.3f} | "
+                   f"{BETA * float(to_star.mean()):.4f} | {float(to_ref.mean()):.2f} | {float(top.mean()):.2f} |")
+        if label.startswith(("DPO", "IPO")):
+            stops = label not in NO_FINITE_FIXED_POINT
+            verdicts.append((f"the implicit KL stops rising before -log pi_ref(top set) ({label})",
+                             "exact: whether the flow of the population loss has a finite stationary point (claim "
+                             "28), where the KL to pi_ref stops; mean KL there (or at the limit) against -log "
+                             "pi_ref(top set)", f"{float(to_ref.mean()):.2f} against {float(top.mean()):.2f} nats",
+                             "holds" if stops else "does not hold"))
+    out += ["", "The lecture's prompts each have one best response, so the argmax limit is a point mass and its KL is "
+            "-log pi_ref(y*); where several responses tie for the best, the limit spreads over them as "
+            "pi_ref^(1 + 1/beta) and its KL exceeds -log pi_ref(top set) by an amount beta sets "
+            "(claim 28's tie proof)."]
+    return out, verdicts
+
+
 def dpo_markdown(records, groups: list[list[int]], seeds: int) -> list[str]:
-    """The RESULTS.md section: a table per setting, then the verdicts on the course notes' statements."""
+    """The RESULTS.md section: the exact fixed points, a table per setting, then the verdicts."""
     e = records.epoch_metrics
     final = lambda name, runs: mean_interval(e[name][runs, -1])  # noqa: E731
+    seeds_of = lambda runs: [records.configs[r].seed for r in runs]  # noqa: E731
+    paired = lambda name, a, b: seed_difference(e[name][a, -1], e[name][b, -1], seeds_of(a), seeds_of(b))  # noqa: E731
     kl = epoch_kl(records)
     epochs = records.configs[0].epochs
-    out = [f"Beta = {BETA} for every setting (GRPO's KL weight, DPO's beta: the same J_beta = E[r] - beta KL(pi || "
-           f"pi_ref) and the same pi* = pi_ref exp(r / beta) / Z, pi_ref the initial policy); {epochs} epochs x "
-           f"{records.configs[0].steps} steps, {seeds} seeds. Offline sets hold {epochs} pairs per prompt drawn "
-           "from pi_ref before training, as many as online DPO can use (one per group and epoch). The exact "
-           "measures are sums over the 125 responses of each prompt. Final = after the last epoch; mean "
-           "over seeds [95% t].", "",
+    exact, rows = exact_markdown(records, groups)
+    out = [*exact, "", f"How far sampled runs get in a budget, a separate question: beta = {BETA} for every setting "
+           f"(GRPO's KL weight, DPO's beta), pi_ref the initial policy; {epochs} epochs x {records.configs[0].steps} "
+           f"steps, {seeds} seeds. Offline sets hold {epochs} pairs per prompt drawn from pi_ref before training, "
+           "as many as online DPO can use (one per group and epoch). The exact measures are sums over the 125 "
+           "responses of each prompt. Final = after the last epoch; mean over seeds [95% t].", "",
            "| setting | final mean reward | final greedy accuracy | KL to pi_ref (final) | KL(pi_theta \\|\\| pi*) "
            "first -> final | J_beta gap first -> final |", "| --- | --- | --- | --- | --- | --- |"]
     for (label, _), runs in zip(SETTINGS, groups):
@@ -111,21 +168,27 @@ def dpo_markdown(records, groups: list[list[int]], seeds: int) -> list[str]:
                    f"{_text(final('objective_gap', runs))} |")
     initial_gap = float(e["objective_gap"][groups[0], 0].mean())
     margin = SAME * initial_gap
-    rows = []
-    for (label, _), runs in list(zip(SETTINGS, groups))[1:]:
+    named = list(zip(SETTINGS, groups))
+    for (label, _), runs in named[GRPO_SETTINGS:]:
         growth, last, verdict = plateau_verdict(records, runs)
-        rows.append((f"DPO keeps the KL to the reference finite at convergence ({label})",
+        rows.append((f"the sampled KL has stopped rising by the end of the budget ({label})",
                      f"growth of the KL over the last third, +-{PLATEAU:.0%} of the final KL {last:.2f}",
                      _text(growth), verdict))
-    for (label, _), runs in list(zip(SETTINGS, groups))[1:]:
-        gap = difference_interval(e["objective_gap"][runs, -1], e["objective_gap"][groups[0], -1])
-        rows.append((f"GRPO with a KL penalty and DPO reach the same optimum ({label})",
-                     f"final J_beta gap, {label} minus GRPO, within +-{margin:.3f}", _text(gap), _inside(gap, margin)))
+    for (label, _), runs in named[1:GRPO_SETTINGS]:
+        closer = paired("kl_to_optimum", groups[0], runs)
+        rows.append((f"GRPO with {label.split(', ')[1]} ends closer to pi* than with k3 in the loss",
+                     "final KL(pi_theta || pi*), k3 in the loss minus this, paired by seed, above 0", _text(closer, 2),
+                     _sign(closer)))
+    for (label, _), runs in named[GRPO_SETTINGS:]:
+        gap = paired("objective_gap", runs, groups[2])
+        rows.append((f"DPO gets as close to pi* as GRPO with k1 in the reward after the budget ({label})",
+                     f"final J_beta gap, {label} minus GRPO k1 in the reward, paired by seed, within +-{margin:.3f}",
+                     _text(gap), _inside(gap, margin)))
     for offline, online in ONLINE_OF.items():
-        gap = difference_interval(e["objective_gap"][groups[offline], -1], e["objective_gap"][groups[online], -1])
+        gap = paired("objective_gap", groups[offline], groups[online])
         verdict = "holds" if gap.high < margin else "does not hold" if gap.low > margin else "inconclusive"
         rows.append((f"DPO needs no online sampling ({SETTINGS[offline][0]} against {SETTINGS[online][0]})",
-                     f"final J_beta gap, offline minus online, below {margin:.3f}", _text(gap), verdict))
+                     f"final J_beta gap, offline minus online, paired by seed, below {margin:.3f}", _text(gap), verdict))
     out += ["", "| the course notes say | decided by (rule in `lab/experiments/dpo_results.py`) | 95% interval | "
             "verdict |", "| --- | --- | --- | --- |"]
     out += [f"| {claim} | {rule} | {numbers} | **{verdict}** |" for claim, rule, numbers, verdict in rows]

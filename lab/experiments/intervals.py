@@ -3,6 +3,7 @@
     mean:        m +- t_{1 - a/2, n - 1} s / sqrt(n)                 Student t (s: Bessel-corrected std)
     difference:  Welch t: mean(a) - mean(b) +- t_{1 - a/2, df} se     independent seeds (df rounded down)
     paired:      mean(a_i - b_i) +- t_{1 - a/2, n - 1} s_d / sqrt(n)  runs paired by seed (scipy.stats.ttest_rel)
+    seed_difference: the paired interval where two settings ran the same seeds, Welch's where they share none
     fraction:    Wilson score interval (scipy.stats.binomtest(...).proportion_ci(method="wilson"))
     probability: percentile bootstrap of the mean over seeds (scipy.stats.bootstrap, BOOTSTRAP_RESAMPLES
                  resamples, a numpy Generator seeded with BOOTSTRAP_SEED unless one is given)
@@ -122,6 +123,24 @@ def wilson_interval(successes: int, n: int, level: float = LEVEL) -> Interval:
     """Wilson score interval for a fraction successes / n (scipy.stats.binomtest)."""
     ci = stats.binomtest(int(successes), int(n)).proportion_ci(level, method="wilson")
     return Interval(successes / n, max(0.0, float(ci.low)), min(1.0, float(ci.high)), n)
+
+
+def seed_difference(a, b, seeds_a, seeds_b, level: float = LEVEL) -> Interval:
+    """mean(a) - mean(b) for two settings' runs, value per run, with each run's seed: the paired t-interval,
+    runs matched by seed, where the two settings ran the same seeds (a sweep's seeds 0..N-1 are shared by
+    every setting, so their runs are not independent); Welch's where they share none. Every verdict rule
+    of lab/experiments compares settings through this (tests/experiments/test_intervals.py checks it)."""
+    seeds_a, seeds_b = [int(s) for s in seeds_a], [int(s) for s in seeds_b]
+    if len(set(seeds_a)) < len(seeds_a) or len(set(seeds_b)) < len(seeds_b):
+        raise ValueError("each setting's runs must have distinct seeds to be compared")
+    shared = set(seeds_a) & set(seeds_b)
+    if not shared:
+        return difference_interval(a, b, level)
+    if set(seeds_a) != set(seeds_b):
+        raise ValueError(f"the settings share some seeds but not all ({len(shared)} of {len(seeds_a)} and "
+                         f"{len(seeds_b)}): neither paired nor independent")
+    order_a, order_b = np.argsort(seeds_a), np.argsort(seeds_b)
+    return paired_interval(np.asarray(a, dtype=float)[order_a], np.asarray(b, dtype=float)[order_b], level)
 
 
 def difference_interval(a, b, level: float = LEVEL) -> Interval:

@@ -269,9 +269,10 @@ def write_figures(reproduction: Reproduction, out: Path,
         from lab.experiments.dpo_results import dpo_markdown, plot_dpo
 
         paths.append(plot_dpo(reproduction.dpo, reproduction.dpo_groups, Path(out) / DPO_FIGURE,
-                              f"GRPO + KL and DPO at the same beta; {reproduction.seeds} seeds, mean over seeds"))
-        text += "\n".join(["", "## GRPO with a KL penalty and DPO: the same optimum? (Rafailov et al. 2023; "
-                           "Azar et al. 2023)", "", f"![dpo]({DPO_FIGURE})", "",
+                              f"GRPO (k3, k2 in the loss; k1 in the reward) and DPO at the same beta; {reproduction.seeds} "
+                              "seeds, mean over seeds"))
+        text += "\n".join(["", "## GRPO with a KL penalty and DPO: where each goes, and how far runs get "
+                           "(Rafailov et al. 2023; Azar et al. 2023)", "", f"![dpo]({DPO_FIGURE})", "",
                            *dpo_markdown(reproduction.dpo, reproduction.dpo_groups, reproduction.seeds)]) + "\n"
     if reproduction.before_rl is not None:
         from lab.experiments.before_rl_results import before_rl_markdown

@@ -1,7 +1,8 @@
 """figures/RESULTS.md, written from a reproduction's records: tables, verdicts on the lecture's claims.
 
-Verdict rules (all intervals 95%: Student t for means, Welch t for differences
-of means, Wilson for fractions, a percentile bootstrap for mean shares; lab.experiments.intervals):
+Verdict rules (all intervals 95%: Student t for means, a paired t for differences of means (every setting runs
+seeds 0..N-1: `seed_difference`), Wilson for fractions, a percentile bootstrap for mean shares;
+lab.experiments.intervals):
 - "X is higher than Y":   holds if the interval of mean(X) - mean(Y) lies above 0,
                           does not hold if it lies below 0, else inconclusive.
 - "X makes little difference to Y": holds if that interval lies inside +-MARGIN x optimum,
@@ -27,7 +28,7 @@ from collections import Counter
 
 import numpy as np
 
-from lab.experiments.intervals import (Interval, difference_interval, median_quartiles, mean_interval,
+from lab.experiments.intervals import (Interval, seed_difference, median_quartiles, mean_interval,
                                        probability_interval, wilson_interval)
 from lab.experiments.sweep import final_endings
 from lab.experiments.sweep import batches, optimal_everywhere
@@ -119,8 +120,9 @@ def _claims(records, lecture, groups, optimum: float) -> list[str]:
     raw, centered, normalized = groups
     stuck = lambda runs: wilson_interval(int((~optimal[runs]).sum()), len(runs))  # noqa: E731
     solved_raw = wilson_interval(int(optimal[raw].sum()), len(raw))
-    help_diff = difference_interval(final[centered], final[raw])
-    norm_diff = difference_interval(final[normalized], final[centered])
+    seeds = lambda runs: [records.configs[r].seed for r in runs]  # noqa: E731
+    help_diff = seed_difference(final[centered], final[raw], seeds(centered), seeds(raw))
+    norm_diff = seed_difference(final[normalized], final[centered], seeds(normalized), seeds(centered))
     everything = [r for g in groups for r in g]
     shares = final_endings(records, centered).local_optimum_share()  # one per stuck centered run
     local = _share_interval(shares) if len(shares) else None
@@ -168,11 +170,12 @@ def _what_the_rules_show(records, lecture, groups) -> list[str]:
         lines.append(f"| {_setting_text(lecture, overrides)} | {int((~e.stuck).sum())} of {e.stuck.size} | "
                      f"{_fraction(_share_interval(e.sorted_share))} | {int(e.stuck.sum())} | "
                      f"{int(e.local_optimum.sum())} | {int(e.improvable.sum())} |")
-    more = difference_interval(endings[1].sorted_share, endings[0].sorted_share)
+    more = seed_difference(endings[1].sorted_share, endings[0].sorted_share,
+                           *([records.configs[r].seed for r in groups[i]] for i in (1, 0)))
     reading = {"holds": "centered runs solve more", "does not hold": "raw runs solve more",
                "inconclusive": "these seeds cannot tell which solves more"}[_by_sign(more)]
     lines += ["", f"Share of prompts solved per run, centered - raw: {more.estimate:.0%} [{more.low:.0%}, "
-              f"{more.high:.0%}] (Welch t): {reading}."]
+              f"{more.high:.0%}] (paired t over seeds): {reading}."]
     e = endings[1]
     if not e.stuck.any():
         return lines
@@ -216,8 +219,8 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
            "the lecture's prompts [[1,0,2],[3,2,4],[1,2,3]]. 'Final' = the last epoch (mean reward of its "
            "samples) or the last step (KL). 'Optimal on every prompt' = the final greedy (argmax) response "
            "reaches the optimum reward on all three prompts. Intervals (`lab/experiments/intervals.py`, "
-           "scipy.stats): 95% Student t over seeds for means, Welch t for differences of independent runs, a "
-           "paired t where runs share seeds, Wilson for fractions of runs, and a percentile bootstrap over seeds "
+           "scipy.stats): 95% Student t over seeds for means, a paired t over seeds for differences between "
+           "settings (every setting runs the same seeds), Wilson for fractions of runs, and a percentile bootstrap over seeds "
            "(9999 resamples) for means of probabilities and shares, whose ends stay inside [0, 1]. 'Seed 5, the lecture's draw' is one more run per "
            "setting, not among the seeds above: seed 5 drawn as the lecture's script draws (`--sampler "
            "multinomial`); in the lecture's three experiments it is the lecture's own run, whose logged loss "

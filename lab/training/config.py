@@ -101,7 +101,8 @@ class TrainConfig:
     clip_eps: float = 0.01
     """clip band half-width eps of the clipped loss (TRL `epsilon`, verl `clip_ratio`); the lecture's 0.01"""
     kl: float = 0.0
-    """beta, weight of the k3 KL penalty to the reference (TRL `beta`, verl `kl_loss_coef`); 0 = off"""
+    """beta, weight of the KL penalty to the reference (TRL `beta`, verl `kl_loss_coef` / `kl_ctrl.kl_coef`); 0 = off;
+    the estimator and where it goes: `kl_estimator`, `kl_in` (k3 in the loss by default)"""
     kl_estimator: KLEstimator = KLEstimator.k3
     """which per-token estimator of KL(pi_theta || pi_ref) the penalty uses (lab.core.kl): k1 = log(pi / pi_ref),
     k2 = its square / 2, k3 = rho - log rho - 1 (verl `kl_loss_type` / `kl_penalty`: k1 is `kl`, k2 `mse`,

@@ -1,8 +1,9 @@
 """The exact distance of every run's policy to the KL-regularised optimum, after each epoch of the loop.
 
-    J_beta(pi)        = E_pi[r] - beta KL(pi || pi_ref)                     (the objective GRPO with a KL
-    pi*               = pi_ref exp(r / beta) / Z,   J_beta(pi*) = beta log Z   penalty and DPO both maximise)
-    KL(pi || pi*)     = (J_beta(pi*) - J_beta(pi)) / beta
+    J_beta(pi)        = E_pi[r] - beta KL(pi || pi_ref)                     (the objective DPO maximises, and
+    pi*               = pi_ref exp(r / beta) / Z,   J_beta(pi*) = beta log Z   GRPO with k1 in the reward or k2 in
+    KL(pi || pi*)     = (J_beta(pi*) - J_beta(pi)) / beta                    the loss; with k3 in the loss GRPO
+                                                                            ascends another, claim 14)
 
 Recorded for every DPO run and for runs with `optimum_metrics` (lab.training.records.OPTIMUM_METRICS), from the
 kind's exact distribution over every response (lab.exact.distributions; lab.exact.optimum's formulas, which

@@ -119,11 +119,13 @@ CRITIC_STEP_METRICS = {
 
 CRITIC_EPOCH_METRICS = {
     "values_mean": "mean of the critic's values V_old(s_t) over the epoch's live tokens (verl `critic/vpred_mean`)",
-    "vf_explained_var": "1 - Var(R_t - V_old) / Var(R_t) over the epoch's live tokens: 1 for a critic that "
-                        "predicts its targets, 0 for one no better than their mean (verl `critic/vf_explained_var`)",
+    "vf_explained_var": "1 - Var(R_t - V_old) / (Var(R_t) + 1e-5) over the epoch's live tokens, Bessel-corrected, "
+                        "as verl computes `critic/vf_explained_var`: 1 for a critic that predicts its targets, about "
+                        "0 for one no better than their mean",
     "value_error_exact": "exact E_{s~pi}[(V_psi(s) - V^pi(s))^2] of the critic that made the epoch's values, over "
-                         "every state the epoch's sampling policy visits, once per live token, prompts weighted "
-                         "equally (lab.exact.critic_error); what no PPO implementation can log",
+                         "every state the epoch's sampling policy visits, once per live token, so each prompt weighs "
+                         "as its expected number of live tokens (lab.exact.critic_error); what no PPO "
+                         "implementation can log",
     "value_error_exact_<t>": "the same at the states before token t only (its expectation given t is live); the "
                              "factorised policy's one state is the prompt, so every t has the total",
 }

@@ -119,3 +119,22 @@ def test_bradley_terry_preference_probability_and_draw_frequency():
     again, _ = draw_preferences(first.expand(draws, 3), second.expand(draws, 3), "bradley-terry",
                                 torch.Generator().manual_seed(1))
     assert torch.equal(wins, again)
+
+
+def test_trls_length_normalised_ipo_divides_each_log_ratio_by_its_token_count():
+    """TRL's IPO (loss_type="ipo") divides each sequence's log-probs by its token count before the difference:
+    ((lw - rw) / nw - (ll - rl) / nl - 1 / (2 beta))^2, written out here; without lengths (the lab's default) the
+    sums; at one fixed length L the normalised form is the summed one at beta / L, divided by L^2. Giving one length
+    alone is refused."""
+    lw, ll, rw, rl = (torch.tensor(v, dtype=torch.float64) for v in ([-2.0, -5.0], [-3.0, -4.0], [-2.5, -4.5],
+                                                                   [-2.0, -4.2]))
+    nw, nl, beta = torch.tensor([2.0, 5.0], dtype=torch.float64), torch.tensor([3.0, 4.0], dtype=torch.float64), 0.2
+    normalised = dpo_loss(lw, ll, rw, rl, beta, "ipo", chosen_lengths=nw, rejected_lengths=nl)[0]
+    torch.testing.assert_close(normalised, ((lw - rw) / nw - (ll - rl) / nl - 1 / (2 * beta)) ** 2)
+    summed = dpo_loss(lw, ll, rw, rl, beta, "ipo")[0]
+    torch.testing.assert_close(summed, ((lw - rw) - (ll - rl) - 1 / (2 * beta)) ** 2)
+    length = torch.full((2,), 3.0, dtype=torch.float64)
+    torch.testing.assert_close(dpo_loss(lw, ll, rw, rl, beta, "ipo", chosen_lengths=length, rejected_lengths=length)[0],
+                               dpo_loss(lw, ll, rw, rl, beta / 3, "ipo")[0] / 9)
+    with pytest.raises(ValueError, match="both"):
+        dpo_loss(lw, ll, rw, rl, beta, "ipo", chosen_lengths=nw)

@@ -1,12 +1,14 @@
 """lab.experiments.intervals: each interval against its formula written out by hand."""
 
+import ast
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from lab.experiments.intervals import (difference_interval, mean_interval, paired_interval, paired_p_value,
-                                       probability_interval, t_quantile, wilson_interval)
+                                       probability_interval, seed_difference, t_quantile, wilson_interval)
 
 
 def test_paired_interval_is_the_t_interval_of_the_per_seed_differences():
@@ -49,3 +51,38 @@ def test_welch_and_wilson_match_their_formulas():
     centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
     half = z / (1 + z**2 / n) * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2))
     assert (wilson_interval(7, 20).low, wilson_interval(7, 20).high) == pytest.approx((centre - half, centre + half))
+
+
+def test_seed_difference_pairs_runs_by_seed_where_settings_share_seeds():
+    """Two settings that ran the same seeds (in any order) get the paired t-interval, runs matched by seed; two
+    that share none get Welch's; a partial overlap is refused. Mutant: matching by position instead of by seed
+    gives another interval when the seeds come in another order."""
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=8)
+    b = a + 0.1 + 0.01 * rng.normal(size=8)  # strongly paired: the seed explains most of the scatter
+    order = rng.permutation(8)
+    paired = seed_difference(b[order], a, order, range(8))
+    assert paired == paired_interval(b, a)
+    assert paired.high - paired.low < (difference_interval(b, a).high - difference_interval(b, a).low) / 10
+    assert paired != paired_interval(b[order], a)
+    assert seed_difference(b, a, range(8), range(8, 16)) == difference_interval(b, a)
+    with pytest.raises(ValueError, match="share some seeds but not all"):
+        seed_difference(b, a, range(8), range(4, 12))
+
+
+def unpaired_calls(source: str) -> list[str]:
+    """Calls of an unpaired two-sample interval or test in a module's source: `difference_interval` (Welch) or
+    scipy's `ttest_ind`."""
+    return [ast.unparse(node.func) for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and ast.unparse(node.func).rsplit(".", 1)[-1] in ("difference_interval", "ttest_ind")]
+
+
+def test_no_verdict_rule_compares_seed_sharing_settings_with_an_unpaired_interval():
+    """Every setting of `lab reproduce` runs seeds 0..N-1, so any two settings share their seeds: a verdict rule in
+    lab/experiments compares them through `seed_difference` (paired by seed), never Welch's interval directly.
+    Mutant: a rule that calls difference_interval is found."""
+    folder = Path(__file__).resolve().parents[2] / "lab" / "experiments"
+    found = {path.name: unpaired_calls(path.read_text()) for path in folder.glob("*.py") if path.name != "intervals.py"}
+    assert {name: calls for name, calls in found.items() if calls} == {}
+    assert unpaired_calls("gap = difference_interval(a, b)\nstats.ttest_ind(a, b)") == [
+        "difference_interval", "stats.ttest_ind"]

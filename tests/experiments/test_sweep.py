@@ -182,9 +182,12 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     assert len(verdicts(length_part)) == len(SETTINGS)
     assert {v.split(",")[0] for v in verdicts(length_part)} <= {"lengthens", "shortens", "no difference seen"}
     assert "paired t" in length_part and "0/1 reward (Dr. GRPO's setting)" in length_part
-    assert len(verdicts(critic_part)) == 3 and set(verdicts(critic_part)) <= {"holds", "does not hold", "inconclusive"}
+    assert len(verdicts(critic_part)) == 5 and set(verdicts(critic_part)) <= {"holds", "does not hold", "inconclusive"}
     assert "the critic reduces the gradient's variance" in critic_part and "t = 4" in critic_part
-    assert len(verdicts(dpo_part)) == 15 and set(verdicts(dpo_part)) <= {"holds", "does not hold", "inconclusive"}
+    assert "share of visits" in critic_part and "(lambda = 0.9)" in critic_part
+    assert len(verdicts(dpo_part)) == 3 + 6 + 2 + 6 + 3
+    assert set(verdicts(dpo_part)) <= {"holds", "does not hold", "inconclusive"}
+    assert "E[r] - 0.05556 KL(pi_ref || pi)" in dpo_part and "aim at" not in dpo_part and "same optimum" not in dpo_part
     assert len(verdicts(before_rl_part)) == 7
     assert set(verdicts(before_rl_part)) <= {"holds", "does not hold", "inconclusive"}
     raw = reproduction.runs["lecture_deltas", 0]

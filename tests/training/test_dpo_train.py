@@ -283,3 +283,18 @@ def test_a_dpo_runs_samples_mark_each_groups_pair_instead_of_deltas():
     offline = samples_text(train(TASK, dpo(pairs="offline", pairs_per_prompt=2)))
     assert "delta" not in offline and "chosen" not in offline and "rejected" not in offline
     assert "  delta " in samples_text(train(TASK, TrainConfig(kl=0.1, **SHORT)))  # GRPO keeps its deltas
+
+
+def test_reward_accuracy_is_zero_where_the_policy_is_the_reference():
+    """TRL's reward accuracy counts a pair right only when chosen_rewards > rejected_rewards, strictly: at the
+    first step, where pi = pi_ref, every implicit reward is 0 and h = 0, so the accuracy is 0 (not 1, as `>=` would
+    give), and it is 1 once the chosen response's log-ratio is above the rejected one's."""
+    import torch
+
+    from lab.training.dpo import pair_metrics
+
+    ref_logps = torch.tensor([[[-1.0, -2.0, -3.0, -1.5]]])  # float[run batch 2K], K = 2
+    keep, beta = torch.ones(1, 1, 2), torch.tensor([0.5])
+    assert float(pair_metrics(ref_logps, ref_logps, keep, beta)["reward_accuracy"][0]) == 0.0
+    ahead = ref_logps + torch.tensor([[[0.1, 0.1, 0.0, 0.0]]])
+    assert float(pair_metrics(ahead, ref_logps, keep, beta)["reward_accuracy"][0]) == 1.0
