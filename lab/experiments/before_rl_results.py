@@ -8,23 +8,23 @@
               responses of each prompt), greedy accuracy, success (the greedy response optimal on every prompt),
               samples drawn from the policy to train on, optimizer steps
 
-Every setting runs the same seeds, so comparisons are paired by seed (Student t over the per-seed differences);
-success is a fraction of seeds (Wilson). Verdict rules, each able to fail (95% intervals, lab.experiments.intervals):
+Every setting runs the same seeds, so comparisons are paired by seed (`seed_difference`: Student t over the
+per-seed differences); a single setting's success is a fraction of seeds (Wilson). Verdict rules, each able to fail (95% intervals, lab.experiments.intervals):
 - "RL beats imitation of noisy demonstrations": GRPO minus SFT (noisy), final exact E[r], per seed. Holds if the
   interval lies above 0, does not hold if below, else inconclusive.
 - "expert iteration reaches GRPO's reward at equal samples" (both draw G per prompt each epoch): expert iteration
   minus GRPO, final exact E[r]. Holds if the interval's low end is above -REACH, does not hold if its high end is
   below -REACH, else inconclusive.
-- "an SFT start makes GRPO and DPO sort, where a random start does not": per method, success from the SFT start
-  against the random start. Holds if for both the SFT start's Wilson interval lies wholly above the random start's
-  and that interval lies below 1/2; does not hold if for either the SFT start's estimate is not above the random's;
-  else inconclusive.
+- "an SFT start makes GRPO and DPO sort, where a random start does not": per method, success (1 or 0 per seed)
+  from the SFT start minus from the random start, paired by seed. Holds if its interval lies above 0 and the random
+  start's success (Wilson) lies below 1/2; does not hold if the difference's estimate is not above 0 or the random
+  start's success lies at or above 1/2; else inconclusive.
 - "an SFT reference is better than the raw one" (the lab's reference is the run's start, so start and reference
   change together): from SFT minus from random, final exact E[r], per method. Holds if both intervals lie above 0,
   does not hold if either lies below, else inconclusive.
-- "clipping the gradient at 1.0 keeps a diverging setting finite": diverged seeds with clipping against without.
-  Holds if the Wilson intervals are disjoint with clipping's below; does not hold if clipping's estimate is not
-  below; else inconclusive.
+- "clipping the gradient at 1.0 keeps a diverging setting finite": diverged (1 or 0 per seed) with clipping minus
+  without, paired by seed. Holds if the interval lies below 0; does not hold if its estimate is not below 0; else
+  inconclusive.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from lab.experiments.exploration_results import success
-from lab.experiments.intervals import Interval, mean_interval, wilson_interval
+from lab.experiments.intervals import Interval, mean_interval, seed_difference, wilson_interval
+from lab.experiments.sweep import optimal_everywhere
 from lab.training.config import TrainConfig
 
 NOISE = 0.3
@@ -108,9 +109,10 @@ def _t(interval: Interval, digits: int = 2) -> str:
     return f"{interval.estimate:.{digits}f} [{interval.low:.{digits}f}, {interval.high:.{digits}f}]"
 
 
-def _paired(values: np.ndarray, a: list[int], b: list[int]) -> Interval:
-    """mean over seeds of values[a] - values[b], runs paired by seed (the same order)."""
-    return mean_interval(values[a] - values[b])
+def _paired(records, values: np.ndarray, a: list[int], b: list[int]) -> Interval:
+    """mean(values[a]) - mean(values[b]) of two settings' runs, paired by seed (`seed_difference`)."""
+    seeds = lambda runs: [records.configs[r].seed for r in runs]  # noqa: E731
+    return seed_difference(values[a], values[b], seeds(a), seeds(b))
 
 
 def _sign(interval: Interval) -> str:
@@ -144,36 +146,35 @@ def before_rl_markdown(records, groups: list[list[int]], seeds: int) -> list[str
                    f"{s.estimate:.0%} [{s.low:.0%}, {s.high:.0%}] | {mean(kl)} | {int(diverged[runs].sum())}/{len(runs)} |")
     g = lambda label: groups[INDEX[label]]  # noqa: E731
     rows = []
-    rl = _paired(reward, g("GRPO"), g("SFT, noisy demonstrations"))
+    rl = _paired(records, reward, g("GRPO"), g("SFT, noisy demonstrations"))
     rows.append(("RL beats imitation of noisy demonstrations", "final E[r], GRPO minus SFT (noisy), above 0",
                  _t(rl), _sign(rl)))
-    ei = _paired(reward, g("expert iteration"), g("GRPO"))
+    ei = _paired(records, reward, g("expert iteration"), g("GRPO"))
     rows.append(("expert iteration reaches GRPO's reward at equal samples",
                  f"final E[r], expert iteration minus GRPO, above -{REACH}", _t(ei),
                  "holds" if ei.low > -REACH else "does not hold" if ei.high < -REACH else "inconclusive"))
-    sorts = []
+    sorted_ = optimal_everywhere(records).astype(float)  # 1 where the final greedy response sorts every prompt
     for method in ("GRPO + KL", "DPO"):
-        sft, raw = success(records, g(f"{method}, SFT start")), success(records, g(f"{method}, random start"))
-        sorts.append("holds" if sft.low > raw.high and raw.high < 0.5 else
-                     "does not hold" if sft.estimate <= raw.estimate else "inconclusive")
+        gain = _paired(records, sorted_, g(f"{method}, SFT start"), g(f"{method}, random start"))
+        raw = success(records, g(f"{method}, random start"))
         rows.append((f"an SFT start makes {method} sort, where a random start does not",
-                     "success from the SFT start wholly above the random start's, which lies below 1/2",
-                     f"{sft.estimate:.0%} [{sft.low:.0%}, {sft.high:.0%}] against {raw.estimate:.0%} "
-                     f"[{raw.low:.0%}, {raw.high:.0%}]", sorts[-1]))
+                     "success, SFT start minus random start, above 0, and the random start's below 1/2",
+                     f"{_t(gain)}; random start {raw.estimate:.0%} [{raw.low:.0%}, {raw.high:.0%}]",
+                     "holds" if gain.low > 0 and raw.high < 0.5 else
+                     "does not hold" if gain.estimate <= 0 or raw.low >= 0.5 else "inconclusive"))
     for method in ("GRPO + KL", "DPO"):
-        better = _paired(reward, g(f"{method}, SFT start"), g(f"{method}, random start"))
+        better = _paired(records, reward, g(f"{method}, SFT start"), g(f"{method}, random start"))
         rows.append((f"an SFT reference is better than the raw one ({method}; start and reference together)",
                      "final E[r], SFT start minus random start, above 0", _t(better), _sign(better)))
     on, off = g("diverging setting, clipped at 1.0"), g("diverging setting")
-    clipped, free = wilson_interval(int(diverged[on].sum()), len(on)), wilson_interval(int(diverged[off].sum()), len(off))
+    fewer = _paired(records, diverged.astype(float), on, off)
+    free = wilson_interval(int(diverged[off].sum()), len(off))
     setting = ", ".join(f"{name} {value}" for name, value in DIVERGING.items())
     rows.append((f"clipping the gradient at {CLIP} keeps a diverging setting finite ({setting})",
-                 "diverged seeds with clipping wholly below those without",
-                 f"{clipped.estimate:.0%} [{clipped.low:.0%}, {clipped.high:.0%}] against {free.estimate:.0%} "
-                 f"[{free.low:.0%}, {free.high:.0%}]",
-                 "holds" if clipped.high < free.low else "does not hold" if clipped.estimate >= free.estimate
-                 else "inconclusive"))
-    lecture = _paired(reward, g("GRPO, clipped at 1.0"), g("GRPO"))
+                 "diverged seeds, clipped minus not, below 0",
+                 f"{_t(fewer)}; without clipping {free.estimate:.0%} [{free.low:.0%}, {free.high:.0%}] diverge",
+                 "holds" if fewer.high < 0 else "does not hold" if fewer.estimate >= 0 else "inconclusive"))
+    lecture = _paired(records, reward, g("GRPO, clipped at 1.0"), g("GRPO"))
     fraction = records.step_metrics["grad_clipped"][g("GRPO, clipped at 1.0")].mean()
     out += ["", f"On the lecture's settings clipping at {CLIP} clips {fraction:.0%} of the steps and changes the final "
             f"E[r] by {_t(lecture)} (clipped minus not, paired by seed).", "",
