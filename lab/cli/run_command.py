@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import torch
 import typer
 
@@ -186,6 +187,9 @@ def run(
         "final_greedy_responses": None if diverged else records.greedy_responses[0].tolist(),
         "seconds": records.seconds,
         "exploration_exact": records.exploration_exact,
+        # --max-grad-norm: the fraction of its optimizer steps whose gradient was clipped
+        **({"grad_clipped_fraction": float(np.nanmean(records.step_metrics["grad_clipped"][0]))}
+           if "grad_clipped" in records.step_metrics else {}),
     }
 
     def write(tmp: Path) -> None:

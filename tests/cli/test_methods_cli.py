@@ -37,6 +37,13 @@ def test_each_method_runs_in_both_commands_and_both_policies(tmp_path, name, pol
     columns = next(csv.reader(open(tmp_path / "r" / "metrics.csv")))
     wanted = "grad_norm" if name == "clipped-gradient" else "token_accuracy"
     assert wanted in columns
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    if name == "clipped-gradient":  # the fraction of steps clipped, from the steps' grad_clipped
+        rows = list(csv.DictReader(open(tmp_path / "r" / "metrics.csv")))
+        assert summary["grad_clipped_fraction"] == pytest.approx(
+            sum(float(r["grad_clipped"]) for r in rows) / len(rows))
+    else:
+        assert "grad_clipped_fraction" not in summary
     config = json.loads((tmp_path / "r" / "config.json").read_text())["config"]
     assert config["loss"] == ("sft" if name == "sft" else "expert-iteration" if name == "expert-iteration"
                               else "naive")
