@@ -9,7 +9,8 @@
               samples drawn from the policy to train on, optimizer steps
 
 Every setting runs the same seeds, so comparisons are paired by seed (`seed_difference`: Student t over the
-per-seed differences); a single setting's success is a fraction of seeds (Wilson). Verdict rules, each able to fail (95% intervals, lab.experiments.intervals):
+per-seed differences); a single setting's success is a fraction of seeds (Wilson). Verdict rules, each able to
+fail (95% intervals, lab.experiments.intervals):
 - "RL beats imitation of noisy demonstrations": GRPO minus SFT (noisy), final exact E[r], per seed. Holds if the
   interval lies above 0, does not hold if below, else inconclusive.
 - "expert iteration reaches GRPO's reward at equal samples" (both draw G per prompt each epoch): expert iteration
@@ -126,10 +127,10 @@ def before_rl_markdown(records, groups: list[list[int]], seeds: int) -> list[str
     first = records.configs[0]
     steps = first.epochs * first.steps
     drawn = first.epochs * first.group_size * records.prompts.shape[0]
-    out = [f"{first.epochs} epochs x {first.steps} steps, G = {first.group_size}, {seeds} seeds paired by seed; the SFT "
-           f"start is seed 0's SFT policy on noisy demonstrations (each token replaced with probability {NOISE}), and "
-           f"it is the reference of the runs that start from it (beta = {BETA}). E[r] and the KL to the run's initial "
-           "policy are exact (sums over the 125 responses of each prompt); the optimum is 5. A method that samples "
+    out = [f"{first.epochs} epochs x {first.steps} steps, G = {first.group_size}, {seeds} seeds paired by seed; "
+           f"the SFT start is seed 0's SFT policy on noisy demonstrations (each token replaced with probability "
+           f"{NOISE}), and it is the reference of the runs that start from it (beta = {BETA}). E[r] and the KL to the "
+           "run's initial policy are exact (sums over the 125 responses of each prompt); the optimum is 5. A method that samples "
            f"from its policy to train (expert iteration, GRPO, DPO) draws {drawn} samples per run; SFT draws none "
            f"and trains on its {first.group_size * records.prompts.shape[0]} demonstrations; every run takes {steps} "
            "optimizer steps. Final = after the last epoch; mean over seeds [95% t]; success = the greedy response "
@@ -143,7 +144,8 @@ def before_rl_markdown(records, groups: list[list[int]], seeds: int) -> list[str
                       f"{reward[kept].mean() / drawn * 1000:.2f}")
         s = success(records, runs)
         out.append(f"| {label} | {mean(reward)} | {per_sample} | {mean(e['greedy_accuracy'][:, -1])} | "
-                   f"{s.estimate:.0%} [{s.low:.0%}, {s.high:.0%}] | {mean(kl)} | {int(diverged[runs].sum())}/{len(runs)} |")
+                   f"{s.estimate:.0%} [{s.low:.0%}, {s.high:.0%}] | {mean(kl)} | "
+                   f"{int(diverged[runs].sum())}/{len(runs)} |")
     g = lambda label: groups[INDEX[label]]  # noqa: E731
     rows = []
     rl = _paired(records, reward, g("GRPO"), g("SFT, noisy demonstrations"))

@@ -55,7 +55,8 @@ def start_mismatches(folder: str | Path, config, task, option: str = "--init-fro
         return [f"{path}: cannot read policy.pt ({type(e).__name__})"]
     kind = "autoregressive" if "previous" in state else "factorized"
     if kind != config.policy.value:
-        return [f"{option} {folder}: its policy is {kind}, these settings train the {config.policy.value} policy (--policy)"]
+        return [f"{option} {folder}: its policy is {kind}, these settings train the {config.policy.value} policy "
+                "(--policy)"]
     prompt_length = task.prompts.shape[1]
     length = task.response_length if kind == "factorized" else resolve_max_length(config, prompt_length)
     wanted = make_policy(kind, task.vocab_size, prompt_length, length, config.dim)
@@ -67,5 +68,6 @@ def start_mismatches(folder: str | Path, config, task, option: str = "--init-fro
              wanted.response_length),
             ("width", "--dim", state["embedding"].shape[-1], config.dim)):
         if have != need:
-            lines.append(f"{option} {folder}: its policy has {words} {have}, these settings need {need} ({option_name})")
+            lines.append(f"{option} {folder}: its policy has {words} {have}, these settings need {need} "
+                         f"({option_name})")
     return lines

@@ -284,7 +284,8 @@ class TrainConfig:
         """SFT's and expert iteration's settings: their defaults for their --loss, refused (one line each) otherwise."""
         sft, ei = self.loss is TrainingLoss.sft, self.loss is TrainingLoss.expert_iteration
         for name, applies, option in (("demos", sft, "--loss sft"), ("demo_noise", sft, "--demos noisy"),
-                                      ("demos_from", sft, "--demos policy"), ("ei_filter", ei, "--loss expert-iteration"),
+                                      ("demos_from", sft, "--demos policy"),
+                                      ("ei_filter", ei, "--loss expert-iteration"),
                                       ("reward_threshold", ei, "--ei-filter threshold")):
             if getattr(self, name) is not None and not applies:
                 raise ConfigError(f"--{name.replace('_', '-')} applies to {option} only; drop it or add {option}")

@@ -1,12 +1,14 @@
 """What a training method does inside the loop: one entry per method, one table (`METHODS`).
 
-    method                   trains on                          loss (per run)                          logs
-    policy gradient (GRPO)   the epoch's groups, y ~ pi_theta    agg(surrogate(l, d, l_old)) + beta KL   STEP_METRICS
-    dpo                      preference pairs of the groups,     DPO's loss on the pairs                 + DPO_STEP_METRICS,
-                             or one offline set from pi_ref                                              OPTIMUM_METRICS
-    sft                      fixed demonstrations                -sum m l / sum m (token mean NLL)       + SFT_STEP_METRICS
-    expert iteration         the groups' responses that pass     the same NLL on the kept responses      + SFT's, the counts
-                             a filter (best, or r >= tau)
+    method                  trains on                         loss (per run)                        logs (besides
+                                                                                                    STEP_METRICS)
+    policy gradient (GRPO)  the epoch's groups, y ~ pi_theta   agg(surrogate(l, d, l_old)) + beta KL  -
+    dpo                     preference pairs of the groups,    DPO's loss on the pairs               DPO_STEP_METRICS,
+                            or one offline set from pi_ref                                           OPTIMUM_METRICS
+    sft                     fixed demonstrations               -sum m l / sum m (token mean NLL)     METHOD_STEP_METRICS
+                                                                                                    the counts
+    expert iteration        the groups' responses that pass    the same NLL on the kept responses    as SFT
+                            a filter (best, or r >= tau)
 
 Every method samples the epoch's groups from pi_theta (the sample metrics and samples.txt come from them).
 The loop (`lab.training.train`) reads the same for every method: it asks the method for the reference's

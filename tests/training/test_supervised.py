@@ -71,7 +71,8 @@ def test_the_first_step_loss_is_the_nll_of_the_kept_samples(task):
     records = train(task, config)
     groups = records.samples[0]
     rewards = torch.tensor(groups.rewards)
-    best = ((rewards == rewards.amax(-1, keepdim=True)) & (rewards.amax(-1, keepdim=True) > rewards.amin(-1, keepdim=True)))
+    high, low = rewards.amax(-1, keepdim=True), rewards.amin(-1, keepdim=True)
+    best = (rewards == high) & (high > low)
     kind = KINDS[config.policy](task, [config], [torch.Generator().manual_seed(config.seed)],
                                 RunSettings.of([config], torch.device("cpu")).reward_groups, torch.device("cpu"))
     log_probs = kind.log_probs([p for _, p in kind.policy.named_parameters()], torch.tensor(groups.responses), None)[0]
