@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lab.files.output_folders import MARKER, sha256
+from lab.files.output_folders import MARKER, read_marker, sha256
 from lab.files.run_folder import check_unchanged
 
 
@@ -28,6 +28,10 @@ def start_sha256(folder: str | Path, option: str = "--init-from") -> str:
     if not (folder / MARKER).is_file():
         raise ValueError(f"{option} {folder}: no {MARKER} mark in it: not a folder written by lab run")
     check_unchanged(folder, option)
+    command = (read_marker(folder) or {}).get("command")
+    if command != "run":
+        raise ValueError(f"{option} {folder}: written by lab {command}, not lab run (a sweep keeps no policy; train "
+                         "the start with lab run)")
     try:
         status = json.loads((folder / "summary.json").read_text()).get("status")
     except (OSError, ValueError, AttributeError):

@@ -99,6 +99,7 @@ def test_each_mismatch_is_one_line_and_nothing_is_written(tmp_path, starts, monk
     ("no mark", "no .lab-output mark"),
     ("other policy", "not the file lab run wrote"),
     ("diverged", 'does not say "status": "ok"'),
+    ("a sweep", "written by lab sweep, not lab run"),
 ])
 def test_a_folder_that_is_not_a_finished_lab_run_is_refused(tmp_path, starts, monkeypatch, damage, fragment):
     import shutil
@@ -110,6 +111,9 @@ def test_a_folder_that_is_not_a_finished_lab_run_is_refused(tmp_path, starts, mo
         (folder / ".lab-output").unlink()
     if damage == "other policy":
         shutil.copy(starts / "autoregressive" / "policy.pt", folder / "policy.pt")
+    if damage == "a sweep":
+        shutil.rmtree(folder)
+        assert CliRunner().invoke(app, ["sweep", *SHORT, "--seeds", "1", "--out", str(folder)]).exit_code == 0
     if damage == "diverged":
         shutil.rmtree(folder)
         result = CliRunner().invoke(app, ["run", *SHORT, "--init-scale", "1e30", "--out", str(folder)])
