@@ -36,7 +36,7 @@ def sft_loss(log_probs: Tensor, mask: Tensor | None, weights: Tensor | None = No
 
     mask: bool[... batch trial pos] live tokens (None: all); weights float[... batch trial]: 1 for a response
     that counts, 0 for one that does not (expert iteration's filter; None: all count). A run without a counted
-    token has loss 0 (no update)."""
+    token has loss 0 and a zero gradient (Adam's momentum from earlier steps still moves it)."""
     live = torch.ones_like(log_probs) if mask is None else mask.to(log_probs.dtype)
     if weights is not None:
         live = live * weights.unsqueeze(-1).to(log_probs.dtype)

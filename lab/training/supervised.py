@@ -9,7 +9,8 @@ policy, so `kl_exact` is the exact KL to the policy the run started from. Step m
 step's update, `lab.training.records.SUPERVISED_STEP_METRICS`): the trained responses' mean sequence log-prob and
 token accuracy. Epoch metrics: the samples drawn from the policy to train on, kept, and trained on (response x
 step), each counted from the start, and, on enumerable spaces, the exact expected reward and KL to the initial
-policy (`lab.training.optimum.ProgressTracker`).
+policy (`lab.training.optimum.ProgressTracker`). Every method samples the epoch's groups from pi_theta, so samples.txt
+and the sample metrics show what the policy itself answers; SFT trains on its demonstrations, not on them.
 """
 
 from __future__ import annotations
