@@ -184,3 +184,30 @@ def before_rl_markdown(records, groups: list[list[int]], seeds: int) -> list[str
             "verdict |", "| --- | --- | --- | --- |"]
     out += [f"| {claim} | {rule} | {numbers} | **{verdict}** |" for claim, rule, numbers, verdict in rows]
     return out
+
+
+def plot_before_rl(records, groups: list[list[int]], path: Path, subtitle: str) -> Path:
+    """Two panels against epochs, one mean curve per setting that did not diverge: the exact expected reward and
+    the exact KL to the run's initial policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    diverged = records.diverged()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for axis, (name, title) in zip(axes, (("reward_exact", "exact E[r] (the optimum is 5)"),
+                                          ("kl_initial_exact", "exact KL(pi_theta || the run's initial policy)"))):
+        values = records.epoch_metrics[name]
+        for (label, _), runs in zip(SETTINGS, groups):
+            kept = [r for r in runs if not diverged[r]]
+            if kept:
+                axis.plot(np.arange(values.shape[1]), np.nanmean(values[kept], axis=0), label=label, lw=1.2)
+        axis.set_title(title, fontsize=9)
+        axis.set_xlabel("epoch")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(subtitle, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

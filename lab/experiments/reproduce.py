@@ -38,6 +38,7 @@ LECTURE_SEED = 5
 LENGTH_FIGURE = "length_bias.png"
 CRITIC_FIGURE = "critic.png"
 DPO_FIGURE = "dpo.png"
+BEFORE_RL_FIGURE = "before_rl.png"
 SEEDS = 20
 KL_WEIGHTS = (0.0, 0.01, 0.1, 1.0)
 """beta values of the KL experiments (0 = no penalty, the reference is still tracked)."""
@@ -216,7 +217,7 @@ def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]
     from lab.experiments.exploration_results import FIGURES
 
     return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
-            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, "RESULTS.md"]
+            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, BEFORE_RL_FIGURE, "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,
@@ -275,9 +276,13 @@ def write_figures(reproduction: Reproduction, out: Path,
                            "(Rafailov et al. 2023; Azar et al. 2023)", "", f"![dpo]({DPO_FIGURE})", "",
                            *dpo_markdown(reproduction.dpo, reproduction.dpo_groups, reproduction.seeds)]) + "\n"
     if reproduction.before_rl is not None:
-        from lab.experiments.before_rl_results import before_rl_markdown
+        from lab.experiments.before_rl_results import before_rl_markdown, plot_before_rl
 
+        paths.append(plot_before_rl(reproduction.before_rl, reproduction.before_rl_groups,
+                                    Path(out) / BEFORE_RL_FIGURE, "SFT, expert iteration, GRPO and RL from an SFT start; "
+                                    f"{reproduction.seeds} seeds, mean over seeds (diverged runs left out)"))
         text += "\n".join(["", "## Before RL: imitation, filtering, and where RL starts (CS336 assignment 5)", "",
+                           f"![before RL]({BEFORE_RL_FIGURE})", "",
                            *before_rl_markdown(reproduction.before_rl, reproduction.before_rl_groups,
                                                reproduction.seeds)]) + "\n"
     results = Path(out) / "RESULTS.md"

@@ -56,3 +56,9 @@ def test_each_rule_can_fail(section):
     swapped[i], swapped[j] = groups[j], groups[i]
     mirror = {"holds": "does not hold", "does not hold": "holds", "inconclusive": "inconclusive"}
     assert verdicts(B.before_rl_markdown(records, swapped, SEEDS))[0] == mirror[expected]
+
+
+def test_the_figure_is_drawn(section, tmp_path):
+    records, groups = section
+    path = B.plot_before_rl(records, groups, tmp_path / "before_rl.png", "small")
+    assert path.stat().st_size > 10_000  # two panels of curves, not an empty canvas

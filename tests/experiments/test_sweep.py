@@ -160,7 +160,7 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
                    "exploration_entropy_reward.png"]
     assert sorted(p.name for p in paths) == sorted([f"{e.name}.png" for e in EXPERIMENTS if not e.exploration]
                                                    + exploration + ["length_bias.png", "critic.png", "dpo.png",
-                                                                    "RESULTS.md"])
+                                                                    "before_rl.png", "RESULTS.md"])
     text = (tmp_path / "RESULTS.md").read_text()
     lecture_part, exploration_part = text.split("## Exploration", 1)
     exploration_part, length_part = exploration_part.split("## Variable length", 1)
