@@ -21,8 +21,10 @@ CLIP_EPS = 1e-6
 
 
 def run_grad_norms(grads: list[Tensor]) -> Tensor:
-    """Each run's global gradient norm, float[run], from gradients float[run ...] (one per parameter)."""
-    return torch.stack([g.pow(2).flatten(1).sum(dim=1) for g in grads]).sum(dim=0).sqrt()
+    """Each run's global gradient norm, float[run], from gradients float[run ...] (one per parameter): the norm of
+    the per-parameter norms, one reduction per parameter and one over them (few kernels: this runs every step)."""
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.reshape(len(g), -1), dim=1)
+                                                 for g in grads]), dim=0)
 
 
 def clip_coefficients(norms: Tensor, max_norms: Tensor) -> Tensor:
@@ -50,8 +52,7 @@ class GradClip:
         grads = [p.grad for p in parameters]
         norms = run_grad_norms(grads)  # float[run]
         coef = clip_coefficients(norms, self.max_norms).to(grads[0].dtype)
-        for g in grads:
-            g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
+        torch._foreach_mul_(grads, [coef.view(-1, *[1] * (g.dim() - 1)) for g in grads])
         self.norms.append(norms)
 
     def end_epoch(self) -> None:
