@@ -40,7 +40,6 @@ from lab.core.kl import freeze, reference_due
 from lab.training.clipping import GradClip
 from lab.training.config import TrainConfig, check_batchable
 from lab.training.groups import (
-    Groups,
     History,
     epoch_metrics,
     extensions,
