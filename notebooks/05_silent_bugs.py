@@ -68,6 +68,7 @@ torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible
 np.set_printoptions(precision=3, suppress=True)
 loop = importlib.import_module("lab.training.train")  # the loop's module (`lab.training.train` is also the function's name)
 scoring = importlib.import_module("lab.training.groups")  # where the loop turns an epoch's rewards into deltas
+penalties = importlib.import_module("lab.training.methods")  # where a policy-gradient step adds beta * the KL term
 task = make_task()  # the lecture's prompts [[1,0,2], [3,2,4], [1,2,3]], vocabulary 0..4
 SEEDS = range(20)
 
@@ -136,7 +137,7 @@ BUGS = {
     3: (lab.core.losses, "ratios", broken_c),
     4: (scoring, "compute_deltas", broken_d),
     5: (scoring, "compute_deltas", broken_e),
-    6: (loop, "kl_term", broken_f),
+    6: (penalties, "kl_term", broken_f),
     7: (loop, "freeze", broken_g),
 }
 

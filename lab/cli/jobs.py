@@ -23,7 +23,7 @@ from lab.cli.options import cli_message, hashed_name_note, make_task
 from lab.files.output_folders import RunFolder
 from lab.files.writable import check_writable
 from lab.policies.interface import PolicyKind
-from lab.training.config import Device, TrainConfig, resolve_device
+from lab.training.config import ConfigError, Device, TrainConfig, resolve_device
 from lab.training.divergence import DIVERGED_EXIT_CODE
 from lab.training.lengths import resolve_max_length
 from lab.training.limits import check_memory
@@ -71,6 +71,7 @@ def prepare(command: str, build: Callable[[], tuple[list[TrainConfig], int, Call
             check_memory(points, *sizes, options["heldout"], torch_device, what, seeds)
         task = make_task(**options)
         check_fits(points[0], task)
+        check_starts(points, task)
         check_memory(points, options["vocab_size"], *task.prompts.shape, options["heldout"], torch_device, what, seeds)
         folder = RunFolder(out or Path("runs") / default_name(), force, command=command)
         note = None if out or quiet else hashed_name_note(folder.out.name)
@@ -81,6 +82,28 @@ def prepare(command: str, build: Callable[[], tuple[list[TrainConfig], int, Call
     if note:
         typer.echo(note, err=True)
     return Job(points, task, torch_device, folder, options)
+
+
+def start_settings(init_from: str | None) -> dict:
+    """`--init-from`'s config fields: the folder, and the sha256 of the policy.pt it holds (the folder checked)."""
+    from lab.files.start_folder import start_sha256
+
+    return {} if init_from is None else dict(init_from=init_from, init_sha256=start_sha256(init_from))
+
+
+def check_starts(points: Sequence[TrainConfig], task) -> None:
+    """The policies of --init-from and --demos-from fit the settings: a `ConfigError`, one line per mismatch."""
+    from lab.files.start_folder import start_mismatches, start_sha256
+
+    lines = []
+    for config in points:
+        if config.init_from is not None:
+            lines += start_mismatches(config.init_from, config, task)
+        if config.demos_from is not None:
+            start_sha256(config.demos_from, "--demos-from")
+            lines += start_mismatches(config.demos_from, config, task, "--demos-from")
+    if lines:
+        raise ConfigError("\n".join(dict.fromkeys(lines)))
 
 
 def write_folder(job: Job, write: Callable[[Path], None]) -> None:

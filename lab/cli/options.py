@@ -12,12 +12,13 @@ from typing import Annotated
 import typer
 
 from lab.core.aggregation import LossAgg
-from lab.training.config import Device, TrainConfig
+from lab.training.config import Demos, Device, TrainConfig
 from lab.training.settings import option, text
 from lab.core.deltas import DeltaMode
 from lab.core.dpo import DPOLoss, Pairs, Preference
 from lab.core.kl import KLEstimator, KLPlacement
 from lab.core.losses import TrainingLoss
+from lab.core.sft import Filter
 from lab.policies.interface import PolicyKind
 from lab.policies.sampling import Sampler
 from tasks import sorting
@@ -31,7 +32,9 @@ DeltaOpt = Annotated[DeltaMode, typer.Option(help="rewards -> deltas: raw, minus
                                                   "a learned critic's GAE advantages per token (PPO)")]
 LossOpt = Annotated[TrainingLoss, typer.Option(help="surrogate loss: naive log-prob * delta, ratio * delta, "
                                                     "PPO-style clipped ratio; or dpo: DPO on preference pairs, "
-                                                    "beta = --kl (> 0), reference frozen at the initial policy")]
+                                                    "beta = --kl (> 0), reference frozen at the initial policy; "
+                                                    "sft: the NLL of demonstrations (--demos); expert-iteration: "
+                                                    "the NLL of the policy's own samples that pass --ei-filter")]
 PairsOpt = Annotated[Pairs | None, typer.Option(help="--loss dpo: online (each group's best vs worst sample) "
                                                      "or offline (one fixed set drawn from pi_ref) [default: online]")]
 PairsPerPromptOpt = Annotated[int | None, typer.Option(help="--pairs offline: pairs drawn per prompt "
@@ -65,6 +68,26 @@ TemperatureOpt = Annotated[float, typer.Option(help="sampling temperature T: res
                                                     "loss's log-probs at the same T (as verl); 1 = the plain policy")]
 EntropyCoefOpt = Annotated[float, typer.Option(help="entropy bonus: loss - coef x exact mean per-position "
                                                     "entropy (0 = off)")]
+MaxGradNormOpt = Annotated[float | None, typer.Option(help="clip each run's gradient to this global L2 norm before "
+                                                         "its Adam step (TRL max_grad_norm, verl grad_clip; "
+                                                         "default: off)")]
+DemosOpt = Annotated[Demos | None, typer.Option(help="--loss sft: its demonstrations, G per prompt, fixed: optimal "
+                                                    "(the target sorted(x), the one response optimal under every "
+                                                    "reward), noisy (that target, each token replaced at rate "
+                                                    "--demo-noise), or policy (drawn from --demos-from's policy) "
+                                                    "[default: optimal]")]
+DemoNoiseOpt = Annotated[float | None, typer.Option(help="--demos noisy: the rate at which each token is replaced "
+                                                         "by a uniform one [default: 0.2]")]
+DemosFromOpt = Annotated[str | None, typer.Option(help="--demos policy: the run folder whose policy.pt draws the "
+                                                       "demonstrations")]
+EIFilterOpt = Annotated[Filter | None, typer.Option(help="--loss expert-iteration: keep each group's best responses "
+                                                         "(none when all tie), or those with reward >= "
+                                                         "--reward-threshold [default: group-best]")]
+RewardThresholdOpt = Annotated[float | None, typer.Option(help="--ei-filter threshold: the reward a kept response "
+                                                               "reaches")]
+InitFromOpt = Annotated[str | None, typer.Option(help="start every run from this finished run folder's policy.pt "
+                                                      "(checked against the settings); it is also the KL and DPO "
+                                                      "reference")]
 PromptsOpt = Annotated[str, typer.Option(help="'lecture', 'random' (see --num-prompts, --prompt-length), "
                                               "or a JSON list such as '[[3,1,0,2],[2,2,0,1]]'")]
 NumPromptsOpt = Annotated[int, typer.Option(help="how many prompts --prompts random draws")]
@@ -132,6 +155,9 @@ DPOLossesOpt = Annotated[list[DPOLoss] | None, typer.Option("--dpo-loss", help="
 GaeLambdasOpt = Annotated[list[float] | None, typer.Option("--gae-lambda", help="repeatable: GAE lambdas to "
                                                             "sweep (the --delta gae points only)",
                                                             show_default=str(_RUN.gae_lambda))]
+MaxGradNormsOpt = Annotated[list[float] | None, typer.Option("--max-grad-norm", help="repeatable: gradient "
+                                                             "norm limits to sweep, each run clipped to its own "
+                                                             "[default: off]")]
 GroupsOpt = Annotated[list[int] | None, typer.Option("--group-size", help="repeatable: group sizes G "
                                                      "(each G trains as its own batch)",
                                                      show_default=str(_RUN.group_size))]
@@ -209,7 +235,7 @@ CLI_NAMES = {
 FIELD_NAMES = ("group_size", "clip_eps", "kl_period", "kl_estimator", "kl_in", "init_scale", "entropy_coef", "max_length", "loss_agg",
                "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
                "epochs", "steps", "lr", "dim", "seed", "delta", "loss",
-               "reward", "kl", "pairs_per_prompt", "dpo_loss")
+               "reward", "kl", "pairs_per_prompt", "dpo_loss", "max_grad_norm", "demo_noise", "reward_threshold")
 """TrainConfig fields that are `lab run` options (underscores become dashes)."""
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import torch
 import typer
 
 from lab.cli.application import DEFAULTS, app, load
-from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
+from lab.cli.jobs import start_settings, config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
     CliprangeValueOpt,
     CriticLrOpt,
@@ -24,6 +25,13 @@ from lab.cli.options import (
     DimOpt,
     EntropyCoefOpt,
     TemperatureOpt,
+    MaxGradNormOpt,
+    DemoNoiseOpt,
+    InitFromOpt,
+    DemosFromOpt,
+    DemosOpt,
+    EIFilterOpt,
+    RewardThresholdOpt,
     EpochsOpt,
     ForceOpt,
     GroupOpt,
@@ -108,6 +116,13 @@ def run(
     init_scale: InitScaleOpt = DEFAULTS.init_scale,
     entropy_coef: EntropyCoefOpt = DEFAULTS.entropy_coef,
     temperature: TemperatureOpt = DEFAULTS.temperature,
+    max_grad_norm: MaxGradNormOpt = DEFAULTS.max_grad_norm,
+    init_from: InitFromOpt = DEFAULTS.init_from,
+    demos: DemosOpt = DEFAULTS.demos,
+    demo_noise: DemoNoiseOpt = DEFAULTS.demo_noise,
+    demos_from: DemosFromOpt = DEFAULTS.demos_from,
+    ei_filter: EIFilterOpt = DEFAULTS.ei_filter,
+    reward_threshold: RewardThresholdOpt = DEFAULTS.reward_threshold,
     seed: Annotated[int, typer.Option(help="seed of the run's generator (init and sampling)")] = DEFAULTS.seed,
     sampler: SamplerOpt = DEFAULTS.sampler,
     prompts: PromptsOpt = "lecture",
@@ -140,7 +155,9 @@ def run(
                              pairs_per_prompt=pairs_per_prompt, preference=preference, dpo_loss=dpo_loss,
                              critic_lr=critic_lr, gae_lambda=gae_lambda, cliprange_value=cliprange_value,
                              critic_warmup=critic_warmup, whiten_advantages=whiten_advantages,
-                             temperature=temperature)
+                             temperature=temperature, max_grad_norm=max_grad_norm, demos=demos,
+                             demo_noise=demo_noise, demos_from=demos_from, ei_filter=ei_filter,
+                             reward_threshold=reward_threshold, **start_settings(init_from))
         return [config], 1, lambda: default_run_name(config, options)
 
     job = prepare("run", build, options, device, out, force, quiet)
@@ -163,6 +180,9 @@ def run(
         "final_greedy_responses": None if diverged else records.greedy_responses[0].tolist(),
         "seconds": records.seconds,
         "exploration_exact": records.exploration_exact,
+        # --max-grad-norm: the fraction of its optimizer steps whose gradient was clipped
+        **({"grad_clipped_fraction": float(np.nanmean(records.step_metrics["grad_clipped"][0]))}
+           if "grad_clipped" in records.step_metrics else {}),
     }
 
     def write(tmp: Path) -> None:
@@ -197,5 +217,6 @@ def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.devic
 RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "kl_estimator", "kl_in", "clip_eps", "epochs", "steps", "group_size",
                "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg",
                "pairs", "pairs_per_prompt", "preference", "dpo_loss",
-               "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature")
+               "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
+               "max_grad_norm", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold", "init_from")
 """TrainConfig fields that `lab run` exposes as options."""

@@ -10,7 +10,7 @@ import torch
 import typer
 
 from lab.cli.application import DEFAULTS, app, load
-from lab.cli.jobs import config_header, prepare, prompt_options, report_divergence, write_folder
+from lab.cli.jobs import start_settings, config_header, prepare, prompt_options, report_divergence, write_folder
 from lab.cli.options import (
     CliprangeValueOpt,
     CriticLrOpt,
@@ -24,6 +24,13 @@ from lab.cli.options import (
     DimOpt,
     EntropyCoefsOpt,
     TemperaturesOpt,
+    MaxGradNormsOpt,
+    DemoNoiseOpt,
+    InitFromOpt,
+    DemosFromOpt,
+    DemosOpt,
+    EIFilterOpt,
+    RewardThresholdOpt,
     EpochsOpt,
     ForceOpt,
     GroupsOpt,
@@ -102,6 +109,13 @@ def sweep(
     critic_warmup: CriticWarmupOpt = DEFAULTS.critic_warmup,
     whiten_advantages: WhitenOpt = DEFAULTS.whiten_advantages,
     temperature: TemperaturesOpt = None,
+    max_grad_norm: MaxGradNormsOpt = None,
+    init_from: InitFromOpt = DEFAULTS.init_from,
+    demos: DemosOpt = DEFAULTS.demos,
+    demo_noise: DemoNoiseOpt = DEFAULTS.demo_noise,
+    demos_from: DemosFromOpt = DEFAULTS.demos_from,
+    ei_filter: EIFilterOpt = DEFAULTS.ei_filter,
+    reward_threshold: RewardThresholdOpt = DEFAULTS.reward_threshold,
     seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
     sampler: SamplerOpt = DEFAULTS.sampler,
     threads: Annotated[int | None, typer.Option(
@@ -140,7 +154,7 @@ def sweep(
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
              "entropy_coef": entropy_coef, "loss_agg": loss_agg, "pairs": pairs, "preference": preference,
              "dpo_loss": dpo_loss, "gae_lambda": gae_lambda, "temperature": temperature,
-             "kl_estimator": kl_estimator, "kl_in": kl_in}
+             "max_grad_norm": max_grad_norm, "kl_estimator": kl_estimator, "kl_in": kl_in}
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once
@@ -148,10 +162,12 @@ def sweep(
     options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
     critic = dict(critic_lr=critic_lr, cliprange_value=cliprange_value, critic_warmup=critic_warmup,
                   whiten_advantages=whiten_advantages)  # the --delta gae points' only
+    supervised = dict(demos=demos, demo_noise=demo_noise, demos_from=demos_from, ei_filter=ei_filter,
+                      reward_threshold=reward_threshold)  # the --loss sft and expert-iteration points' only
 
     def make_base() -> TrainConfig:  # the settings every run of the sweep shares
         return TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler,
-                           policy=policy, max_length=max_length)
+                           policy=policy, max_length=max_length, **start_settings(init_from))
 
     def build():
         check_threads(threads)
@@ -161,16 +177,14 @@ def sweep(
             raise ConfigError("the critic's options (--gae-lambda, --critic-lr, ...) apply to --delta gae only; "
                               "add --delta gae")
         points = sweeps.build_grid(make_base(), grid, 1, critic)  # one config per grid point: sized before seeds multiply it
-        if pairs_per_prompt is not None:  # an offline setting: the online points have no use for it
-            points = [p.replace(pairs_per_prompt=pairs_per_prompt) if p.pairs == "offline" else p for p in points]
+        points = sweeps.method_settings(points, pairs_per_prompt=pairs_per_prompt, **supervised)
         return points, seeds, lambda: default_sweep_name(points, options, seeds, table_format)
 
     settings = math.prod(len(values) for values in grid.values())
     job = prepare("sweep", build, options, device, out, force, quiet, what=f"this sweep ({settings} settings x {shown(seeds)} seeds)")
     base = make_base()
-    configs = sweeps.build_grid(base, grid, seeds, critic)
-    if pairs_per_prompt is not None:
-        configs = [c.replace(pairs_per_prompt=pairs_per_prompt) if c.pairs == "offline" else c for c in configs]
+    configs = sweeps.method_settings(sweeps.build_grid(base, grid, seeds, critic), pairs_per_prompt=pairs_per_prompt,
+                                     **supervised)
 
     from lab.experiments.bench import sweep_threads
 

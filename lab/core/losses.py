@@ -39,13 +39,17 @@ class LossMode(str, Enum):
 
 
 class TrainingLoss(str, Enum):
-    """What a run minimises (`--loss`): one of the surrogates above (`LossMode`, on deltas), or `dpo`, the
-    loss on preference pairs of `lab.core.dpo` (the training loop dispatches on it)."""
+    """What a run minimises (`--loss`): one of the surrogates above (`LossMode`, on deltas), `dpo`, the
+    loss on preference pairs of `lab.core.dpo`, or the negative log-likelihood of responses (`lab.core.sft`) on
+    demonstrations (`sft`) or on the policy's own filtered samples (`expert-iteration`). The training loop
+    dispatches on its method (`lab.training.methods`)."""
 
     naive = "naive"
     unclipped = "unclipped"
     clipped = "clipped"
     dpo = "dpo"
+    sft = "sft"
+    expert_iteration = "expert-iteration"
 
 
 TOKEN_AXES = (-3, -2, -1)  # batch trial pos

@@ -9,7 +9,9 @@ inclusion-ordering, naive loss) with seeds 0..R-1, on the lecture's factorised p
 on the autoregressive one (`--policy autoregressive`, max length 5: responses of up to 5 tokens
 with EOS); the report ends with the ratio of their seconds per run at each R (issue 9 asks for at
 most 3x at 500 runs), and with PPO's learned critic (`--delta gae`, factorised policy, same G) against
-the same sweep without it (issue 17 asks for at most 2x at 500 runs). "One at a time" is the
+the same sweep without it (issue 17 asks for at most 2x at 500 runs), and with SFT, expert iteration and
+`--max-grad-norm 1` against the lecture's GRPO at the same G (issue 26 asks for SFT and expert iteration at no
+more per run, clipping under 5%). "One at a time" is the
 best time of a single run alone, times R (running 500 runs one by one would
 take minutes and measure the same thing). Every time is the best of `repeats`
 tries, because other processes share the machine; the sweeps of one size are tried in turn
@@ -72,6 +74,8 @@ class BenchRow:
     loss: str = "naive"
     delta: str | None = None
     """None: the config's delta; "gae": the same runs with a learned critic"""
+    clipped: bool = False
+    """the same runs with --max-grad-norm (`CLIP_BENCH`)"""
 
 
 @dataclass
@@ -96,21 +100,32 @@ DPO_BENCH = dict(loss="dpo", kl=0.1)
 factorised policy; its seconds per run are compared with the lecture's GRPO run at the same G."""
 
 
-def row_label(device: str, policy: str, delta: str | None = None, loss: str = "naive") -> str:
+METHOD_BENCH = (dict(loss="sft"), dict(loss="expert-iteration"), dict(max_grad_norm=1.0))
+"""The rows of the methods before RL and of gradient clipping: SFT (optimal demonstrations, G per prompt), expert
+iteration (group-best filter) and the lecture's GRPO with --max-grad-norm 1.0, factorised policy, the lecture's G;
+each compared with the lecture's GRPO run (`method_ratios`)."""
+
+
+def row_label(device: str, policy: str, delta: str | None = None, loss: str = "naive", clipped: bool = False) -> str:
     label = (device if policy == "factorized" else f"{device}, {policy}") + (f", {delta}" if delta else "")
-    return label if loss != "dpo" else f"{label}, dpo"
+    return (label if loss == "naive" else f"{label}, {loss}") + (", max-grad-norm" if clipped else "")
+
+
+def _plain(row: BenchRow) -> bool:
+    """A row of the lecture's loss without a critic or clipping (the DPO row keeps its loss, DPO)."""
+    return row.delta is None and not row.clipped and row.loss in ("naive", "dpo")
 
 
 def dpo_ratios(result: BenchResult) -> dict[tuple[str, int], float]:
     """(device, R) -> seconds per run of the DPO row / of the factorised GRPO row (no critic)."""
-    rows = {(r.device, r.runs, r.policy, r.loss): r.seconds for r in result.rows if r.delta is None}
+    rows = {(r.device, r.runs, r.policy, r.loss): r.seconds for r in result.rows if _plain(r)}
     return {(d, n): seconds / rows[d, n, "factorized", "naive"] for (d, n, p, loss), seconds in rows.items()
             if loss == "dpo" and (d, n, "factorized", "naive") in rows}
 
 
 def policy_ratios(result: BenchResult) -> dict[tuple[str, int], float]:
     """(device, R) -> seconds per run of the autoregressive policy / of the factorised one."""
-    rows = {(r.device, r.runs, r.policy): r.seconds for r in result.rows if r.loss != "dpo" and r.delta is None}
+    rows = {(r.device, r.runs, r.policy): r.seconds for r in result.rows if _plain(r) and r.loss == "naive"}
     return {(d, n): seconds / rows[d, n, "factorized"] for (d, n, p), seconds in rows.items()
             if p == "autoregressive" and (d, n, "factorized") in rows}
 
@@ -118,9 +133,19 @@ def policy_ratios(result: BenchResult) -> dict[tuple[str, int], float]:
 def critic_ratios(result: BenchResult) -> dict[tuple[str, int], float]:
     """(device, R) -> seconds per run with a learned critic (gae) / without, factorised policy, same G."""
     rows = {(r.device, r.runs, r.delta): r.seconds for r in result.rows
-            if r.policy == "factorized" and r.loss != "dpo"}
+            if r.policy == "factorized" and r.loss == "naive" and not r.clipped}
     return {(d, n): seconds / rows[d, n, None] for (d, n, delta), seconds in rows.items()
             if delta == "gae" and (d, n, None) in rows}
+
+
+def method_ratios(result: BenchResult) -> dict[tuple[str, str, int], float]:
+    """(row, device, R) -> seconds per run of an SFT, expert-iteration or clipped row / of the factorised GRPO row
+    (row: the loss, or "max-grad-norm")."""
+    base = {(r.device, r.runs): r.seconds for r in result.rows if r.policy == "factorized" and _plain(r)
+            and r.loss == "naive"}
+    return {("max-grad-norm" if r.clipped else r.loss, r.device, r.runs): r.seconds / base[r.device, r.runs]
+            for r in result.rows if (r.clipped or r.loss in ("sft", "expert-iteration")) and
+            (r.device, r.runs) in base}
 
 
 def _timed(fn, device: torch.device) -> float:
@@ -156,19 +181,21 @@ def lecture_baseline(config: TrainConfig | None = None, threads: Sequence[int] =
         torch.set_num_threads(previous_threads)
 
 
-def bench_cases(config: TrainConfig, devices: Sequence[str], policies: Sequence[str], dpo: bool, critic: bool):
+def bench_cases(config: TrainConfig, devices: Sequence[str], policies: Sequence[str], dpo: bool, critic: bool,
+                methods: bool = True):
     """The rows' cases (device, policy, delta, changes) and each one's settings."""
     cases = ([(d, p, None, {}) for d in devices for p in policies]
              + [(d, "factorized", "gae", {"delta": "gae"}) for d in devices if critic]
-             + [(d, "factorized", None, DPO_BENCH) for d in devices if dpo])
+             + [(d, "factorized", None, DPO_BENCH) for d in devices if dpo]
+             + [(d, "factorized", None, changes) for d in devices if methods for changes in METHOD_BENCH])
     return cases, [config.replace(policy=policy, **changes) for _, policy, _, changes in cases]
 
 
 def bench_work(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), repeats: int = 3,
                config: TrainConfig | None = None, policies: Sequence[str] = POLICIES, dpo: bool = True,
-               critic: bool = True) -> float:
+               critic: bool = True, methods: bool = True) -> float:
     """The estimated time of `bench` (`lab.experiments.work`), the total of its progress."""
-    _, settings = bench_cases(config or TrainConfig(), devices, policies, dpo, critic)
+    _, settings = bench_cases(config or TrainConfig(), devices, policies, dpo, critic, methods)
     warm = max(sizes)
     return sum(batch_work([s.replace(seed=k, epochs=2) for k in range(warm)]) + repeats * batch_work([s])
                + min(repeats, 2) * sum(batch_work([s.replace(seed=k) for k in range(runs)]) for runs in sizes)
@@ -179,7 +206,7 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
           repeats: int = 3, config: TrainConfig | None = None,
           lecture_seconds: dict[int, float] | None = None,
           policies: Sequence[str] = POLICIES, dpo: bool = True, critic: bool = True,
-          progress=None) -> BenchResult:
+          methods: bool = True, progress=None) -> BenchResult:
     """Time one run alone and sweeps of each size on each device at `threads`; see the module docstring.
 
     `lecture_seconds` (from `lecture_baseline`) is measured here when not given. Single runs are
@@ -196,15 +223,16 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
         result = BenchResult(threads, config, min(lecture_seconds.values()), {},
                              lecture_seconds_by_threads=dict(lecture_seconds))
         lecture = result.lecture_seconds_per_run
-        cases, settings = bench_cases(config, devices, policies, dpo, critic)
-        tally = Tally(progress, bench_work(sizes, devices, repeats, config, policies, dpo, critic))
+        cases, settings = bench_cases(config, devices, policies, dpo, critic, methods)
+        tally = Tally(progress, bench_work(sizes, devices, repeats, config, policies, dpo, critic, methods))
         singles = {}  # case -> best seconds of one run alone
         for i, (name, policy, delta, changes) in enumerate(cases):
             device, setting = torch.device(name), settings[i]
             warm_runs = [setting.replace(seed=s, epochs=warm.epochs) for s in range(max(sizes))]
             train(task, warm_runs, device=device)  # warm-up
             singles[i] = _best(lambda: train(task, setting, device=device), device, repeats)
-            result.single_run_seconds[row_label(name, policy, delta, setting.loss.value)] = singles[i]
+            result.single_run_seconds[row_label(name, policy, delta, setting.loss.value,
+                                                setting.max_grad_norm is not None)] = singles[i]
             tally.add(batch_work(warm_runs) + repeats * batch_work([setting]))
         best: dict[tuple[int, int], float] = {}  # (case, R) -> best seconds
         for runs in sizes:
@@ -220,7 +248,8 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
             for runs in sizes:
                 seconds = best[i, runs]
                 result.rows.append(BenchRow(name, runs, seconds, runs / seconds, runs * singles[i] / seconds,
-                                            runs * lecture / seconds, policy, settings[i].loss.value, delta))
+                                            runs * lecture / seconds, policy, settings[i].loss.value, delta,
+                                            settings[i].max_grad_norm is not None))
         return result
     finally:
         torch.set_num_threads(previous_threads)
@@ -244,7 +273,7 @@ def bench_report(result: BenchResult) -> str:
         lines.append(f"lab, one run alone on {device}: {seconds:.3f} s "
                      f"({result.lecture_seconds_per_run / seconds:.2f}x the lecture loop)")
     header = ("device", "R", "seconds", "runs/s", "x one-at-a-time", "x lecture loop")
-    table = [header] + [(row_label(r.device, r.policy, r.delta, r.loss), str(r.runs), f"{r.seconds:.3f}",
+    table = [header] + [(row_label(r.device, r.policy, r.delta, r.loss, r.clipped), str(r.runs), f"{r.seconds:.3f}",
                          f"{r.runs_per_second:.1f}",
                          f"{r.speedup_vs_one_at_a_time:.1f}", f"{r.speedup_vs_lecture:.1f}") for r in result.rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
@@ -260,4 +289,8 @@ def bench_report(result: BenchResult) -> str:
     if critic_ratios(result):
         lines.append("with a learned critic (gae) / without, factorised, seconds per run: " + ", ".join(
             f"{ratio:.1f}x at R = {runs} on {device}" for (device, runs), ratio in critic_ratios(result).items()))
+    methods = method_ratios(result)
+    for name in dict.fromkeys(name for name, _, _ in methods):
+        lines.append(f"{name} / GRPO seconds per run at G = {c.group_size}: " + ", ".join(
+            f"{ratio:.2f}x at R = {runs} on {device}" for (row, device, runs), ratio in methods.items() if row == name))
     return "\n".join(lines)

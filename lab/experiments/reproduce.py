@@ -39,6 +39,7 @@ LECTURE_SEED = 5
 LENGTH_FIGURE = "length_bias.png"
 CRITIC_FIGURE = "critic.png"
 DPO_FIGURE = "dpo.png"
+BEFORE_RL_FIGURE = "before_rl.png"
 SEEDS = 20
 KL_WEIGHTS = (0.0, 0.01, 0.1, 1.0)
 """beta values of the KL experiments (0 = no penalty, the reference is still tracked)."""
@@ -112,6 +113,10 @@ class Reproduction:
     """the DPO section's runs (GRPO + KL and DPO at one beta, longer: its own records)"""
     dpo_groups: list[list[int]] = field(default_factory=list)
     """per `lab.experiments.dpo_results.SETTINGS` entry, its run indices in `dpo`"""
+    before_rl: Records | None = None
+    """the "Before RL" section's runs (SFT, expert iteration, GRPO, RL from an SFT start, clipping)"""
+    before_rl_groups: list[list[int]] = field(default_factory=list)
+    """per `lab.experiments.before_rl_results.SETTINGS` entry, its run indices in `before_rl`"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -128,16 +133,18 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                      progress: Callable[[float, float], None] | None = None,
                      experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
                      controls: bool = True, critic: bool = True, dpo: bool = True,
-                     after: float = 0.0) -> Reproduction:
+                     before_rl: bool = True, after: float = 0.0) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
     controls (`lab.experiments.controls`), the length-bias experiment (`lab.experiments.length_bias`) as its
     own batches, the critic experiment (`lab.experiments.critic_results`), a batch per setting, and the DPO
-    section (`lab.experiments.dpo_results`). `progress(done, total)` counts the work of all of them, each
+    section (`lab.experiments.dpo_results`) and the "Before RL" section (`lab.experiments.before_rl_results`).
+    `progress(done, total)` counts the work of all of them, each
     stage weighed by its estimated time (`lab.experiments.work`), so it only rises and its time left holds;
     `after` is the work the caller does next (`figures_work`: writing the figures), counted in the total."""
     from lab.experiments import controls as c
     from lab.experiments import length_bias as lb
     from lab.experiments.critic_results import critic_configs, run_critic_experiment
+    from lab.experiments.before_rl_results import run_before_rl, section_work
     from lab.experiments.dpo_results import dpo_configs
 
     configs: list[TrainConfig] = []
@@ -163,7 +170,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                                *(sweep_work(runs) for runs in length_runs.values()),
                                *([lb.exact_work(length_runs, seeds)] if length_bias else []),
                                *([sum(sweep_work(runs) for runs in critic_configs(seeds, base))] if critic else []),
-                               *([sweep_work(dpo_runs)] if dpo else []), after])
+                               *([sweep_work(dpo_runs)] if dpo else []),
+                               *(section_work(seeds, base, sweep_work) if before_rl else ()), after])
     stage = iter(range(len(stages.works)))
     records = run_sweep(make_task(), configs, device=device, progress=stages(next(stage)))
     reproduction = Reproduction(records, seeds, runs, lecture_runs)
@@ -182,6 +190,10 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     if dpo:
         reproduction.dpo_groups = dpo_groups
         reproduction.dpo = run_sweep(make_task(), dpo_runs, device=device, progress=stages(next(stage)))
+    if before_rl:
+        start_progress = stages(next(stage))
+        reproduction.before_rl, reproduction.before_rl_groups = run_before_rl(
+            seeds, base, run_sweep, make_task(), device, stages(next(stage)), start_progress)
     return reproduction
 
 
@@ -209,7 +221,7 @@ def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]
     from lab.experiments.exploration_results import FIGURES
 
     return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
-            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, "RESULTS.md"]
+            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, BEFORE_RL_FIGURE, "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,
@@ -267,6 +279,16 @@ def write_figures(reproduction: Reproduction, out: Path,
         text += "\n".join(["", "## GRPO with a KL penalty and DPO: where each goes, and how far runs get "
                            "(Rafailov et al. 2023; Azar et al. 2023)", "", f"![dpo]({DPO_FIGURE})", "",
                            *dpo_markdown(reproduction.dpo, reproduction.dpo_groups, reproduction.seeds)]) + "\n"
+    if reproduction.before_rl is not None:
+        from lab.experiments.before_rl_results import before_rl_markdown, plot_before_rl
+
+        paths.append(plot_before_rl(reproduction.before_rl, reproduction.before_rl_groups,
+                                    Path(out) / BEFORE_RL_FIGURE, "SFT, expert iteration, GRPO and RL from an SFT start; "
+                                    f"{reproduction.seeds} seeds, mean over seeds (diverged runs left out)"))
+        text += "\n".join(["", "## Before RL: imitation, filtering, and where RL starts (CS336 assignment 5)", "",
+                           f"![before RL]({BEFORE_RL_FIGURE})", "",
+                           *before_rl_markdown(reproduction.before_rl, reproduction.before_rl_groups,
+                                               reproduction.seeds)]) + "\n"
     results = Path(out) / "RESULTS.md"
     write_text_atomic(results, text)
     return [*paths, results]

@@ -46,6 +46,12 @@ keeps the KL options' defaults (its beta is no penalty), and is kept once."""
 DPO_GRID_FIELDS = ("pairs", "preference", "dpo_loss")
 """The grid fields of --loss dpo."""
 
+CLIP_GRID_FIELDS = ("max_grad_norm",)
+"""Gradient clipping's limit (`--max-grad-norm`): a column of a sweep's tables only when some run clips."""
+
+SUPERVISED_FIELDS = ("demos", "ei_filter")
+"""SFT's demonstration source and expert iteration's filter: columns of a sweep's tables only when some run has one."""
+
 CRITIC_GRID_FIELDS = ("gae_lambda",)
 """The critic's fields a sweep may vary (`--delta gae` points only)."""
 
@@ -64,10 +70,10 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
     a point of another delta or loss keeps their defaults, and is kept once.
     """
     check_seeds(seeds)
-    unknown = set(grid) - set(GRID_FIELDS + DPO_GRID_FIELDS + CRITIC_GRID_FIELDS)
+    sweepable = GRID_FIELDS + DPO_GRID_FIELDS + CRITIC_GRID_FIELDS + CLIP_GRID_FIELDS
+    unknown = set(grid) - set(sweepable)
     if unknown:
-        raise ConfigError(f"cannot sweep over {', '.join(sorted(unknown))}; choose from: "
-                          f"{', '.join(GRID_FIELDS + DPO_GRID_FIELDS + CRITIC_GRID_FIELDS)}")
+        raise ConfigError(f"cannot sweep over {', '.join(sorted(unknown))}; choose from: {', '.join(sweepable)}")
     names = list(grid)
     for name in names:
         values = list(grid[name])
@@ -100,6 +106,33 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
             seen.add(key)
             points.append(settings)
     return [base.replace(**settings, seed=seed) for settings in points for seed in range(seeds)]
+
+
+METHOD_FIELDS = {"pairs_per_prompt": "offline pairs", "demos": TrainingLoss.sft, "demo_noise": TrainingLoss.sft,
+                 "demos_from": TrainingLoss.sft, "ei_filter": TrainingLoss.expert_iteration,
+                 "reward_threshold": TrainingLoss.expert_iteration}
+"""A sweep's single-valued settings that belong to one method's points: offline DPO's, SFT's, expert iteration's."""
+
+
+def method_settings(configs: list[TrainConfig], **given) -> list[TrainConfig]:
+    """The configs with each given method setting (None: not given) on the points of its method only, so a sweep
+    can compare methods; a setting whose method no point has is an error (one line)."""
+    given = {name: value for name, value in given.items() if value is not None}
+    for name in given:
+        owner = METHOD_FIELDS[name]
+        if not any(_belongs(c, owner) for c in configs):
+            wanted = "--pairs offline" if owner == "offline pairs" else f"--loss {owner.value}"
+            raise ConfigError(f"--{name.replace('_', '-')} applies to {wanted} only, which no point of the sweep has")
+
+    def specialise(config: TrainConfig) -> TrainConfig:
+        mine = {name: value for name, value in given.items() if _belongs(config, METHOD_FIELDS[name])}
+        return config.replace(**mine) if mine else config
+
+    return [specialise(c) for c in configs]
+
+
+def _belongs(config: TrainConfig, owner) -> bool:
+    return config.pairs == "offline" if owner == "offline pairs" else config.loss is owner
 
 
 def setting(config: TrainConfig, names: Sequence[str]) -> tuple:
@@ -161,10 +194,10 @@ def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Rec
 
 
 def batches(configs: Sequence[TrainConfig]) -> list[list[int]]:
-    """Indices of configs that can train together (equal `SHARED_FIELDS`), in first-seen order."""
+    """Indices of configs that can train together (equal `SHARED_FIELDS` and method), in first-seen order."""
     groups: dict[tuple, list[int]] = {}
     for i, c in enumerate(configs):
-        groups.setdefault(tuple(getattr(c, f) for f in SHARED_FIELDS), []).append(i)
+        groups.setdefault((c.method, *(getattr(c, f) for f in SHARED_FIELDS)), []).append(i)
     return list(groups.values())
 
 

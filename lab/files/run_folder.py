@@ -53,17 +53,17 @@ def load_run(folder, need_task: bool = True) -> tuple[nn.Module, dict | None]:
     return policy, _run_task(folder / "config.json") if need_task else None
 
 
-def check_unchanged(folder: Path) -> None:
+def check_unchanged(folder: Path, option: str = "--from-run") -> None:
     """A folder that carries the lab's marker is read only as lab run wrote it: a file the marker does not
     list, or whose sha256 differs, is a `ValueError` naming it. (A folder without a marker is the
-    user's own assembly and is read as it is.)"""
+    user's own assembly and is read as it is.) `option`: the command-line option that named the folder."""
     from lab.files.output_folders import MARKER, marker_problem, read_marker, sha256
 
     if not (folder / MARKER).exists():
         return
     problem = marker_problem(folder)
     if problem is not None:
-        raise ValueError(f"--from-run {folder}: {problem}")
+        raise ValueError(f"{option} {folder}: {problem}")
     listed = read_marker(folder)["files"]
     for name in ("policy.pt", "config.json", "summary.json"):
         path = folder / name

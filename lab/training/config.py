@@ -20,8 +20,32 @@ from lab.core.deltas import NEEDS_GROUP, DeltaMode
 from lab.core.dpo import DPOLoss, Pairs, Preference
 from lab.core.kl import KLEstimator, KLPlacement
 from lab.core.losses import TrainingLoss
+from lab.core.sft import Filter
 from lab.policies.interface import PolicyKind
 from lab.policies.sampling import Sampler
+
+
+class Method(str, Enum):
+    """The training methods (`lab.training.methods.METHODS`), each `--loss` belonging to one (`METHOD_OF`)."""
+
+    policy_gradient = "policy-gradient"
+    dpo = "dpo"
+    sft = "sft"
+    expert_iteration = "expert-iteration"
+
+
+METHOD_OF = {TrainingLoss.naive: Method.policy_gradient, TrainingLoss.unclipped: Method.policy_gradient,
+             TrainingLoss.clipped: Method.policy_gradient, TrainingLoss.dpo: Method.dpo, TrainingLoss.sft: Method.sft,
+             TrainingLoss.expert_iteration: Method.expert_iteration}
+"""`--loss` -> the method whose loss it is."""
+
+
+class Demos(str, Enum):
+    """Where SFT's demonstrations come from (`lab.training.supervised`)."""
+
+    optimal = "optimal"
+    noisy = "noisy"
+    policy = "policy"
 
 
 class ConfigError(ValueError):
@@ -129,7 +153,8 @@ class TrainConfig:
     `loss_type`)"""
     optimum_metrics: bool = False
     """record the exact distance to the KL-regularised optimum pi* each epoch (kl_to_optimum, objective_exact,
-    objective_gap: lab.exact.optimum, beta = `kl`, pi_ref = the initial policy); always on for DPO"""
+    objective_gap: lab.exact.optimum, beta = `kl`, pi_ref = the initial policy; always on for DPO), and with it the
+    exact expected reward and KL to the initial policy (reward_exact, kl_initial_exact, as SFT's)"""
     critic_lr: float | None = None
     """`--delta gae` only: the critic's Adam learning rate (verl `critic.optim.lr`); None = the policy's lr"""
     gae_lambda: float = 1.0
@@ -146,12 +171,36 @@ class TrainConfig:
     """sampling temperature T: responses drawn from softmax(logits / T), and the loss's (and the reference's)
     log-probs taken at the same T, as verl's rollout and actor do (lab.training.kinds); 1 = the plain policy.
     Left out of `to_dict` at 1, so the files of a run without it are unchanged"""
+    max_grad_norm: float | None = None
+    """clip each run's gradient to this global L2 norm over all its policy parameters before each Adam step (TRL
+    `max_grad_norm`, verl `grad_clip`; lab.training.clipping); None = off"""
+    demos: Demos | None = None
+    """`--loss sft` only (default `optimal`): its G demonstrations per prompt, one fixed set drawn before training:
+    `optimal`, the task's target sorted(x) (then EOS) repeated, the one response that is optimal under every reward
+    (the tie rule among equally rewarded responses); `noisy`, that target with each token replaced, at rate
+    `demo_noise`, by a uniform draw from the vocabulary; `policy`, G samples per prompt from the policy of the
+    run folder `demos_from`"""
+    demo_noise: float | None = None
+    """`--demos noisy` only (default 0.2): the rate at which each demonstration token is replaced"""
+    demos_from: str | None = None
+    """`--demos policy` only: the run folder whose policy.pt draws the demonstrations"""
+    ei_filter: Filter | None = None
+    """`--loss expert-iteration` only (default `group-best`): which sampled responses are kept for the supervised
+    steps: each group's best (all that tie at its highest reward, none when all are equal), or `threshold`,
+    those with reward >= `reward_threshold`"""
+    reward_threshold: float | None = None
+    """`--ei-filter threshold` only: the reward a kept response reaches"""
+    init_from: str | None = None
+    """start from this run folder's policy.pt instead of a random policy; it is also the reference (KL, DPO)"""
+    init_sha256: str | None = None
+    """the sha256 of the policy.pt that `init_from` read (set by the command that read it)"""
 
     def __post_init__(self) -> None:
         for name, enum in (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind),
                            ("loss_agg", LossAgg), ("kl_estimator", KLEstimator), ("kl_in", KLPlacement)):
             object.__setattr__(self, name, parse_choice(enum, getattr(self, name), name, ConfigError))
         self._check_dpo()
+        self._check_supervised()
         object.__setattr__(self, "adam_betas", tuple(self.adam_betas))
         for name in ("epochs", "steps", "group_size", "dim", "sample_every"):
             value = getattr(self, name)
@@ -171,6 +220,9 @@ class TrainConfig:
             raise ConfigError(f"init_scale must be > 0 and finite, got {self.init_scale!r}")
         if not 0 < self.temperature < math.inf:
             raise ConfigError(f"temperature must be > 0 and finite, got {self.temperature!r}")
+        if self.max_grad_norm is not None and not 0 < self.max_grad_norm < math.inf:
+            raise ConfigError(f"max_grad_norm must be > 0 and finite (leave it out for no clipping), "
+                              f"got {self.max_grad_norm!r}")
         if not 0 <= self.entropy_coef < math.inf:
             raise ConfigError(f"entropy_coef must be >= 0 and finite, got {self.entropy_coef!r}")
         if not self.std_eps >= 0:
@@ -228,9 +280,57 @@ class TrainConfig:
             raise ConfigError("--loss dpo uses no advantages, so --delta gae (a learned critic) has nothing to do; "
                               "drop --delta gae or use a policy-gradient --loss")
 
+    def _check_supervised(self) -> None:
+        """SFT's and expert iteration's settings: their defaults for their --loss, refused (one line each) otherwise."""
+        sft, ei = self.loss is TrainingLoss.sft, self.loss is TrainingLoss.expert_iteration
+        for name, applies, option in (("demos", sft, "--loss sft"), ("demo_noise", sft, "--demos noisy"),
+                                      ("demos_from", sft, "--demos policy"),
+                                      ("ei_filter", ei, "--loss expert-iteration"),
+                                      ("reward_threshold", ei, "--ei-filter threshold")):
+            if getattr(self, name) is not None and not applies:
+                raise ConfigError(f"--{name.replace('_', '-')} applies to {option} only; drop it or add {option}")
+        if not (sft or ei):
+            return
+        if sft:
+            demos = parse_choice(Demos, SUPERVISED_DEFAULTS["demos"] if self.demos is None else self.demos, "--demos",
+                                 ConfigError)
+            object.__setattr__(self, "demos", demos)
+            if demos is Demos.noisy and self.demo_noise is None:
+                object.__setattr__(self, "demo_noise", SUPERVISED_DEFAULTS["demo_noise"])
+            for name, needs in (("demo_noise", Demos.noisy), ("demos_from", Demos.policy)):
+                if getattr(self, name) is not None and demos is not needs:
+                    raise ConfigError(f"--{name.replace('_', '-')} applies to --demos {needs.value} only")
+            if self.demo_noise is not None and not 0 <= self.demo_noise <= 1:
+                raise ConfigError(f"--demo-noise must lie in [0, 1], got {self.demo_noise!r}")
+            if demos is Demos.policy and not self.demos_from:
+                raise ConfigError("--demos policy needs --demos-from RUN_FOLDER: the run whose policy draws them")
+        if ei:
+            name = SUPERVISED_DEFAULTS["ei_filter"] if self.ei_filter is None else self.ei_filter
+            object.__setattr__(self, "ei_filter", parse_choice(Filter, name, "--ei-filter", ConfigError))
+            if self.ei_filter is Filter.threshold and self.reward_threshold is None:
+                raise ConfigError("--ei-filter threshold needs --reward-threshold: the reward a kept response reaches")
+            if self.ei_filter is not Filter.threshold and self.reward_threshold is not None:
+                raise ConfigError("--reward-threshold applies to --ei-filter threshold only")
+            if self.reward_threshold is not None and not math.isfinite(self.reward_threshold):
+                raise ConfigError(f"--reward-threshold must be finite, got {self.reward_threshold!r}")
+        method = f"--loss {self.loss.value}"
+        for name, default, why in (("kl", 0.0, "it has no KL penalty (its kl_exact is measured all the same)"),
+                                   ("kl_estimator", KL_DEFAULTS["kl_estimator"], "it has no KL penalty"),
+                                   ("kl_in", KL_DEFAULTS["kl_in"], "it has no KL penalty"),
+                                   ("entropy_coef", 0.0, "it has no entropy bonus"),
+                                   ("loss_agg", LossAgg.token_mean, "its NLL is the token mean, as TRL's SFT")):
+            if getattr(self, name) != default:
+                raise ConfigError(f"--{name.replace('_', '-')} does not apply to {method}: {why}")
+        if self.delta is DeltaMode.gae:
+            raise ConfigError(f"{method} uses no advantages, so --delta gae (a learned critic) has nothing to do")
+
     @property
     def is_dpo(self) -> bool:
         return self.loss is TrainingLoss.dpo
+
+    @property
+    def method(self) -> Method:
+        return METHOD_OF[self.loss]
 
     def _check_critic(self) -> None:
         """The critic's options: valid numbers, and only with `--delta gae` (they would do nothing else)."""
@@ -259,9 +359,10 @@ class TrainConfig:
                 for f in dataclasses.fields(self) for v in [getattr(self, f.name)]}
 
     def to_dict(self) -> dict:
-        """`plain()` as written to config.json: `temperature`, `kl_estimator` and `kl_in` left out at their defaults,
-        so earlier runs' files are unchanged."""
-        return {k: v for k, v in self.plain().items() if not (k in OMITTED_AT_DEFAULT and v == OMITTED_AT_DEFAULT[k])}
+        """`plain()` as written to config.json: `temperature`, `kl_estimator` and `kl_in` left out at their defaults
+        and the OPTIONAL_FIELDS while None, so earlier runs' files are unchanged."""
+        return {k: v for k, v in self.plain().items() if not (k in OMITTED_AT_DEFAULT and v == OMITTED_AT_DEFAULT[k])
+                and not (k in OPTIONAL_FIELDS and v is None)}
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
@@ -279,6 +380,13 @@ DPO_DEFAULTS = {"pairs": Pairs.online, "pairs_per_prompt": 16, "preference": Pre
                 "dpo_loss": DPOLoss.sigmoid}
 """The DPO settings a --loss dpo run takes when not given (None for the other losses)."""
 
+SUPERVISED_DEFAULTS = {"demos": Demos.optimal, "demo_noise": 0.2, "ei_filter": Filter.group_best}
+"""The SFT and expert-iteration settings their runs take when not given (None for the other losses)."""
+
+OPTIONAL_FIELDS = ("max_grad_norm", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold",
+                   "init_from", "init_sha256")
+"""Fields left out of config.json while None (unset), so the files of runs without them are unchanged."""
+
 KL_DEFAULTS = {"kl_estimator": KLEstimator.k3, "kl_in": KLPlacement.loss}
 """Where the KL penalty goes and which estimator it uses, by default: k3 in the loss (TRL's GRPO, verl's default)."""
 
@@ -290,7 +398,8 @@ CRITIC_FIELDS = ("critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", 
 
 SHARED_FIELDS = ("epochs", "steps", "group_size", "dim", "kl_period", "std_eps", "std_unbiased",
                  "adam_betas", "adam_eps", "sample_every", "policy", "max_length", "pairs", "pairs_per_prompt",
-                 "optimum_metrics", "critic_warmup")
+                 "optimum_metrics", "critic_warmup", "demos", "demo_noise", "demos_from", "init_from",
+                 "init_sha256")
 """Fields that must be equal across the runs of one batched computation."""
 
 PER_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in SHARED_FIELDS)
@@ -304,4 +413,8 @@ def check_batchable(configs: list[TrainConfig]) -> None:
         if len(values) > 1:
             raise ConfigError(f"runs trained together must share {name}; got {sorted(values, key=str)}. "
                               "Train them in separate batches.")
+    methods = {c.method.value for c in configs}
+    if len(methods) > 1:
+        raise ConfigError(f"runs trained together must share their method; got {sorted(methods)}. "
+                          "Train them in separate batches.")
 

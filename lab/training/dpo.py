@@ -122,7 +122,12 @@ def pair_metrics(logps: Tensor, ref_logps: Tensor, keep: Tensor, beta: Tensor) -
 
 @dataclass
 class DPOSetup:
-    """What a DPO batch adds to the loop: its pair generators, mode groups, pairs and step metrics."""
+    """DPO's entry in the method table (`lab.training.methods.METHODS`): its pair generators, mode groups,
+    pairs and step metrics. Its reference is frozen once, at the start (the initial policy)."""
+
+    tracks_optimum = True
+    tracks_progress = False
+    epoch_log = {}
 
     offline: bool
     generators: list[torch.Generator]
@@ -139,18 +144,24 @@ class DPOSetup:
     epoch_logps: list[Tensor] = field(default_factory=list)
     """the epoch's pairs' sequence log-probs under the policy, one float[run batch 2K] per step so far"""
 
-    def start_epoch(self, epoch: int, kind, reference: list[Tensor], pairs_per_prompt: int) -> None:
-        """Offline: the fixed set, drawn from pi_ref (the reference, frozen at the start) before the first epoch."""
-        if self.offline and epoch == 0:
-            self.pairs = offline_pairs(kind, reference, pairs_per_prompt, self.preference_groups, self.generators,
-                                       self.reward_of)
+    def reference_period(self, kl_period: int) -> int:
+        return 0  # frozen at the start, whatever `kl_period` says
 
-    def take_groups(self, responses: Tensor, rewards: Tensor) -> None:
+    def clip_eps(self, settings: RunSettings) -> None:
+        return None  # DPO has no ratio clip and no deltas: its clip fractions are NaN, not counted against deltas
+
+    def start_epoch(self, epoch, kind, shared: TrainConfig) -> None:
+        """Offline: the fixed set, drawn from pi_ref (the reference, frozen at the start) before the first epoch."""
+        if self.offline and epoch.index == 0:
+            self.pairs = offline_pairs(kind, epoch.reference, shared.pairs_per_prompt, self.preference_groups,
+                                       self.generators, self.reward_of)
+
+    def take_groups(self, groups) -> None:
         """Online: each group of the epoch gives its pair (highest, lowest reward), judged by the preference."""
         if not self.offline:
-            self.pairs = online_pairs(responses, rewards, self.preference_groups, self.generators)
+            self.pairs = online_pairs(groups.responses, groups.rewards, self.preference_groups, self.generators)
 
-    def sample_pairs(self) -> Tensor:
+    def sample_marks(self) -> Tensor:
         """int[run batch 2]: each group's (chosen, rejected) trial indices for samples.txt, -1 where it gave no pair
         (all -1 offline: the fixed set is not the groups)."""
         if self.pairs.index is None:
@@ -169,23 +180,25 @@ class DPOSetup:
             return groups.responses, groups.mask, True
         return *pair_responses(self.pairs, groups.responses, groups.mask), False
 
-    def step_loss(self, kind, parameters: list[Tensor], log_probs: Tensor, ref_log_probs: Tensor | None,
-                  beta: Tensor, on_groups: bool) -> Tensor:
-        """One step's DPO loss float[run]. log_probs: per token, on the pairs (`responses`) or, `on_groups`,
-        on the epoch's groups (`pair_log_probs`); `ref_log_probs`, on the same responses, is given at the
-        epoch's first step only: the pairs' reference log-probs stay fixed for the epoch."""
-        if ref_log_probs is not None:
+    def step_loss(self, loop, epoch, step: int, log_probs: Tensor, aux: Tensor, old_log_probs: Tensor,
+                  ref_log_probs: Tensor, on_groups: bool) -> tuple[Tensor, Tensor]:
+        """One step's DPO loss float[run], twice (it is also the step's `pg_loss`). log_probs: per token, on the
+        pairs (`responses`) or, `on_groups`, on the epoch's groups (`pair_log_probs`); `ref_log_probs`, on the same
+        responses, is read at the epoch's first step only: the pairs' reference log-probs stay fixed for the
+        epoch."""
+        if step == 0:
             self.ref_logps = (self.pairs.ref_logps if self.pairs.index is None else
                               online_sums(self.pairs, ref_log_probs, on_groups))
-            self.loss = EpochPairLoss.of(self.ref_logps, self.pairs.keep, self.loss_groups, beta)
-        logps = pair_log_probs(self.pairs, kind, parameters, log_probs, on_groups)
+            self.loss = EpochPairLoss.of(self.ref_logps, self.pairs.keep, self.loss_groups, loop.settings.beta)
+        logps = pair_log_probs(self.pairs, loop.kind, loop.parameters, log_probs, on_groups)
         self.epoch_logps.append(logps.detach())
-        return self.loss(logps)
+        loss = self.loss(logps)
+        return loss, loss
 
-    def end_epoch(self, beta: Tensor) -> None:
+    def end_epoch(self, settings: RunSettings) -> None:
         """The epoch's step metrics, from every step's pair log-probs at once (float[step run] each)."""
         for name, values in pair_metrics(torch.stack(self.epoch_logps), self.ref_logps, self.pairs.keep,
-                                         beta).items():
+                                         settings.beta).items():
             self.step_log.setdefault(name, []).append(values)
         self.epoch_logps = []
 

@@ -17,13 +17,13 @@ from torch import Tensor
 from lab.core.deltas import compute_deltas
 from lab.core.kl import penalized_rewards
 from lab.training.config import TrainConfig
-from lab.training import dpo
 from lab.training.critic import CriticRuns, critic_runs, policy_parameter_count
 from lab.training.divergence import DivergenceGuard
 from lab.training.kinds import Kind
+from lab.training.methods import METHODS
 from lab.training.lengths import length_metrics, response_lengths
 from lab.training.metrics import greedy_log, sample_metrics
-from lab.training.optimum import OptimumTracker
+from lab.training.optimum import OptimumTracker, ProgressTracker
 from lab.training.records import Records, Samples
 from lab.training.runs import RunSettings, records_of
 from tasks import Task
@@ -59,13 +59,16 @@ class History:
 
 
 def finish(task: Task, configs: list[TrainConfig], kind: Kind, optimum: Tensor, step_log: dict, epoch_log: dict,
-           guard: DivergenceGuard, history: History, seconds: float, pairing: dpo.DPOSetup | None,
-           tracker: OptimumTracker | None, critic: CriticRuns | None) -> Records:
-    """The records of the loop: its logs, with DPO's and the critic's metrics where a run has them."""
+           guard: DivergenceGuard, history: History, seconds: float, step_logs: list[dict], method_epochs: dict,
+           tracker: ProgressTracker | None, critic: CriticRuns | None) -> Records:
+    """The records of the loop: its logs, with the method's (DPO's, SFT's), the gradient clip's and the critic's
+    metrics where a run has them. `step_logs`: more step metrics, name -> one float[step run] per epoch;
+    `method_epochs`: the method's epoch metrics, name -> one float[run] per epoch."""
     if tracker is not None:
         epoch_log.update(tracker.epoch_metrics())  # float[run epoch]
-    if pairing is not None:
-        step_log.update({name: [torch.cat(values)] for name, values in pairing.step_log.items()})  # float[step run]
+    epoch_log.update({name: torch.stack(values, dim=1) for name, values in method_epochs.items()})  # float[run epoch]
+    for log in step_logs:
+        step_log.update({name: [torch.cat(values)] for name, values in log.items()})  # float[step run]
     policy = kind.policy
     parameters = {"policy": policy_parameter_count(policy), "critic": None if critic is None else critic.parameter_count}
     return records_of(configs, task.prompts, optimum, step_log, epoch_log, guard, policy, samples=history.samples,
@@ -76,14 +79,17 @@ def finish(task: Task, configs: list[TrainConfig], kind: Kind, optimum: Tensor, 
 
 
 def extensions(configs: list[TrainConfig], kind: Kind, settings: RunSettings, generators: list[torch.Generator],
-               device: torch.device) -> tuple[dpo.DPOSetup | None, OptimumTracker | None, CriticRuns | None]:
-    """What some batches add to the loop: DPO's pairs, the exact distance to pi* (of the initial policy), a critic."""
+               device: torch.device) -> tuple[object, ProgressTracker | None, CriticRuns | None]:
+    """The batch's method (`lab.training.methods.METHODS`), and what some batches add to the loop: the exact
+    distance to pi* (of the initial policy), a critic."""
     shared = configs[0]
-    pairing = dpo.DPOSetup.of(configs, kind, settings, generators, device) if shared.is_dpo else None
-    tracker = (OptimumTracker(kind, [c.reward for c in configs], [c.kl for c in configs])
-               if (pairing or shared.optimum_metrics) and kind.exact else None)
+    method = METHODS[shared.method].of(configs, kind, settings, generators, device)
+    tracker = (OptimumTracker(kind, [c.reward for c in configs], [c.kl for c in configs], shared.optimum_metrics)
+               if (method.tracks_optimum or shared.optimum_metrics) and kind.exact else
+               ProgressTracker(kind, [c.reward for c in configs])
+               if method.tracks_progress and kind.exact and kind.eos is None else None)  # see ProgressTracker
     critic = CriticRuns(kind, configs, critic_runs(configs), device) if critic_runs(configs) else None
-    return pairing, tracker, critic
+    return method, tracker, critic
 
 
 def keep_greedy(history: History, kind: Kind, prompts: Tensor, eval_prompts: Tensor | None) -> None:

@@ -35,6 +35,18 @@ from lab.training.runs import RunGroups
 from tasks import Task
 from tasks.sorting import variable_length_reward
 
+def start_from(policy, folder: str | None) -> None:
+    """Every run's parameters set to a finished run's policy.pt (`--init-from`; the same start for every seed, each
+    seed still sampling with its own generator). The stack is first built as usual, so each run's generator has made
+    the same draws as from a random start. The command checked the folder and the policy's shape before."""
+    if folder is None:
+        return
+    state = torch.load(f"{folder}/policy.pt", map_location="cpu", weights_only=True)
+    with torch.no_grad():
+        for name, parameter in policy.named_parameters():
+            parameter.copy_(state[name].to(parameter).expand_as(parameter))
+
+
 def temperature_scale(configs: list[TrainConfig], device: torch.device) -> Tensor | None:
     """1 / sqrt(T) per run, float[run]; None when every run has T = 1, so that such runs take exactly the
     code path they took before temperatures existed (bit for bit).
@@ -110,6 +122,7 @@ class Factorized(TemperedStack):
         self.entries = task.response_length  # per response and step, to size the metric blocks
         self.policy = PolicyStack(task.vocab_size, self.prompts.shape[1], task.response_length, shared.dim,
                                   generators, [c.init_scale for c in configs])
+        start_from(self.policy, shared.init_from)
         sampler_groups = RunGroups([c.sampler for c in configs], device)
         # each sampler draws for its own runs, each run from its own generator (lab.policies.sampling)
         run_generators = {s: [generators[i] for i in idx.tolist()] for s, idx in sampler_groups.groups}
@@ -147,6 +160,11 @@ class Factorized(TemperedStack):
     def log_probs(self, parameters: list[Tensor], responses: Tensor, mask: None) -> tuple[Tensor, Tensor]:
         """float[run batch trial pos] and the log-softmaxes float[run batch pos vocab], through one node."""
         return policy_log_probs(*tempered(parameters, self.scale), self.prompts, responses)
+
+    def argmax_tokens(self, aux: Tensor, responses: Tensor) -> Tensor:
+        """Each position's most likely token, int[run batch trial pos], from a step's log-softmaxes (`aux`): the
+        factorised policy's positions do not depend on the response."""
+        return aux.argmax(dim=-1).unsqueeze(-2).expand_as(responses)
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         """The exact mean entropy of the given runs' policies on the prompts, differentiable: float[runs]."""
@@ -195,6 +213,7 @@ class Autoregressive(TemperedStack):
         self.max_length = resolve_max_length(shared, self.prompts.shape[1])
         self.policy = P.make_stack(shared.policy, task.vocab_size, self.prompts.shape[1], self.max_length,
                                    shared.dim, generators, [c.init_scale for c in configs])
+        start_from(self.policy, shared.init_from)
         self.eos = P.ops_of(self.policy).eos(self.policy)
         self.entries = self.max_length * (self.eos + 1)  # per response and step, to size the metric blocks
         self.rewards = {c.reward: variable_length_reward(c.reward, self.eos) for c in configs}  # unknown names fail
@@ -234,6 +253,12 @@ class Autoregressive(TemperedStack):
     def log_probs(self, parameters: list[Tensor], responses: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """float[run batch trial pos] (0 on padding) and each position's entropy, through one node."""
         return ar_log_probs(*tempered(parameters, self.scale), self.prompts, responses, mask)
+
+    def argmax_tokens(self, aux: Tensor, responses: Tensor) -> Tensor:
+        """Each position's most likely token given the response's prefix, int[run batch trial pos] (a forward pass
+        of its own: the fused node's second output is the entropy)."""
+        with torch.no_grad():
+            return P.token_logits(self.policy, self.prompts, responses).argmax(dim=-1)
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         raise ValueError("the autoregressive policy has no entropy bonus (TrainConfig rejects one)")

@@ -18,27 +18,21 @@ from torch import Tensor
 from lab.exact import varlen
 
 
-class OptimumTracker:
-    """Exact KL(pi_theta || pi*), J_beta(pi_theta) and J_beta(pi*) - J_beta(pi_theta) of every run, means over
-    prompts, NaN for a run with beta = 0; from the kind's exact distribution (lab.exact.distributions), all runs
-    at once. J_beta(pi*) = beta log Z comes once, from the initial policy's table (lab.exact.optimum):
+class ProgressTracker:
+    """Exact E_theta[r] and KL(pi_theta || pi_0) of every run after each epoch, means over prompts, pi_0 the
+    policy the run started from; from the kind's exact distribution (lab.exact.distributions), all runs at once.
+    Recorded for the supervised methods (SFT, expert iteration: `reward_exact`, `kl_initial_exact`) on the factorised
+    policy: the autoregressive one's distribution over every EOS-ended response (3906 per prompt on the lecture's toy)
+    took six times as long per epoch as the training itself (cProfile, 50 runs); its runs have `kl_exact`, the exact
+    KL to their reference, which for these methods is the initial policy."""
 
-        J_beta(pi_theta) = E_theta[r] - beta KL(pi_theta || pi_ref)
-        KL(pi_theta || pi*) = KL(pi_theta || pi_ref) - E_theta[r] / beta + log Z     (log pi* = log pi_ref + r / beta
-                            = (J_beta(pi*) - J_beta(pi_theta)) / beta                  - log Z, summed under pi_theta)
-    """
-
-    def __init__(self, kind, reward_names: list[str], betas: list[float]) -> None:
+    def __init__(self, kind, reward_names: list[str]) -> None:
         with torch.no_grad():
             self.reference = kind.exact_distribution()
             log_ref = self.reference.log_probs()  # float[run batch n]
             tables = {name: varlen.reward_table(kind.policy, kind.prompts, name).to(log_ref)
                       for name in dict.fromkeys(reward_names)}
             self.rewards = torch.stack([tables[name] for name in reward_names])  # float[run batch n]
-            beta = torch.tensor(betas, dtype=torch.float64, device=log_ref.device)
-            self.off = beta <= 0
-            self.beta = torch.where(self.off, torch.ones_like(beta), beta).unsqueeze(-1)  # float[run 1]
-            self.best = self.beta * torch.logsumexp(log_ref + self.rewards / self.beta.unsqueeze(-1), dim=-1)
         self.log: dict[str, list[Tensor]] = {}  # name -> one float[run] per epoch
 
     def record(self, kind) -> None:
@@ -53,8 +47,37 @@ class OptimumTracker:
     def measure(self, policy) -> dict[str, Tensor]:
         """float[run] each, for a policy's exact distribution (the kind's, as `reference`)."""
         with torch.no_grad():
+            values = torch.stack([policy.expectation(self.rewards), policy.kl(self.reference)]).mean(-1)
+            return dict(zip(("reward_exact", "kl_initial_exact"), values.float().unbind()))
+
+
+class OptimumTracker(ProgressTracker):
+    """Exact KL(pi_theta || pi*), J_beta(pi_theta) and J_beta(pi*) - J_beta(pi_theta) of every run, means over
+    prompts, NaN for a run with beta = 0; from the kind's exact distribution (lab.exact.distributions), all runs
+    at once. J_beta(pi*) = beta log Z comes once, from the initial policy's table (lab.exact.optimum):
+
+        J_beta(pi_theta) = E_theta[r] - beta KL(pi_theta || pi_ref)
+        KL(pi_theta || pi*) = KL(pi_theta || pi_ref) - E_theta[r] / beta + log Z     (log pi* = log pi_ref + r / beta
+                            = (J_beta(pi*) - J_beta(pi_theta)) / beta                  - log Z, summed under pi_theta)
+    """
+
+    def __init__(self, kind, reward_names: list[str], betas: list[float], progress: bool = False) -> None:
+        """`progress`: record `ProgressTracker`'s metrics too (for runs with `optimum_metrics`, not DPO's own)."""
+        super().__init__(kind, reward_names)
+        self.progress = progress
+        with torch.no_grad():
+            log_ref = self.reference.log_probs()  # float[run batch n]
+            beta = torch.tensor(betas, dtype=torch.float64, device=log_ref.device)
+            self.off = beta <= 0
+            self.beta = torch.where(self.off, torch.ones_like(beta), beta).unsqueeze(-1)  # float[run 1]
+            self.best = self.beta * torch.logsumexp(log_ref + self.rewards / self.beta.unsqueeze(-1), dim=-1)
+
+    def measure(self, policy) -> dict[str, Tensor]:
+        """float[run] each, for a policy's exact distribution (the kind's, as `reference`)."""
+        with torch.no_grad():
             objective = policy.expectation(self.rewards) - self.beta * policy.kl(self.reference)  # float[run batch]
             gap = self.best - objective
             values = torch.stack([gap / self.beta, objective, gap]).mean(-1)  # float[3 run]
             values = values.masked_fill(self.off, float("nan")).float()
-            return dict(zip(("kl_to_optimum", "objective_exact", "objective_gap"), values.unbind()))
+            measured = dict(zip(("kl_to_optimum", "objective_exact", "objective_gap"), values.unbind()))
+        return {**measured, **super().measure(policy)} if self.progress else measured

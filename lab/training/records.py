@@ -85,6 +85,15 @@ DPO_STEP_METRICS = {
 """Recorded on every step of a DPO run (`--loss dpo`) only, before that step's update; its `loss` is the DPO
 loss and its `pg_loss` the same. Other runs' files have none of these columns."""
 
+GRAD_CLIP_METRICS = {
+    "grad_norm": "--max-grad-norm: the global L2 norm of the step's policy gradient over all its parameters, before "
+                 "clipping (TRL `grad_norm`)",
+    "grad_clipped": "--max-grad-norm: 1 where the step's gradient was scaled down to the limit, 0 where it was "
+                    "within it; its mean over steps is the fraction of steps clipped",
+}
+"""Recorded on every step of a batch where some run clips its gradient (`--max-grad-norm`; NaN-free for the runs
+without a limit, whose `grad_clipped` is 0); other runs' files have none of these columns."""
+
 OPTIMUM_METRICS = {
     "kl_to_optimum": "exact KL(pi_theta || pi*) per sequence, mean over prompts, pi* = pi_ref exp(r / beta) / Z with "
                      "beta = --kl and pi_ref the initial policy (lab.exact.optimum); after the epoch's steps",
@@ -124,6 +133,32 @@ CRITIC_EPOCH_METRICS = {
 sweep's tables after the other columns, only when some run has a critic."""
 
 
+METHOD_STEP_METRICS = {
+    "demo_logps": "SFT, expert iteration: mean sequence log-prob log pi_theta(y | x) of the responses the step trains "
+                  "on (the demonstrations, or the kept samples; NaN where none is kept)",
+    "token_accuracy": "SFT, expert iteration: fraction of the trained responses' live tokens where the policy's most "
+                      "likely next token (given the response's prefix) is the response's (TRL `mean_token_accuracy`); "
+                      "autoregressive runs measure it at each epoch's first step only, empty at the others",
+}
+"""The step metrics of the supervised methods (`--loss sft`, `--loss expert-iteration`), recorded by their runs
+only, before each step's update; their `loss` (and `pg_loss`) is the NLL averaged over the trained tokens."""
+
+SUPERVISED_EPOCH_METRICS = {
+    "samples_drawn": "SFT, expert iteration: responses sampled from the policy to train on, from the start (SFT: 0; "
+                     "expert iteration: G per prompt each epoch)",
+    "samples_kept": "SFT, expert iteration: of those, the ones kept to train on, from the start (SFT: its "
+                    "demonstrations, counted once)",
+    "samples_trained": "SFT, expert iteration: responses trained on, one per response and step, from the start",
+    "reward_exact": "SFT, expert iteration (factorised policy): exact expected reward E_theta[r] of the policy after "
+                    "the epoch's steps, mean over prompts (enumerable response spaces only)",
+    "kl_initial_exact": "SFT, expert iteration (factorised policy): exact KL(pi_theta || pi_0) to the policy the run "
+                        "started from, per sequence, mean over prompts, after the epoch's steps (enumerable response "
+                        "spaces only; an autoregressive run's kl_exact is the same KL, at each epoch's first step)",
+}
+"""Recorded once per epoch: the counts for the supervised methods' runs only; `reward_exact` and `kl_initial_exact`
+also for runs with `optimum_metrics`."""
+
+
 def is_critic_metric(name: str) -> bool:
     """A critic metric's name (value_error_exact_<t> included)."""
     return name in CRITIC_STEP_METRICS or name in CRITIC_EPOCH_METRICS or name.startswith("value_error_exact_")
@@ -136,15 +171,15 @@ METRIC_COLUMNS = (*INDEX_COLUMNS, *EPOCH_METRICS, *STEP_METRICS)
 def epoch_metric_names(records: Records) -> list[str]:
     """The epoch metrics a records holds: EPOCH_METRICS, then the optimum metrics where recorded, then the
     critic's where some run has a critic."""
-    return [*EPOCH_METRICS, *(name for name in OPTIMUM_METRICS if name in records.epoch_metrics),
-            *records.critic_columns()[1]]
+    return [*EPOCH_METRICS, *(name for name in (*OPTIMUM_METRICS, *SUPERVISED_EPOCH_METRICS)
+                              if name in records.epoch_metrics), *records.critic_columns()[1]]
 
 
 def step_metric_names(records: Records) -> list[str]:
     """The step metrics a records holds: STEP_METRICS, then the DPO metrics of a DPO run, then the critic's
     where some run has a critic."""
-    return [*STEP_METRICS, *(name for name in DPO_STEP_METRICS if name in records.step_metrics),
-            *records.critic_columns()[0]]
+    return [*STEP_METRICS, *(name for name in (*DPO_STEP_METRICS, *METHOD_STEP_METRICS, *GRAD_CLIP_METRICS)
+                             if name in records.step_metrics), *records.critic_columns()[0]]
 
 
 def metric_columns(records: Records) -> tuple[str, ...]:

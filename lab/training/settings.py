@@ -13,11 +13,12 @@ a flag as typed (`whiten-advantages`). None (a setting that does not apply to so
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from enum import Enum
 
 from lab.core.deltas import NEEDS_CRITIC
-from lab.training.config import DPO_DEFAULTS, SHARED_FIELDS, TrainConfig
+from lab.training.config import DPO_DEFAULTS, SHARED_FIELDS, SUPERVISED_DEFAULTS, TrainConfig
 
 LEADING = ("delta", "loss", "reward")
 """The fields a default name starts with, by value alone (`raw-naive-inclusion-ordering`); DPO has no delta."""
@@ -25,8 +26,17 @@ ALWAYS_COLUMNS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size
                   "loss_agg")
 """The settings every sweep table carries as a column, whatever their values (the tables' first columns)."""
 FAMILY_COLUMNS = ((TrainConfig.is_dpo.fget, ("pairs", "preference", "dpo_loss")),
-                  (lambda config: config.delta in NEEDS_CRITIC, ("gae_lambda",)))
-"""Columns a sweep's tables carry for a family as soon as one run belongs to it (a DPO run, a critic's)."""
+                  (lambda config: config.delta in NEEDS_CRITIC, ("gae_lambda",)),
+                  (lambda config: config.max_grad_norm is not None, ("max_grad_norm",)),
+                  (lambda config: config.demos is not None or config.ei_filter is not None, ("demos", "ei_filter")))
+"""Columns a sweep's tables carry for a family as soon as one run belongs to it (a DPO run, a critic's, a clipped
+run, a supervised one)."""
+FOLDER_FIELDS = ("init_from", "demos_from")
+"""Settings that name a folder: a name shows the folder's own name (`init-fromsft-run`), never its path."""
+UNNAMED = ("init_sha256",)
+"""Settings a name never shows (the sha256 of what a folder setting read: config.json records it)."""
+METHOD_DEFAULTS = {**DPO_DEFAULTS, **SUPERVISED_DEFAULTS}
+"""What a DPO or supervised run takes for its settings when not given: defaults for a name too."""
 
 
 def plain(value):
@@ -55,9 +65,10 @@ def defaults(config_type: type = TrainConfig) -> dict:
 
 
 def is_default(name: str, value, config_type: type = TrainConfig) -> bool:
-    """The field's default; for DPO's settings also the value a DPO run takes when not given."""
+    """The field's default; for DPO's and the supervised methods' settings also the value such a run takes when not
+    given."""
     value = plain(value)
-    return value == defaults(config_type)[name] or (name in DPO_DEFAULTS and value == plain(DPO_DEFAULTS[name]))
+    return value == defaults(config_type)[name] or (name in METHOD_DEFAULTS and value == plain(METHOD_DEFAULTS[name]))
 
 
 def applied(configs: Sequence[TrainConfig]) -> list[tuple[str, list]]:
@@ -88,9 +99,12 @@ def name_parts(configs: Sequence[TrainConfig]) -> list[str]:
     leading = [name for name in LEADING if not (name == "delta" and all(c.is_dpo for c in configs))]
     parts = ["+".join(text(v) for v in settings[name]) for name in leading]
     for name, values in settings.items():
-        if name in LEADING or not differs(name, values, kind):
+        if name in LEADING or name in UNNAMED or not differs(name, values, kind):
             continue
-        if len(values) == 1 and isinstance(values[0], bool):  # a flag as typed: --whiten-advantages, --no-whiten-advantages
+        if name in FOLDER_FIELDS:
+            shown = (os.path.basename(os.path.normpath(str(v))) for v in values if v is not None)
+            parts.append(option(name) + "+".join(shown))
+        elif len(values) == 1 and isinstance(values[0], bool):  # a flag as typed: --whiten-advantages, --no-whiten-advantages
             parts.append(("" if values[0] else "no-") + option(name))
         else:
             parts.append(option(name) + "+".join(text(v) for v in values if v is not None))

@@ -12,8 +12,10 @@ token-mean at fixed length the per-sequence sum of k, averaged over sequences. A
 no KL term: its deltas are made from r - beta * sum_pos k(l_old, l_ref) (`lab.training.groups`). The factorised policy is the case where every
 position is live (no mask, C = the response length); the autoregressive one ends each response at
 EOS (or at max_length) and masks the padding after it. What the two truly do differently (sampling,
-the fused log-prob node, the exact per-epoch metrics) is their `lab.training.kinds` entry; sampling
-and scoring the groups, what is kept of them and the records at the end are `lab.training.groups`.
+the fused log-prob node, the exact per-epoch metrics) is their `lab.training.kinds` entry; what the
+methods do differently (what a step trains on, its loss, what it logs: GRPO, DPO, SFT, expert iteration)
+is their `lab.training.methods` entry; sampling and scoring the groups, what is kept of them and the
+records at the end are `lab.training.groups`.
 
 R runs train as one computation: parameters and Adam state carry a leading
 `run` axis, per-run losses are summed (so each run gets exactly its own
@@ -22,7 +24,7 @@ same alone or inside a sweep; a diverging run is stopped and frozen (`lab.traini
 The loop returns `Records` and never prints. A DPO batch (`--loss dpo`) replaces the surrogate and the KL
 penalty by DPO's loss on preference pairs and freezes its reference at the initial policy (`lab.training.dpo`);
 its steps differentiate only the pairs where the step metrics of the groups come from the kept log-softmaxes
-(the factorised policy, `BlockMetrics.from_log_softmax`).
+(the factorised policy, `BlockMetrics.from_log_softmax`). Runs of different methods train in separate batches.
 """
 
 from __future__ import annotations
@@ -34,12 +36,10 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from lab.core.aggregation import kl_term
-from lab.core.kl import ESTIMATORS, freeze, reference_due
-from lab.core.losses import compute_loss
+from lab.core.kl import freeze, reference_due
+from lab.training.clipping import GradClip
 from lab.training.config import TrainConfig, check_batchable
 from lab.training.groups import (
-    Groups,
     History,
     epoch_metrics,
     extensions,
@@ -48,10 +48,9 @@ from lab.training.groups import (
     keep_samples,
     sample_groups,
 )
-from lab.training import dpo
-from lab.training.critic import CriticRuns
 from lab.training.divergence import DivergenceGuard
-from lab.training.kinds import KINDS, Kind
+from lab.training.kinds import KINDS
+from lab.training.methods import Epoch, Loop
 from lab.training.metrics import StepMetricBlock, block_epochs
 from lab.training.optim import RunAdam
 from lab.training.records import STEP_METRICS, Records
@@ -89,57 +88,52 @@ def train(
     targets = kind.targets(prompts)  # int[batch pos]
     optimum = kind.optimum(prompts, targets)  # float[run batch]
     step_log, history = {name: [] for name in STEP_METRICS}, History()
-    pairing, tracker, critic = extensions(configs, kind, settings, list(generators), device)
+    method, tracker, critic = extensions(configs, kind, settings, list(generators), device)
+    loop = Loop(kind, method, parameters, settings, optimizer, guard, block, critic,
+                GradClip.of([c.max_grad_norm for c in configs], device))
     start = time.perf_counter()
 
-    for epoch in range(shared.epochs):
+    for index in range(shared.epochs):
         guard.start_epoch(parameters)
-        fresh_reference = reference_due(epoch, 0 if pairing else shared.kl_period)  # DPO: frozen at the start
+        fresh_reference = reference_due(index, method.reference_period(shared.kl_period))
         if fresh_reference:
             reference = [p for _, p in freeze(policy).named_parameters()]
-        if pairing is not None:
-            pairing.start_epoch(epoch, kind, reference, shared.pairs_per_prompt)
-        first_step = kind.start_epoch(fresh_reference)  # exact metrics of the sampling policy, if any
-        groups = sample_groups(kind, settings, shared, critic,
-                               (parameters, reference, fresh_reference) if len(settings.reward_kl_runs) else None)
-        if pairing is not None:
-            pairing.take_groups(groups.responses, groups.rewards)
-        write = epoch % shared.sample_every == 0 or epoch == shared.epochs - 1
-        pairs = pairing.sample_pairs() if pairing is not None and write else None  # marked in samples.txt
-        keep_samples(history, epoch, groups, targets, write, pairs)
-        losses = train_steps(kind, parameters, reference, fresh_reference, groups, first_step,
-                             settings, optimizer, guard, block, pairing, critic, epoch >= shared.critic_warmup)
-        kind.end_epoch(guard, epoch, losses, parameters)  # a diverged run goes back to its epoch start
+        epoch = Epoch(index, reference, fresh_reference, train_policy=index >= shared.critic_warmup)
+        method.start_epoch(epoch, kind, shared)
+        epoch.first_step = kind.start_epoch(fresh_reference)  # exact metrics of the sampling policy, if any
+        epoch.groups = sample_groups(kind, settings, shared, critic,
+                                     (parameters, reference, fresh_reference) if len(settings.reward_kl_runs) else None)
+        method.take_groups(epoch.groups)
+        write = index % shared.sample_every == 0 or index == shared.epochs - 1
+        keep_samples(history, index, epoch.groups, targets, write, method.sample_marks() if write else None)
+        losses = train_steps(loop, epoch)
+        kind.end_epoch(guard, index, losses, parameters)  # a diverged run goes back to its epoch start
         if tracker is not None:  # after the epoch's steps (a diverged run's value is emptied in the records)
             tracker.record(kind)
         stop = guard.all_diverged  # nothing left to train
-        if block.full or epoch == shared.epochs - 1 or stop:
-            # DPO has no ratio clip and no deltas: its clip fractions are NaN, not counted against GRPO's deltas
-            for name, values in block.flush(None if pairing else settings.clip_eps).items():  # float[(epoch step) run]
+        if block.full or index == shared.epochs - 1 or stop:
+            for name, values in block.flush(method.clip_eps(settings)).items():  # float[(epoch step) run]
                 step_log[name].append(values)
         keep_greedy(history, kind, prompts, eval_prompts)
         if progress is not None:
-            progress(epoch + 1, shared.epochs)
+            progress(index + 1, shared.epochs)
         if stop:
             break
 
     epoch_log = epoch_metrics(kind, settings, shared, history, (prompts, targets, optimum), eval_prompts)
     return finish(task, configs, kind, optimum, step_log, epoch_log, guard, history, time.perf_counter() - start,
-                  pairing, tracker, critic)
+                  [method.step_log, {} if loop.clip is None else loop.clip.log], method.epoch_log, tracker, critic)
 
 
-def train_steps(kind: Kind, parameters: list[Tensor], reference: list[Tensor], fresh_reference: bool, groups: Groups,
-                first_step: dict[str, Tensor], settings: RunSettings, optimizer: RunAdam, guard: DivergenceGuard,
-                block: StepMetricBlock, pairing: dpo.DPOSetup | None = None, critic: CriticRuns | None = None,
-                train_policy: bool = True) -> list[Tensor]:
-    """The epoch's S optimizer steps on its groups (the policy's unless `train_policy` is False, in a critic
-    warm-up; each critic's every step), on the DPO loss of its pairs for a DPO batch; returns each step's loss
-    float[run] (for the divergence check) and hands each step's tensors to the metric block."""
+def train_steps(loop: Loop, epoch: Epoch) -> list[Tensor]:
+    """The epoch's S optimizer steps on the method's loss (the policy's unless `epoch.train_policy` is False, in a
+    critic warm-up; each critic's every step); returns each step's loss float[run] (for the divergence check) and
+    hands each step's tensors to the metric block."""
+    kind, method, parameters, block, groups = loop.kind, loop.method, loop.parameters, loop.block, epoch.groups
     losses = []
     nans = torch.full((len(parameters[0]),), math.nan, device=parameters[0].device)
-    # the forward pass covers what the loss reads: the groups, or where the kind allows, a DPO batch's pairs
-    responses, mask, on_groups = ((groups.responses, groups.mask, True) if pairing is None else
-                                  pairing.forward_responses(kind, groups))
+    # the forward pass covers what the loss reads: the groups, or where the kind allows, the method's own responses
+    responses, mask, on_groups = method.forward_responses(kind, groups)
     for step in range(block.steps):
         # one autograd node from parameters to per-token log-probs (equal to the plain path)
         log_probs, aux = kind.log_probs(parameters, responses, mask)  # float[run batch trial pos]
@@ -148,56 +142,29 @@ def train_steps(kind: Kind, parameters: list[Tensor], reference: list[Tensor], f
             # reference frozen this epoch is that same policy, so it needs no forward pass either
             old_log_probs = log_probs.detach()
             with torch.no_grad():
-                ref_log_probs, ref_aux = ((old_log_probs, aux.detach()) if fresh_reference else
-                                          kind.log_probs(reference, responses, mask))
-        if pairing is None:
-            pg_loss, loss = step_loss(kind, parameters, settings, groups, log_probs, old_log_probs, ref_log_probs)
-        else:
-            pg_loss = loss = pairing.step_loss(kind, parameters, log_probs, ref_log_probs if step == 0 else None,
-                                               settings.beta, on_groups)
-        optimizer.zero_grad()
+                ref_log_probs, ref_aux = ((old_log_probs, aux.detach()) if epoch.fresh_reference else
+                                          kind.log_probs(epoch.reference, responses, mask))
+        pg_loss, loss = method.step_loss(loop, epoch, step, log_probs, aux, old_log_probs, ref_log_probs,
+                                         on_groups)
+        loop.optimizer.zero_grad()
         # d(sum of the runs' losses)/d(loss_r) = 1: each run gets exactly its own gradient (no parameter
         # is shared). Not loss.backward(ones): an explicit gradient makes torch import its symbolic-shape
         # machinery (sympy), about 0.6 s of start-up, far more than the sum costs
         loss.sum().backward()
-        if train_policy:
-            optimizer.step()
-        if critic is not None:
-            critic.step()
-        guard.after_step(parameters)
+        if loop.clip is not None:  # each run's gradient to its own global norm, before Adam reads it
+            loop.clip(parameters)
+        if epoch.train_policy:
+            loop.optimizer.step()
+        if loop.critic is not None:
+            loop.critic.step()
+        loop.guard.after_step(parameters)
         losses.append(loss.detach())
-        exact = {name: value if step == 0 else nans for name, value in first_step.items()}
+        exact = {name: value if step == 0 else nans for name, value in epoch.first_step.items()}
         block.add_step(step, log_probs if on_groups else None, aux, loss=loss.detach(), pg_loss=pg_loss.detach(),
                        **exact)
-    if pairing is not None:
-        pairing.end_epoch(settings.beta)
+    method.end_epoch(loop.settings)
+    if loop.clip is not None:
+        loop.clip.end_epoch()
     block.end_epoch(old_log_probs, ref_log_probs, ref_aux, groups.mask,
                     groups.deltas if groups.token_deltas is None else groups.token_deltas, groups.responses)
     return losses
-
-
-def step_loss(kind: Kind, parameters: list[Tensor], settings: RunSettings, groups: Groups, log_probs: Tensor,
-              old_log_probs: Tensor, ref_log_probs: Tensor) -> tuple[Tensor, Tensor]:
-    """The surrogate and the minimised loss (+ beta * the KL term - c_H * the entropy bonus), float[run] each."""
-    mask, horizon, s = groups.mask, kind.max_length, settings  # horizon: C of the aggregations, the cap
-    per_token = groups.token_deltas is not None  # some run's critic gives one advantage per token
-    pg_loss = s.loss_groups.apply(
-        lambda key, lp, d, old, eps, m: compute_loss(lp, d, key[0], old, eps, key[1], m, horizon, per_token),
-        log_probs, groups.deltas if groups.token_deltas is None else groups.token_deltas, old_log_probs,
-        s.clip_eps, mask)
-    group_kl_term = lambda key, lp, ref, m: kl_term(ESTIMATORS[key[1]](lp, ref), key[0], m, horizon)  # noqa: E731
-    # beta = 0 everywhere adds exactly nothing to the gradient: leave the KL out of the graph
-    if not s.any_kl:
-        loss = pg_loss
-    elif s.kl_runs is None:
-        loss = pg_loss + s.beta * s.kl_agg_groups.apply(group_kl_term, log_probs, ref_log_probs, mask)
-    else:
-        runs = s.kl_runs
-        loss = pg_loss.index_add(0, runs, s.beta[runs] * s.kl_agg_groups.apply(
-            group_kl_term, log_probs[runs], ref_log_probs[runs], None if mask is None else mask[runs]))
-    if len(s.bonus_runs):  # - c_H * the exact mean entropy, on the bonus runs only
-        bonus = kind.entropy_bonus(parameters, s.bonus_runs)
-        loss = loss.index_add(0, s.bonus_runs, -s.entropy_coef[s.bonus_runs] * bonus)
-    return pg_loss, loss
-
-

@@ -2,7 +2,8 @@
 
 import torch
 
-from lab.experiments.bench import row_label, bench, bench_report, critic_ratios, dpo_ratios, policy_ratios
+from lab.experiments.bench import (row_label, bench, bench_report, critic_ratios, dpo_ratios, method_ratios,
+                                   policy_ratios)
 from lab.training.config import TrainConfig
 from lab.training.lecture_loop import lecture_train
 
@@ -14,9 +15,12 @@ def test_bench_reports_every_size_with_consistent_ratios():
     assert result.threads == 1 and [(r.policy, r.delta, r.runs, r.loss) for r in result.rows] == [
         ("factorized", None, 1, "naive"), ("factorized", None, 3, "naive"), ("autoregressive", None, 1, "naive"),
         ("autoregressive", None, 3, "naive"), ("factorized", "gae", 1, "naive"), ("factorized", "gae", 3, "naive"),
-        ("factorized", None, 1, "dpo"), ("factorized", None, 3, "dpo")]
+        ("factorized", None, 1, "dpo"), ("factorized", None, 3, "dpo"), ("factorized", None, 1, "sft"),
+        ("factorized", None, 3, "sft"), ("factorized", None, 1, "expert-iteration"),
+        ("factorized", None, 3, "expert-iteration"), ("factorized", None, 1, "naive"), ("factorized", None, 3, "naive")]
+    assert [r.clipped for r in result.rows] == [False] * 12 + [True] * 2
     for row in result.rows:
-        single = result.single_run_seconds[row_label("cpu", row.policy, row.delta, row.loss)]
+        single = result.single_run_seconds[row_label("cpu", row.policy, row.delta, row.loss, row.clipped)]
         assert row.runs_per_second == row.runs / row.seconds
         assert row.speedup_vs_lecture == row.runs * result.lecture_seconds_per_run / row.seconds
         assert row.speedup_vs_one_at_a_time == row.runs * single / row.seconds
@@ -24,11 +28,16 @@ def test_bench_reports_every_size_with_consistent_ratios():
     assert ratios[("cpu", 3)] == result.rows[3].seconds / result.rows[1].seconds
     assert critic_ratios(result)[("cpu", 3)] == result.rows[5].seconds / result.rows[1].seconds
     report = bench_report(result)
-    assert "set_num_threads(1)" in report and "lecture" in report and len(report.splitlines()) == 3 + 4 + 1 + 8 + 3
+    assert "set_num_threads(1)" in report and "lecture" in report and len(report.splitlines()) == 3 + 7 + 1 + 14 + 3 + 3
     assert "cpu, gae" in report and "with a learned critic (gae)" in report
     assert "cpu, autoregressive" in report and "autoregressive / factorised seconds per run" in report
     assert dpo_ratios(result)[("cpu", 3)] == result.rows[7].seconds / result.rows[1].seconds
     assert "cpu, dpo" in report and "DPO (online, beta 0.1) / GRPO seconds per run" in report
+    methods = method_ratios(result)
+    assert methods[("sft", "cpu", 3)] == result.rows[9].seconds / result.rows[1].seconds
+    assert methods[("expert-iteration", "cpu", 3)] == result.rows[11].seconds / result.rows[1].seconds
+    assert methods[("max-grad-norm", "cpu", 3)] == result.rows[13].seconds / result.rows[1].seconds
+    assert "cpu, max-grad-norm" in report and "sft / GRPO seconds per run" in report
 
 
 def test_the_lecture_loop_learns_its_reward_like_the_lab():

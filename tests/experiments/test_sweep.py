@@ -161,13 +161,14 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
                    "exploration_entropy_reward.png"]
     assert sorted(p.name for p in paths) == sorted([f"{e.name}.png" for e in EXPERIMENTS if not e.exploration]
                                                    + exploration + ["length_bias.png", "critic.png", "dpo.png",
-                                                                    "RESULTS.md"])
+                                                                    "before_rl.png", "RESULTS.md"])
     text = (tmp_path / "RESULTS.md").read_text()
     lecture_part, exploration_part = text.split("## Exploration", 1)
     exploration_part, length_part = exploration_part.split("## Variable length", 1)
     length_part, critic_part = length_part.split("## The critic GRPO removes", 1)
     exploration_part = exploration_part.split("## Reproducing a number", 1)[0]
     critic_part, dpo_part = critic_part.split("## GRPO with a KL penalty and DPO", 1)
+    dpo_part, before_rl_part = dpo_part.split("## Before RL", 1)
 
     def verdicts(part: str) -> list[str]:
         return [line.rsplit("**", 2)[-2] for line in part.splitlines() if line.endswith("** |")]
@@ -188,6 +189,8 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     assert len(verdicts(dpo_part)) == 3 + 6 + 2 + 6 + 3
     assert set(verdicts(dpo_part)) <= {"holds", "does not hold", "inconclusive"}
     assert "E[r] - 0.05556 KL(pi_ref || pi)" in dpo_part and "aim at" not in dpo_part and "same optimum" not in dpo_part
+    assert len(verdicts(before_rl_part)) == 7
+    assert set(verdicts(before_rl_part)) <= {"holds", "does not hold", "inconclusive"}
     raw = reproduction.runs["lecture_deltas", 0]
     assert mean_interval(reproduction.records.final("mean_reward")[raw]).text(3) in text
     assert len(set(reproduction.runs["baselines", 1]) & set(reproduction.runs["lecture_deltas", 1])) == 6  # trained once
