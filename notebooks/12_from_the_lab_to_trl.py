@@ -24,7 +24,7 @@
 # 1. the mapping, lab flag to `GRPOConfig` field, printed from the config the lab builds;
 # 2. the same experiment both ways: the lab's autoregressive policy and TRL's transformer;
 # 3. reading TRL's logs with the exact lens: its sampled `reward` against the exact expectation;
-# 4. a graded exercise: configure TRL to match a given lab run.
+# 4. graded exercises: configure TRL to match a given lab run, and compute the exact lens yourself.
 #
 # Everything runs on the CPU with no download: the model's config and tokenizer are built in code
 # (`lab.bridge.tiny_lm`).
@@ -84,7 +84,7 @@ for field in ("num_generations", "num_iterations", "epsilon", "beta", "use_bias_
 
 # %%
 shared = dict(steps=1, group_size=10, lr=1e-3, clip_eps=0.2, delta="centered", loss_agg="token-mean", seed=0)
-records, _, _ = train_trl(task, TRLGRPO(epochs=EPOCHS, max_length=CAP, model=TinyLM(seed=0), **shared))
+records, _, final_weights = train_trl(task, TRLGRPO(epochs=EPOCHS, max_length=CAP, model=TinyLM(seed=0), **shared))
 trl_epochs = np.array([row["epoch"] for row in records])
 trl_reward = np.array([row["reward_exact"] for row in records])
 trl_entropy = np.array([row["entropy_exact"] for row in records])
@@ -147,7 +147,12 @@ print(f"sampled mean reward minus exact expectation: mean {gap.mean():+.3f}, std
 # the lab computes exactly. A curve of TRL's `reward` can wiggle for many epochs while the exact
 # expectation moves steadily; the lens tells the two apart.
 #
-# ## Exercise: configure TRL to match a lab run
+# ## Exercises
+#
+# Write the code where the `...` is, run the check below it, and open the collapsed solution if you
+# are stuck.
+#
+# ### Exercise 1: configure TRL to match a lab run
 #
 # Write `my_trl_fields(delta, loss_agg, kl, clip_eps, group_size, steps, max_length)`: the dict of
 # `GRPOConfig` fields `loss_type`, `scale_rewards`, `beta`, `epsilon`, `num_generations` and
@@ -195,4 +200,45 @@ def test_trl_fields(my_trl_fields):
                     assert same, f"for {setting}, {field} = {yours[field]!r} would not train like the lab's run"
 
 
-check("Exercise, TRL's fields for a lab run", test_trl_fields, my_trl_fields);
+check("Exercise 1, TRL's fields for a lab run", test_trl_fields, my_trl_fields);
+
+# %% [markdown]
+# ### Exercise 2: the exact lens
+#
+# Write `my_exact_reward(log_probs, rewards)`: from the table of log pi(y | x) of every response of every
+# prompt (`float[prompt n]`, as `lab.bridge.exact_lm.response_log_probs` gives it) and the reward table of the
+# same shape, the exact expected reward of the model's sampling distribution, averaged over the prompts:
+# what metrics.csv calls `reward_exact`.
+
+# %% tags=["exercise"]
+def my_exact_reward(log_probs, rewards):
+    """E_{y ~ pi(. | x)}[r(x, y)], mean over prompts."""
+    return ...  # your code here
+
+
+# %% [markdown] tags=["solution"]
+# <details><summary>Solution (click to open)</summary>
+#
+# ```python
+# def my_exact_reward(log_probs, rewards):
+#     """E_{y ~ pi(. | x)}[r(x, y)], mean over prompts."""
+#     return float((log_probs.exp() * rewards).sum(-1).mean())
+# ```
+#
+# </details>
+
+# %%
+def test_exact_reward(my_exact_reward):
+    from lab.bridge.exact_lm import response_log_probs
+    from lab.bridge.tiny_lm import build_model
+
+    model = build_model(TinyLM(seed=0))
+    for weights, expected in ((None, trl_reward[0]), (final_weights, trl_reward[-1])):
+        if weights is not None:
+            model.load_state_dict(weights)
+        table = response_log_probs(model.eval(), task.prompts, all_responses(5, CAP), 5)
+        yours = float(my_exact_reward(table, rewards))
+        assert abs(yours - expected) < 1e-9, f"your value {yours:.4f} is not the run's reward_exact"
+
+
+check("Exercise 2, the exact lens", test_exact_reward, my_exact_reward);

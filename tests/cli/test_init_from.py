@@ -131,5 +131,5 @@ def test_the_default_folder_name_shows_the_start_folders_name_not_its_path_or_ha
         result = CliRunner().invoke(app, [*command, *SHORT, "--init-from", str(starts / "factorized")])
         assert result.exit_code == 0, result.output
     names = sorted(os.listdir(tmp_path / "runs"))
-    assert names == ["raw-naive-inclusion-ordering-epochs2-steps2-initfromfactorized-seed5",
-                     "sweep-raw-naive-inclusion-ordering-epochs2-steps2-initfromfactorized-1seeds"]
+    assert names == ["raw-naive-inclusion-ordering-epochs2-steps2-init-fromfactorized-seed5",
+                     "sweep-raw-naive-inclusion-ordering-epochs2-steps2-init-fromfactorized-1seeds"]
