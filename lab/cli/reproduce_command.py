@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Annotated
 
@@ -93,6 +94,9 @@ def bench(
     loaded_runs: Annotated[int, typer.Option(
         help="runs of the loaded row: a sweep at `lab sweep`'s default threads and at 1 thread beside a "
              "CPU-bound process the bench starts and ends (0 = skip it)")] = LOADED_RUNS,
+    trl_row: Annotated[bool, typer.Option(
+        help="time one `lab trl` run (TRL's GRPOTrainer on a tiny transformer) against the lab's autoregressive "
+             "run at the same settings, where TRL is installed")] = True,
 ) -> None:
     """Time the lecture's setting: the lecture-style loop, one run alone, and sweeps of R runs (CPU, CUDA),
     at each --threads (the lecture-style loop too), a whole `lab sweep`, and a sweep beside a competing process."""
@@ -150,3 +154,8 @@ def bench(
 
             row = loaded_row(loaded_runs, repeats=min(repeats, 2), progress=stages(len(works) - 1))
             typer.echo(loaded_report(row, quiet_seconds))
+        if trl_row and importlib.util.find_spec("trl") is not None:
+            load("trl")
+            from lab.experiments.trl_bench import bench_trl
+
+            typer.echo(bench_trl(repeats=min(repeats, 2), threads=counts[0]).text())
