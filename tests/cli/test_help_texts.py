@@ -67,7 +67,7 @@ def test_bench_times_the_lecture_loop_at_the_threads_asked_for(monkeypatch):
 
     monkeypatch.setattr(bench_module, "lecture_baseline", lecture_baseline)
     monkeypatch.setattr(bench_module, "bench", bench)
-    result = CliRunner().invoke(app, ["bench", "--threads", "1", "--sweep-runs", "0", "--loaded-runs", "0"])
+    result = CliRunner().invoke(app, ["bench", "--threads", "1", "--sweep-runs", "0", "--loaded-runs", "0", "--no-trl-row"])
     assert result.exit_code == 0, result.output
     assert calls == {"lecture": (1,), "runs": [1]}
     assert "1.000 s at 1 thread" in result.output and "at 2 threads" not in result.output
