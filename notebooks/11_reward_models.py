@@ -165,9 +165,7 @@ print(f"alpha = {fit['alpha']:.3f}, beta = {fit['beta']:.3f}, fitted peak at d =
 
 # %% [markdown]
 # The quadratic form fits better than a straight line (the two residuals above), but its fitted peak
-# lies past the exact one: on 125 responses per prompt and a few reward levels the curve flattens where the
-# quadratic keeps bending, so the form summarises the curve without locating its peak. RESULTS.md repeats this over 20 seeds, three proxies and three KL weights
-# (`lab.experiments.overoptimisation`).
+XX
 #
 # ## Exercises
 #
