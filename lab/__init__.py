@@ -31,7 +31,7 @@ instead of spinning, so that `--threads 2` beside another busy process does not 
 
 PUBLIC = {
     "ConfigError": "lab.training.config",
-    "DeltaMode": "lab.core.deltas",
+    "DeltaMode": "lab.core.modes",
     "LossMode": "lab.core.losses",
     "Policy": "lab.policies.factorized",
     "PolicyStack": "lab.policies.factorized",

@@ -2,7 +2,7 @@
 
 A task is one file in this package that defines `make_task(**options) -> Task` and registers its
 rewards with `@reward("name")` into a `REWARDS` table of its own; the lab imports it by name
-(`tasks.sorting`, the only one).
+(`tasks.sorting`, the only one), and lists their names in a torch-free module (`tasks.sorting_choices`) for the `lab` command.
 Rewards are vectorized: `(prompts int[batch pos], responses int[... batch trial pos])
 -> float[... batch trial]`, with any leading axes (such as `run`) broadcast.
 """
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:
+    from torch import Tensor
 
-RewardFn = Callable[[Tensor, Tensor], Tensor]
+RewardFn = Callable[["Tensor", "Tensor"], "Tensor"]
 
 OPTIMAL_TOLERANCE = 1e-6
 """A reward within this of a prompt's optimum counts as optimal (float32 rewards compared exactly)."""
@@ -72,6 +73,8 @@ def neighbour_rewards(reward: RewardFn, prompts: Tensor, responses: Tensor, voca
     The entry v = y_q is R(x_b, y_b) itself. A response is a local optimum of the reward
     (no single change improves it) when no entry exceeds that value.
     """
+    import torch  # here, not above: the package loads without torch, for `tasks.sorting_choices` (`lab --help`)
+
     *lead, batch, length = responses.shape
     tokens = torch.arange(vocab_size, device=responses.device)
     changed = torch.eye(length, dtype=torch.bool, device=responses.device)  # bool[q pos]: position q is changed

@@ -41,12 +41,12 @@ import torch
 from torch import Tensor
 
 from tasks import Task, reward_registry
+from tasks.sorting_choices import LECTURE_VOCAB_SIZE
 
 LECTURE_PROMPTS = [[1, 0, 2], [3, 2, 4], [1, 2, 3]]
 TASK_NAME = "sorting"
 """The task's name, as a run's config.json records it."""
 
-LECTURE_VOCAB_SIZE = 5
 BLEND_ORDER_WEIGHT = 0.5
 """Weight of the ordering term in the blended reward (the lecture notes' pseudocode)."""
 

@@ -149,13 +149,21 @@ def show_version(asked: bool) -> None:
 def lab(version: Annotated[bool, typer.Option("--version", is_eager=True, callback=show_version,
                                               help="print the lab's version and exit")] = False) -> None:
     """GRPO sorting lab: train, sweep and prove policy-gradient mechanics on a toy task."""
-    held_import("torch").set_num_threads(1)  # tiny tensors: one thread beats the threading overhead
 
 
 HEAVY_LIBRARIES = {"figures": ("matplotlib.figure", "matplotlib.backends.backend_agg"),
                    "tables": ("pyarrow", "pyarrow.parquet", "pyarrow.csv"),
                    "trl": ("transformers", "datasets", "trl")}
 """The C-extension libraries a command loads late, each loaded whole before use (`load`)."""
+
+
+def load_torch():
+    """torch, loaded whole as `load` does, and set to one CPU thread (tiny tensors: one thread beats the threading
+    overhead; `lab sweep --threads` and `lab bench` set their own after). A command's first instruction, so that
+    `lab --help` and `lab CMD --help` never load it (tests/cli/test_help_imports.py)."""
+    torch = held_import("torch")
+    torch.set_num_threads(1)
+    return torch
 
 
 def load(kind: str) -> None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import torch
 import typer
 
-from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, load, writing
+from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, load, load_torch, writing
 from lab.cli.options import (
     DimOpt,
     NumPromptsOpt,
@@ -19,8 +18,8 @@ from lab.cli.options import (
     cli_message,
     make_task,
 )
-from lab.core.deltas import REWARD_MODES, DeltaMode
-from tasks import sorting
+from lab.core.modes import DeltaMode
+from tasks.sorting_choices import LECTURE_VOCAB_SIZE
 
 
 @app.command()
@@ -40,13 +39,15 @@ def diagnose(
         help="as in lab run (default: the run's own prompts with --from-run, else 'lecture')")] = None,
     num_prompts: NumPromptsOpt = 3,
     prompt_length: PromptLengthOpt = 3,
-    vocab_size: VocabOpt = sorting.LECTURE_VOCAB_SIZE,
+    vocab_size: VocabOpt = LECTURE_VOCAB_SIZE,
     prompt_seed: PromptSeedOpt = 0,
     out: Annotated[Path | None, typer.Option(
         help="figure of variance versus G: .png, .pdf or .svg (default runs/diagnose-<reward>-<prompts>-"
              "<policy>.png); an existing file is replaced only if the lab wrote it")] = None,
 ) -> None:
     """Exact gradient bias (scale along grad J, angle to it) and variance of each delta mode, for G in a list."""
+    torch = load_torch()  # torch and the modules that compute load here, not for `lab diagnose --help`
+    from lab.core.deltas import REWARD_MODES
     from lab.exact import diagnose as diagnostics
     from lab.figures.figure_files import check_figure_path, sign
     from lab.training.bounds import check_counts
@@ -55,6 +56,7 @@ def diagnose(
     from lab.policies.factorized import Policy
     from lab.files.run_folder import check_policy_fits, load_run, run_reward
     from lab.files.writable import check_writable
+    from tasks import sorting
 
     try:
         if dim <= 0:

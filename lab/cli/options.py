@@ -1,4 +1,7 @@
-"""The options the commands share, as `Annotated` aliases; defaults come from `TrainConfig`."""
+"""The options the commands share, as `Annotated` aliases; defaults come from `TrainConfig`.
+
+Loads without torch (the modes from `lab.core.modes`, the rewards from `tasks.sorting_choices`), so that
+`lab --help` and every command's `--help` show them without loading it."""
 
 from __future__ import annotations
 
@@ -11,19 +14,13 @@ from typing import Annotated
 
 import typer
 
-from lab.core.aggregation import LossAgg
+from lab.core.modes import (DeltaMode, DPOLoss, Filter, KLEstimator, KLPlacement, LossAgg, Pairs, PolicyKind,
+                            Preference, Sampler, TrainingLoss)
 from lab.training.config import Demos, Device, TrainConfig
 from lab.training.settings import option, text
-from lab.core.deltas import DeltaMode
-from lab.core.dpo import DPOLoss, Pairs, Preference
-from lab.core.kl import KLEstimator, KLPlacement
-from lab.core.losses import TrainingLoss
-from lab.core.sft import Filter
-from lab.policies.interface import PolicyKind
-from lab.policies.sampling import Sampler
-from tasks import sorting
+from tasks.sorting_choices import LECTURE_VOCAB_SIZE, REWARD_NAMES
 
-Reward = Enum("Reward", {name.replace("-", "_"): name for name in sorting.REWARDS}, type=str)
+Reward = Enum("Reward", {name.replace("-", "_"): name for name in REWARD_NAMES}, type=str)
 """Reward choices: every reward the sorting task registers."""
 
 # Options shared by the commands that train. Defaults are the lecture's (TrainConfig).
@@ -166,10 +163,12 @@ GroupsOpt = Annotated[list[int] | None, typer.Option("--group-size", help="repea
 def make_task(prompts: str, vocab_size: int, num_prompts: int, prompt_length: int, heldout: int,
               prompt_seed: int):
     """The sorting task the prompt options describe (`tasks.sorting.task_from_spec`)."""
+    from tasks import sorting  # here: it loads torch, which `lab --help` does without
+
     return sorting.task_from_spec(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
 
 
-PROMPT_DEFAULTS = dict(prompts="lecture", vocab_size=sorting.LECTURE_VOCAB_SIZE, num_prompts=3, prompt_length=3,
+PROMPT_DEFAULTS = dict(prompts="lecture", vocab_size=LECTURE_VOCAB_SIZE, num_prompts=3, prompt_length=3,
                        heldout=0, prompt_seed=0)
 """The prompt options' defaults (the lecture's prompts), shared by run, sweep and diagnose."""
 

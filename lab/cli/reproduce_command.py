@@ -6,17 +6,15 @@ import importlib.util
 from pathlib import Path
 from typing import Annotated
 
-import torch
 import typer
 
-from lab.cli.application import USER_ERRORS, app, fail, load, writing
+from lab.cli.application import USER_ERRORS, app, fail, load, load_torch, writing
 from lab.cli.progress import Heartbeat, LineProgress, run_with_progress
 from lab.cli.options import DeviceOpt, QuietOpt, cli_message
 from lab.training.config import ConfigError, Device, resolve_device
 from lab.experiments.endtoend import END_TO_END_RUNS
 from lab.experiments.loaded_bench import LOADED_RUNS
 from lab.training.bounds import shown
-from lab.training.limits import check_memory, check_threads
 from lab.files.output_folders import OutputFiles
 from lab.files.writable import check_writable
 
@@ -39,7 +37,9 @@ def reproduce(
     written into a new folder under runs/ (or, with `--out figures`, over the tracked ones). Minutes, not seconds."""
     import time
 
+    load_torch()  # torch and the modules that compute load here, not for `lab reproduce --help`
     from lab.experiments import reproduce as rep
+    from lab.training.limits import check_memory
     start = time.perf_counter()
     out = Path("runs") / f"reproduce-{seeds}seeds" if out is None else out
     try:
@@ -100,9 +100,11 @@ def bench(
 ) -> None:
     """Time the lecture's setting: the lecture-style loop, one run alone, and sweeps of R runs (CPU, CUDA),
     at each --threads (the lecture-style loop too), a whole `lab sweep`, and a sweep beside a competing process."""
+    torch = load_torch()  # torch and the modules that compute load here, not for `lab bench --help`
     from lab.experiments.bench import ALL_CORES, LECTURE_THREADS, SIZES, bench_report, lecture_baseline
     from lab.experiments.bench import bench as run_bench
     from lab.training.config import TrainConfig
+    from lab.training.limits import check_memory, check_threads
 
     try:
         if not 0 < repeats <= MAX_REPEATS:

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
-import torch
 import typer
 
-from lab.cli.application import DEFAULTS, app, load
-from lab.cli.jobs import start_settings, config_header, prepare, prompt_options, report_divergence, write_folder
+from lab.cli.application import DEFAULTS, app, load, load_torch
 from lab.cli.options import (
     CliprangeValueOpt,
     CriticLrOpt,
@@ -64,13 +61,12 @@ from lab.cli.options import (
 )
 from lab.cli.progress import run_with_progress
 from lab.files.output_folders import write_json_atomic, write_text_atomic
-from lab.files.run_text import metrics_csv, samples_text
-from lab.policies import policy_from_state
-from lab.policies.factorized import save_policy
 from lab.training.config import Device, TrainConfig
 from lab.training.settings import name_parts
-from lab.training.train import train
-from tasks import sorting
+from tasks.sorting_choices import LECTURE_VOCAB_SIZE
+
+if TYPE_CHECKING:
+    import torch
 
 
 def default_run_name(config: TrainConfig, prompt_options: dict | None = None) -> str:
@@ -128,7 +124,7 @@ def run(
     prompts: PromptsOpt = "lecture",
     num_prompts: NumPromptsOpt = 3,
     prompt_length: PromptLengthOpt = 3,
-    vocab_size: VocabOpt = sorting.LECTURE_VOCAB_SIZE,
+    vocab_size: VocabOpt = LECTURE_VOCAB_SIZE,
     heldout: HeldoutOpt = 0,
     prompt_seed: PromptSeedOpt = 0,
     device: DeviceOpt = Device.auto,
@@ -145,6 +141,15 @@ def run(
       no policy.pt); 1 writing failed (full disk: nothing written); 130 interrupted
       (Ctrl-C); 143 terminated (SIGTERM): the partial output removed as for Ctrl-C.
     """
+    load_torch()  # torch and the modules that compute load here, not for `lab run --help`
+    import numpy as np
+
+    from lab.cli.jobs import start_settings, config_header, prepare, prompt_options, report_divergence, write_folder
+    from lab.files.run_text import metrics_csv, samples_text
+    from lab.policies import policy_from_state
+    from lab.policies.factorized import save_policy
+    from lab.training.train import train
+
     options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
 
     def build():

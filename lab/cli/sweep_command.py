@@ -6,11 +6,9 @@ import math
 from pathlib import Path
 from typing import Annotated
 
-import torch
 import typer
 
-from lab.cli.application import DEFAULTS, app, load
-from lab.cli.jobs import start_settings, config_header, prepare, prompt_options, report_divergence, write_folder
+from lab.cli.application import DEFAULTS, app, load, load_torch
 from lab.cli.options import (
     CliprangeValueOpt,
     CriticLrOpt,
@@ -62,13 +60,12 @@ from lab.cli.options import (
 )
 from lab.cli.progress import run_with_progress
 from lab.files.output_folders import write_json_atomic, write_text_atomic
-from lab.files.tables import TableFormat, write_tables
-from lab.core.deltas import DeltaMode
+from lab.files.table_format import TableFormat
+from lab.core.modes import DeltaMode
 from lab.training.config import ConfigError, Device, TrainConfig
 from lab.training.bounds import shown
-from lab.training.limits import check_threads
 from lab.training.settings import name_parts, shared_and_swept, table_fields
-from tasks import sorting
+from tasks.sorting_choices import LECTURE_VOCAB_SIZE
 
 
 def default_sweep_name(points: list[TrainConfig], prompt_options: dict, seeds: int,
@@ -129,7 +126,7 @@ def sweep(
     prompts: PromptsOpt = "lecture",
     num_prompts: NumPromptsOpt = 3,
     prompt_length: PromptLengthOpt = 3,
-    vocab_size: VocabOpt = sorting.LECTURE_VOCAB_SIZE,
+    vocab_size: VocabOpt = LECTURE_VOCAB_SIZE,
     heldout: HeldoutOpt = 0,
     prompt_seed: PromptSeedOpt = 0,
     device: DeviceOpt = Device.auto,
@@ -149,7 +146,12 @@ def sweep(
     in the input (one line, nothing written); 1 writing failed; 130 interrupted (Ctrl-C);
     143 terminated (SIGTERM).
     """
+    torch = load_torch()  # torch and the modules that compute load here, not for `lab sweep --help`
+    from lab.cli.jobs import start_settings, config_header, prepare, prompt_options, report_divergence, write_folder
     from lab.experiments import sweep as sweeps
+    from lab.files.tables import write_tables
+    from lab.training.limits import check_threads
+
     given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
              "entropy_coef": entropy_coef, "loss_agg": loss_agg, "pairs": pairs, "preference": preference,

@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from lab.cli.application import USER_ERRORS, app, fail, load, writing
+from lab.cli.application import USER_ERRORS, app, fail, load, load_torch, writing
 from lab.cli.options import ForceOpt, QuietOpt, Reward, RewardOpt, cli_message
 from lab.files.output_folders import RunFolder, write_json_atomic, write_text_atomic
 from lab.files.writable import check_writable
@@ -113,6 +113,7 @@ def trl_run(
     quiet: QuietOpt = False,
 ) -> None:
     """Train a tiny transformer with TRL's GRPOTrainer (or DPOTrainer) on the sorting task; exact metrics every epoch."""
+    load_torch()  # here, not for `lab trl --help`
     settings = dict(loss=loss.value, epochs=epochs, steps=steps, lr=lr, kl=kl, reward=reward.value,
                     max_length=max_length, seed=seed, layers=layers, width=width)
     settings |= dict(pairs=pairs.value, pairs_per_prompt=pairs_per_prompt, preference=preference.value,
@@ -211,6 +212,7 @@ def trl_compare(
     quiet: QuietOpt = False,
 ) -> None:
     """The lab's autoregressive policy and TRL's transformer on the same GRPO settings: exact curves and verdicts."""
+    load_torch()  # here, not for `lab trl-compare --help`
     try:
         _check("--seeds", seeds, 2 <= seeds <= 100, "an integer from 2 to 100")
         require_trl("trl-compare")

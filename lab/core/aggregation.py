@@ -23,23 +23,13 @@ Any leading axes (such as `run`) are kept.
 
 from __future__ import annotations
 
-from enum import Enum
-
 import torch
 from torch import Tensor
 
 from lab.core.choices import parse_choice
+from lab.core.modes import LossAgg
 TOKEN_AXES = (-3, -2, -1)  # batch trial pos
 SEQUENCE_AXES = (-2, -1)  # batch trial
-
-
-class LossAgg(str, Enum):
-    """How per-token losses are averaged (`--loss-agg`, verl's `loss_agg_mode`)."""
-
-    token_mean = "token-mean"
-    seq_mean_token_mean = "seq-mean-token-mean"
-    seq_mean_token_sum = "seq-mean-token-sum"
-    seq_mean_token_sum_norm = "seq-mean-token-sum-norm"
 
 
 def parse_agg(mode: LossAgg | str) -> LossAgg:

@@ -24,22 +24,11 @@ Conventions (docs/conventions.md lists how implementations differ):
 
 from __future__ import annotations
 
-from enum import Enum
-
 import torch
 from torch import Tensor
 
 from lab.core.choices import parse_choice
-
-class DeltaMode(str, Enum):
-    """How rewards become deltas."""
-
-    raw = "raw"
-    centered = "centered"
-    normalized = "normalized"
-    max = "max"
-    loo = "loo"
-    gae = "gae"
+from lab.core.modes import NEEDS_CRITIC, NEEDS_GROUP, DeltaMode
 
 
 def _centered(rewards: Tensor) -> Tensor:
@@ -71,12 +60,6 @@ DELTA_FUNCTIONS = {
     DeltaMode.gae: lambda rewards, std_eps, unbiased: rewards,  # the return; the critic's GAE comes after
 }
 """The one dispatch table: mode -> f(rewards float[... trial], std_eps, unbiased)."""
-
-NEEDS_GROUP = frozenset({DeltaMode.centered, DeltaMode.normalized, DeltaMode.loo})
-"""Modes whose baseline needs at least two responses per prompt."""
-
-NEEDS_CRITIC = frozenset({DeltaMode.gae})
-"""Modes whose advantages come from a learned critic (`lab.training.critic`), not from the rewards alone."""
 
 REWARD_MODES = tuple(m for m in DeltaMode if m not in NEEDS_CRITIC)
 """The modes that are functions of a group's rewards (what the exact estimator moments cover)."""

@@ -33,34 +33,12 @@ Every function is elementwise over any leading axes (run, batch, pair, ...).
 
 from __future__ import annotations
 
-from enum import Enum
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from lab.core.choices import parse_choice
-
-
-class DPOLoss(str, Enum):
-    """How a pair's log-ratio difference becomes a loss (`--dpo-loss`, TRL's `loss_type`)."""
-
-    sigmoid = "sigmoid"
-    ipo = "ipo"
-
-
-class Preference(str, Enum):
-    """Which response of a pair wins (`--preference`)."""
-
-    argmax = "argmax"
-    bradley_terry = "bradley-terry"
-
-
-class Pairs(str, Enum):
-    """Where the pairs come from (`--pairs`): the current policy's groups, or a fixed set drawn from pi_ref."""
-
-    online = "online"
-    offline = "offline"
+from lab.core.modes import DPOLoss, Pairs, Preference
 
 
 def parse_dpo_loss(mode: DPOLoss | str) -> DPOLoss:

@@ -37,10 +37,11 @@ does not exist on a torch module, so its KL runs crashed), refreshed every
 from __future__ import annotations
 
 import copy
-from enum import Enum
 
 import torch
 from torch import Tensor, nn
+
+from lab.core.modes import KLEstimator
 
 
 def k1(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
@@ -60,21 +61,8 @@ def k3(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
     return torch.expm1(log_rho) - log_rho
 
 
-class KLEstimator(str, Enum):
-    k1 = "k1"
-    k2 = "k2"
-    k3 = "k3"
-
-
 ESTIMATORS = {KLEstimator.k1: k1, KLEstimator.k2: k2, KLEstimator.k3: k3}
 """The one dispatch table: estimator -> f(log_probs, ref_log_probs) per token (verl's `kl_loss_type`)."""
-
-
-class KLPlacement(str, Enum):
-    """Where the KL penalty goes (`--kl-in`): verl's `use_kl_loss` (loss) or `use_kl_in_reward` (reward)."""
-
-    loss = "loss"
-    reward = "reward"
 
 
 def sequence_kl(log_probs: Tensor, ref_log_probs: Tensor, estimator: KLEstimator | str = "k3",

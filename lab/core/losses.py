@@ -28,6 +28,7 @@ from torch import Tensor
 
 from lab.core.aggregation import LossAgg, aggregate
 from lab.core.choices import parse_choice
+from lab.core.modes import TrainingLoss
 
 
 class LossMode(str, Enum):
@@ -36,20 +37,6 @@ class LossMode(str, Enum):
     naive = "naive"
     unclipped = "unclipped"
     clipped = "clipped"
-
-
-class TrainingLoss(str, Enum):
-    """What a run minimises (`--loss`): one of the surrogates above (`LossMode`, on deltas), `dpo`, the
-    loss on preference pairs of `lab.core.dpo`, or the negative log-likelihood of responses (`lab.core.sft`) on
-    demonstrations (`sft`) or on the policy's own filtered samples (`expert-iteration`). The training loop
-    dispatches on its method (`lab.training.methods`)."""
-
-    naive = "naive"
-    unclipped = "unclipped"
-    clipped = "clipped"
-    dpo = "dpo"
-    sft = "sft"
-    expert_iteration = "expert-iteration"
 
 
 TOKEN_AXES = (-3, -2, -1)  # batch trial pos

@@ -16,19 +16,10 @@ Any leading axes (such as `run`) are kept: the means are over the last three (ba
 
 from __future__ import annotations
 
-from enum import Enum
-
 import torch
 from torch import Tensor
 
 TOKEN_AXES = (-3, -2, -1)  # batch trial pos
-
-
-class Filter(str, Enum):
-    """Which of its own samples expert iteration keeps (`--ei-filter`)."""
-
-    group_best = "group-best"
-    threshold = "threshold"
 
 
 def sft_loss(log_probs: Tensor, mask: Tensor | None, weights: Tensor | None = None) -> Tensor:

@@ -16,11 +16,11 @@ by column from the records' arrays, and written by pyarrow (`pyarrow.parquet`,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import Enum
 from pathlib import Path
 
 import numpy as np
 
+from lab.files.table_format import TableFormat
 from lab.files.temporaries import atomic_path
 from lab.training.records import (DPO_STEP_METRICS, EPOCH_METRICS, GRAD_CLIP_METRICS, METHOD_STEP_METRICS,
                                   OPTIMUM_METRICS, STEP_METRICS, SUPERVISED_EPOCH_METRICS, Records,
@@ -32,11 +32,6 @@ SETTING_PREFIX = "config_"
 PARQUET_COMPRESSION = "zstd"
 """Metric columns are float32, stored byte-stream-split and zstd-compressed: a 1000-run sweep of the
 lecture's setting takes about 20 MB (its CSV took 200 MB)."""
-
-
-class TableFormat(str, Enum):
-    parquet = "parquet"
-    csv = "csv"
 
 
 def setting_column(name: str) -> str:

@@ -15,16 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
 from torch import Tensor
 
-
-class PolicyKind(str, Enum):
-    """Which policy generates responses (`--policy`)."""
-
-    factorized = "factorized"
-    autoregressive = "autoregressive"
+from lab.core.modes import PolicyKind
 
 
 @dataclass(frozen=True)

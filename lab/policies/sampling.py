@@ -28,10 +28,11 @@ reproduces its committed seed-5 logs (tests/experiments/test_lecture_run.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import Enum
 
 import torch
 from torch import Tensor
+
+from lab.core.modes import Sampler
 
 
 def sample_responses(
@@ -116,11 +117,6 @@ def entropy(logits: Tensor) -> Tensor:
 def entropy_from_log_softmax(log_softmax: Tensor) -> Tensor:
     """`entropy` from precomputed log-softmaxes float[... batch pos vocab] -> float[... batch pos]."""
     return -(log_softmax.exp() * log_softmax).sum(dim=-1)
-
-
-class Sampler(str, Enum):
-    inverse_cdf = "inverse-cdf"
-    multinomial = "multinomial"
 
 
 def sample_multinomial(

@@ -3,6 +3,9 @@
 A run is fully determined by its `TrainConfig`, its task and the device. In a
 batched sweep each run has its own config; the fields in `SHARED_FIELDS` fix
 tensor shapes or the schedule and must agree across the runs of one batch.
+
+The module loads without torch (its modes come from `lab.core.modes`; only `resolve_device` needs torch),
+so that the `lab` command shows its options and their defaults without loading it.
 """
 
 from __future__ import annotations
@@ -11,18 +14,14 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-import torch
-
-from lab.core.aggregation import LossAgg
 from lab.core.choices import parse_choice
-from lab.core.deltas import NEEDS_GROUP, DeltaMode
-from lab.core.dpo import DPOLoss, Pairs, Preference
-from lab.core.kl import KLEstimator, KLPlacement
-from lab.core.losses import TrainingLoss
-from lab.core.sft import Filter
-from lab.policies.interface import PolicyKind
-from lab.policies.sampling import Sampler
+from lab.core.modes import (NEEDS_GROUP, DeltaMode, DPOLoss, Filter, KLEstimator, KLPlacement, LossAgg, Pairs,
+                            PolicyKind, Preference, Sampler, TrainingLoss)
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Method(str, Enum):
@@ -60,6 +59,8 @@ class Device(str, Enum):
 
 def resolve_device(device: Device | str = Device.auto) -> torch.device:
     """`auto` takes CUDA when present; asking for CUDA without it is a `ConfigError`."""
+    import torch  # here, not above: the config (and `lab --help`, which shows its defaults) loads without torch
+
     try:
         device = Device(device)
     except ValueError:

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from lab.core.kl import KLPlacement
+from lab.core.modes import KLPlacement
 from lab.training.records import EPOCH_METRICS, GREEDY_METRICS, OPTIMUM_METRICS, SUPERVISED_EPOCH_METRICS, Records
 from lab.training.config import TrainConfig
 

@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from enum import Enum
 
-from lab.core.deltas import NEEDS_CRITIC
+from lab.core.modes import NEEDS_CRITIC
 from lab.training.config import DPO_DEFAULTS, SHARED_FIELDS, SUPERVISED_DEFAULTS, TrainConfig
 
 LEADING = ("delta", "loss", "reward")

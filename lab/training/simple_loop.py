@@ -26,7 +26,8 @@ from torch import Tensor
 from lab.training.config import TrainConfig
 from lab.core.deltas import compute_deltas
 from lab.exact.exploration import entropy_bonus
-from lab.core.kl import KLPlacement, freeze, kl_penalty, penalized_rewards, reference_due
+from lab.core.modes import KLPlacement
+from lab.core.kl import freeze, kl_penalty, penalized_rewards, reference_due
 from lab.core.losses import compute_loss
 from lab.policies.factorized import Policy
 from lab.policies.sampling import response_log_probs

@@ -19,7 +19,8 @@ import torch
 from torch import Tensor
 
 import lab.policies as P
-from lab.core.sft import Filter, at_least, group_best, sft_loss, token_accuracy
+from lab.core.modes import Filter
+from lab.core.sft import at_least, group_best, sft_loss, token_accuracy
 from lab.training.config import Demos, TrainConfig
 from lab.training.preference_pairs import pair_generators
 from lab.training.runs import RunGroups

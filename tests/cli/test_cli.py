@@ -15,7 +15,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import lab.cli.run_command
+import lab.training.train
 import lab.figures.plots
 from lab.cli.commands import app
 from lab.training.config import TrainConfig
@@ -272,7 +272,7 @@ def test_an_exception_during_training_leaves_no_run_folder(tmp_path, monkeypatch
     """A run that fails while training writes nothing."""
     def broken(*args, **kwargs):
         raise RuntimeError("training failed")
-    monkeypatch.setattr(lab.cli.run_command, "train", broken)
+    monkeypatch.setattr(lab.training.train, "train", broken)  # `lab run` imports it as it starts
     result = invoke(*SHORT, "--out", str(tmp_path / "run"))
     assert result.exit_code != 0 and isinstance(result.exception, RuntimeError)
     assert contents(tmp_path) == set()

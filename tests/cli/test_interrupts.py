@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 import lab.cli.run_command
+import lab.training.train
 from lab.cli.commands import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +76,7 @@ def test_ctrl_c_while_training_is_one_line_exit_130_and_writes_nothing(tmp_path,
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
-    monkeypatch.setattr(lab.cli.run_command, "train", interrupted)
+    monkeypatch.setattr(lab.training.train, "train", interrupted)  # `lab run` imports it as it starts
     result = CliRunner().invoke(app, ["run", "--out", "r", "--quiet"])
     assert result.exit_code == 130
     assert [line for line in result.output.splitlines() if line.strip()] == ["Interrupted"]

@@ -21,6 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 import lab.cli.run_command
+import lab.training.train
 import lab.figures.plots
 import lab.files.writable
 from lab.cli.commands import app
@@ -152,7 +153,7 @@ def no_training(monkeypatch):
     """Fail the test if training starts: every check here must come before it."""
     def refuse(*args, **kwargs):
         raise AssertionError("training started before the output was checked")
-    monkeypatch.setattr(lab.cli.run_command, "train", refuse)
+    monkeypatch.setattr(lab.training.train, "train", refuse)  # `lab run` imports it as it starts
 
 
 
