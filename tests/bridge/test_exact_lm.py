@@ -15,7 +15,7 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from tests.bridge.trl_tools import SPEC, grpo_trainer, model_folder
+from tests.bridge.trl_tools import TINY, grpo_trainer, model_folder
 
 from lab.bridge.exact_lm import all_responses, exact_metrics, response_log_probs, sequences
 from lab.bridge.tiny_lm import build_model
@@ -33,8 +33,8 @@ def folder(tmp_path_factory):
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_enumerated_probabilities_sum_to_one(temperature):
     """Every prompt's response probabilities over the enumerated space sum to 1 (to 1e-12)."""
-    log_probs = response_log_probs(build_model(SPEC).eval(), PROMPTS, all_responses(SPEC.vocab_size, CAP),
-                                   SPEC.eos_id, temperature)
+    log_probs = response_log_probs(build_model(TINY).eval(), PROMPTS, all_responses(TINY.vocab_size, CAP),
+                                   TINY.eos_id, temperature)
     assert torch.allclose(log_probs.exp().sum(-1), torch.ones(3, dtype=torch.float64), rtol=0, atol=1e-12)
 
 
@@ -46,12 +46,12 @@ def test_enumerated_log_probs_are_trl_per_token_log_probs(folder, temperature):
     trainer = grpo_trainer(folder, lambda completions, **kwargs: [0.0] * len(completions),
                            temperature=temperature, max_completion_length=CAP, num_generations=3,
                            per_device_train_batch_size=3)
-    responses = all_responses(SPEC.vocab_size, CAP)[::37]  # a spread of lengths and contents
-    ours = response_log_probs(trainer.model, PROMPTS, responses, SPEC.eos_id, temperature)
+    responses = all_responses(TINY.vocab_size, CAP)[::37]  # a spread of lengths and contents
+    ours = response_log_probs(trainer.model, PROMPTS, responses, TINY.eos_id, temperature)
     tokens = sequences(PROMPTS, responses).reshape(-1, PROMPTS.shape[1] + CAP)
     with torch.no_grad():
         theirs, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, tokens, torch.ones_like(tokens), CAP)
-    live = response_mask(responses, SPEC.eos_id).repeat(PROMPTS.shape[0], 1)
+    live = response_mask(responses, TINY.eos_id).repeat(PROMPTS.shape[0], 1)
     theirs = (theirs.double() * live).sum(-1).reshape(ours.shape)
     assert torch.allclose(ours, theirs, rtol=0, atol=1e-5)
 
@@ -68,9 +68,9 @@ def test_trl_samples_follow_the_enumerated_distribution(folder):
     rows = [{"prompt": row["prompt"]} for row in trainer.train_dataset for _ in range(group)]
     for _ in range(4):
         trainer._generate_and_score_completions(rows)
-    responses = all_responses(SPEC.vocab_size, CAP)
-    probs = response_log_probs(trainer.model, PROMPTS, responses, SPEC.eos_id).exp().mean(0)  # the prompts are equally often drawn
-    lengths = response_mask(responses, SPEC.eos_id).sum(-1)
+    responses = all_responses(TINY.vocab_size, CAP)
+    probs = response_log_probs(trainer.model, PROMPTS, responses, TINY.eos_id).exp().mean(0)  # the prompts are equally often drawn
+    lengths = response_mask(responses, TINY.eos_id).sum(-1)
     for key, expected_by in (("length", lengths), ("first token", responses[:, 0])):
         categories = expected_by.unique()
         expected = torch.stack([probs[expected_by == c].sum() for c in categories]) * len(drawn)

@@ -19,12 +19,12 @@ trl = pytest.importorskip("trl", reason="the TRL extra is not installed (pip ins
 
 from lab.bridge.tiny_lm import TinyLM, build_tokenizer, save_pretrained, words  # noqa: E402
 
-SPEC = TinyLM()
+TINY = TinyLM()
 PROMPTS = [[1, 0, 2], [3, 2, 4], [1, 2, 3]]
 
 
 def model_folder(tmp_path_factory) -> Path:
-    return save_pretrained(SPEC, tmp_path_factory.mktemp("tiny_lm"))
+    return save_pretrained(TINY, tmp_path_factory.mktemp("tiny_lm"))
 
 
 def quiet_args(config_class, out: Path, **fields):
@@ -38,7 +38,7 @@ def grpo_trainer(folder: Path, reward_func, **fields):
     args = quiet_args(trl.GRPOConfig, folder / "out", **fields)
     data = Dataset.from_dict({"prompt": [words(p) for p in PROMPTS]})
     trainer = trl.GRPOTrainer(model=str(folder), reward_funcs=reward_func, args=args, train_dataset=data,
-                              processing_class=build_tokenizer(SPEC))
+                              processing_class=build_tokenizer(TINY))
     trainer.model.eval()  # eval: TRL divides by no gradient-accumulation count
     return trainer
 
@@ -64,7 +64,7 @@ def dpo_trainer(folder: Path, **fields):
     data = Dataset.from_dict({"prompt": [words(p) for p in PROMPTS],
                               "chosen": [words(sorted(p)) for p in PROMPTS],
                               "rejected": [words(sorted(p, reverse=True)) for p in PROMPTS]})
-    trainer = trl.DPOTrainer(model=str(folder), args=args, train_dataset=data, processing_class=build_tokenizer(SPEC))
+    trainer = trl.DPOTrainer(model=str(folder), args=args, train_dataset=data, processing_class=build_tokenizer(TINY))
     trainer.model.eval()
     trainer.precompute_ref_logps = True  # the reference log-probs come with the inputs (the test's own)
     return trainer
