@@ -26,6 +26,19 @@ DROPPED = frozenset({"learning_rate", "epoch", "num_tokens", "step_time"})
 """TRL logs that say nothing about the run (schedule bookkeeping, wall time)."""
 
 
+def lab_trainer_args(output_dir: Path, seed: int, lr: float, logging_steps: int, max_steps: int,
+                     batch_size: int) -> dict:
+    """The fields every `lab trl` trainer shares: the lab's optimiser (Adam at a constant lr, no weight decay,
+    no gradient clipping; TRL's defaults decay the lr and clip at 1.0), one full batch a step, float32 on the
+    CPU (TRL 1.16 trains in bf16 autocast by default; the exact lens reads the model in float32), no dropout,
+    and nothing logged or saved beyond the records."""
+    return dict(output_dir=str(output_dir), report_to=[], use_cpu=True, save_strategy="no",
+                logging_steps=logging_steps, seed=seed, data_seed=seed, bf16=False, disable_tqdm=True,
+                log_level="error", disable_dropout=True, per_device_train_batch_size=batch_size,
+                gradient_accumulation_steps=1, max_steps=max_steps, learning_rate=lr, lr_scheduler_type="constant",
+                warmup_steps=0, weight_decay=0.0, max_grad_norm=0.0)
+
+
 def renamed(logs: dict, names: dict[str, str]) -> dict:
     """TRL's logged metrics under the lab's names where the quantity is the same; the rest as TRL names them."""
     return {names.get(k, k): v for k, v in logs.items() if k not in DROPPED and not k.startswith("train_")}

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from lab.bridge.exact_lm import all_responses, exact_metrics, response_log_probs, reward_table
-from lab.bridge.lens_run import run_with_lens
+from lab.bridge.lens_run import lab_trainer_args, run_with_lens
 from lab.bridge.tiny_lm import TinyLM, build_model, build_tokenizer, words
 from lab.bridge.trl_grpo import reward_function
 from lab.core.dpo import preference_probability
@@ -72,12 +72,9 @@ class TRLDPO:
         from trl import DPOConfig
 
         return DPOConfig(
-            output_dir=str(output_dir), report_to=[], use_cpu=True, save_strategy="no", logging_steps=self.steps,
-            seed=self.seed, data_seed=self.seed, bf16=False, disable_tqdm=True, log_level="error",
-            per_device_train_batch_size=pairs, gradient_accumulation_steps=1, max_steps=self.epochs * self.steps,
-            learning_rate=self.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=0.0,
+            **lab_trainer_args(output_dir, self.seed, self.lr, self.steps, self.epochs * self.steps, pairs),
             beta=self.beta, loss_type=[self.dpo_loss], max_length=task.prompts.shape[1] + self.cap(task),
-            truncation_mode="keep_start", disable_dropout=True,
+            truncation_mode="keep_start",
         )
 
 
@@ -86,13 +83,9 @@ class TRLDPO:
 
         cap = self.cap(task)
         return OnlineDPOConfig(
-            output_dir=str(output_dir), report_to=[], use_cpu=True, save_strategy="no", logging_steps=1,
-            seed=self.seed, data_seed=self.seed, bf16=False, disable_tqdm=True, log_level="error",
-            per_device_train_batch_size=task.prompts.shape[0], gradient_accumulation_steps=1,
-            max_steps=self.epochs, learning_rate=self.lr, lr_scheduler_type="constant", warmup_steps=0,
-            weight_decay=0.0, max_grad_norm=0.0, beta=[self.beta], loss_type=self.dpo_loss,
-            max_new_tokens=cap, max_length=task.prompts.shape[1] + cap, temperature=1.0, top_p=1.0, top_k=0,
-            disable_dropout=True,
+            **lab_trainer_args(output_dir, self.seed, self.lr, 1, self.epochs, task.prompts.shape[0]),
+            beta=[self.beta], loss_type=self.dpo_loss, max_new_tokens=cap, max_length=task.prompts.shape[1] + cap,
+            temperature=1.0, top_p=1.0, top_k=0,
         )
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from lab.bridge.exact_lm import all_responses, exact_metrics, reward_table
-from lab.bridge.lens_run import run_with_lens
+from lab.bridge.lens_run import lab_trainer_args, run_with_lens
 from lab.bridge.tiny_lm import TinyLM, build_tokenizer, words
 from tasks import Task
 from tasks.sorting import variable_length_reward
@@ -94,15 +94,11 @@ class TRLGRPO:
 
         prompts, cap = task.prompts.shape[0], self.cap(task)
         return GRPOConfig(
-            output_dir=str(output_dir), report_to=[], use_cpu=True, save_strategy="no", logging_steps=self.steps,
-            seed=self.seed, data_seed=self.seed, disable_dropout=True,
-            num_generations=self.group_size, per_device_train_batch_size=prompts * self.group_size,
-            gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=self.steps,
-            max_steps=self.epochs * self.steps, max_completion_length=cap, temperature=self.temperature,
-            learning_rate=self.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-            max_grad_norm=0.0, epsilon=self.clip_eps, beta=self.kl * cap, use_bias_correction_kl=False,
-            loss_type=LOSS_TYPES[self.loss_agg], scale_rewards=SCALE_REWARDS[self.delta],
-            bf16=False, disable_tqdm=True, log_level="error",  # float32, as the exact lens reads the model
+            **lab_trainer_args(output_dir, self.seed, self.lr, self.steps, self.epochs * self.steps,
+                               prompts * self.group_size),
+            num_generations=self.group_size, steps_per_generation=1, num_iterations=self.steps,
+            max_completion_length=cap, temperature=self.temperature, epsilon=self.clip_eps, beta=self.kl * cap,
+            use_bias_correction_kl=False, loss_type=LOSS_TYPES[self.loss_agg], scale_rewards=SCALE_REWARDS[self.delta],
         )
 
 
