@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 
 RewardFn = Callable[["Tensor", "Tensor"], "Tensor"]
 
+LEARNED = "learned:"
+"""A reward named `learned:PATH` is a reward model's score (the folder `lab reward-model` wrote at PATH), added to a
+task's `rewards` by the command that trains against it (`lab.files.reward_model_folder`)."""
+
 OPTIMAL_TOLERANCE = 1e-6
 """A reward within this of a prompt's optimum counts as optimal (float32 rewards compared exactly)."""
 
@@ -58,10 +62,17 @@ class Task:
         return self.rewards[name]
 
     def optimum(self, name: str, prompts: Tensor | None = None) -> Tensor:
-        """The best achievable reward per prompt, float[batch] (the correct response's reward)."""
+        """The best achievable reward per prompt, float[batch] (the correct response's reward; `best_reward`)."""
         prompts = self.prompts if prompts is None else prompts
-        best = self.targets(prompts).unsqueeze(-2)  # int[batch 1 pos]: a group of one
-        return self.reward_fn(name)(prompts, best).squeeze(-1)
+        return best_reward(self.reward_fn(name), prompts, self.targets(prompts))
+
+
+def best_reward(reward: RewardFn, prompts: Tensor, targets: Tensor) -> Tensor:
+    """The best achievable reward per prompt, float[batch]: the target's (sorted(x) is optimal under every sorting
+    reward), or a learned reward's own maximum over every response (`reward.optimum`), which need not be there."""
+    if hasattr(reward, "optimum"):
+        return reward.optimum(prompts)
+    return reward(prompts, targets.unsqueeze(-2)).squeeze(-1)  # int[batch 1 pos]: a group of one
 
 
 def neighbour_rewards(reward: RewardFn, prompts: Tensor, responses: Tensor, vocab_size: int) -> Tensor:

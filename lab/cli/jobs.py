@@ -12,7 +12,7 @@ the output folder (a name the file system takes, a folder we may write, free or 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -28,7 +28,7 @@ from lab.training.divergence import DIVERGED_EXIT_CODE
 from lab.training.lengths import resolve_max_length
 from lab.training.limits import check_memory
 from lab.training.records import Records
-from tasks import Task
+from tasks import LEARNED, Task
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,7 @@ def prepare(command: str, build: Callable[[], tuple[list[TrainConfig], int, Call
         task = make_task(**options)
         check_fits(points[0], task)
         check_starts(points, task)
+        task = with_reward_models(task, points, torch_device)
         check_memory(points, options["vocab_size"], *task.prompts.shape, options["heldout"], torch_device, what, seeds)
         folder = RunFolder(out or Path("runs") / default_name(), force, command=command)
         note = None if out or quiet else hashed_name_note(folder.out.name)
@@ -89,6 +90,31 @@ def start_settings(init_from: str | None) -> dict:
     from lab.files.start_folder import start_sha256
 
     return {} if init_from is None else dict(init_from=init_from, init_sha256=start_sha256(init_from))
+
+
+def reward_settings(configs: Sequence[TrainConfig]) -> list[TrainConfig]:
+    """The configs with the sha256 of each learned reward's model.pt recorded (`reward_sha256`), the folder checked."""
+    from lab.files.reward_model_folder import read_reward_model
+
+    return [c.replace(reward_sha256=read_reward_model(c.reward[len(LEARNED):]).sha256)
+            if c.reward.startswith(LEARNED) else c for c in configs]
+
+
+def with_reward_models(task: Task, points: Sequence[TrainConfig], device: torch.device) -> Task:
+    """The task with each learned reward of the points added to its rewards (`--reward learned:PATH`), after
+    checking that each folder's model fits the task and the policy: a `ConfigError`, one line per mismatch."""
+    from lab.files.reward_model_folder import load_learned_reward, read_reward_model, reward_model_mismatches
+
+    learned, lines = {}, []
+    for config in points:
+        if config.reward.startswith(LEARNED) and config.reward not in learned:
+            found = read_reward_model(config.reward[len(LEARNED):])
+            problems = reward_model_mismatches(found, config, task)
+            lines += problems
+            learned[config.reward] = None if problems else load_learned_reward(found, device)
+    if lines:
+        raise ConfigError("\n".join(dict.fromkeys(lines)))
+    return replace(task, rewards={**task.rewards, **learned}) if learned else task
 
 
 def check_starts(points: Sequence[TrainConfig], task) -> None:

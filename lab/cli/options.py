@@ -18,10 +18,22 @@ from lab.core.modes import (DeltaMode, DPOLoss, Filter, KLEstimator, KLPlacement
                             Preference, Sampler, TrainingLoss)
 from lab.training.config import Demos, Device, TrainConfig
 from lab.training.settings import option, text
+from tasks import LEARNED
 from tasks.sorting_choices import LECTURE_VOCAB_SIZE, REWARD_NAMES
 
 Reward = Enum("Reward", {name.replace("-", "_"): name for name in REWARD_NAMES}, type=str)
 """Reward choices: every reward the sorting task registers."""
+TRAIN_REWARDS = (*REWARD_NAMES, f"{LEARNED}PATH")
+"""What `lab run` and `lab sweep` train against: a task's reward, or a reward model's score (`lab reward-model`)."""
+
+
+def train_reward(value: str) -> str:
+    """A `--reward` of `lab run` or `lab sweep`, checked: a registered name, or `learned:` and a folder."""
+    if value in REWARD_NAMES or (value.startswith(LEARNED) and len(value) > len(LEARNED)):
+        return value
+    raise ValueError(f"--reward {value} is not a choice; choose one of: {', '.join(TRAIN_REWARDS)} (a folder "
+                     "written by lab reward-model)")
+
 
 # Options shared by the commands that train. Defaults are the lecture's (TrainConfig).
 DeltaOpt = Annotated[DeltaMode, typer.Option(help="rewards -> deltas: raw, minus the group mean, "
@@ -45,6 +57,10 @@ SamplerOpt = Annotated[Sampler, typer.Option(help="how the run's generator draws
                                                     "or torch.multinomial as the lecture's script (with --seed 5 "
                                                     "its own runs)")]
 RewardOpt = Annotated[Reward, typer.Option(help="reward function of the sorting task")]
+TrainRewardOpt = Annotated[str, typer.Option("--reward", metavar="[" + "|".join(TRAIN_REWARDS) + "]",
+                                             help="reward function of the sorting task, or learned:PATH, the score of "
+                                                  "the reward model lab reward-model wrote at PATH (the proxy trains "
+                                                  "the run; the gold reward is recorded beside it, exactly)")]
 KLOpt = Annotated[float, typer.Option("--kl", help="beta, weight of the KL penalty to the reference (0 = off; k3 in "
                                                    "the loss unless --kl-estimator, --kl-in say otherwise)")]
 KLEstimatorOpt = Annotated[KLEstimator, typer.Option(help="the penalty's per-token KL estimator (verl's "
@@ -117,8 +133,9 @@ DeltasOpt = Annotated[list[DeltaMode] | None, typer.Option("--delta", help="repe
                                                            show_default=_RUN.delta.value)]
 LossesOpt = Annotated[list[TrainingLoss] | None, typer.Option("--loss", help="repeatable: losses to sweep",
                                                           show_default=_RUN.loss.value)]
-RewardsOpt = Annotated[list[Reward] | None, typer.Option("--reward", help="repeatable: rewards to sweep",
-                                                         show_default=_RUN.reward)]
+RewardsOpt = Annotated[list[str] | None, typer.Option("--reward", metavar="[" + "|".join(TRAIN_REWARDS) + "]",
+                                                      help="repeatable: rewards to sweep (learned:PATH: a reward "
+                                                           "model's score, as lab run)", show_default=_RUN.reward)]
 KLsOpt = Annotated[list[float] | None, typer.Option("--kl", help="repeatable: KL weights beta to sweep",
                                                     show_default=str(_RUN.kl))]
 KLEstimatorsOpt = Annotated[list[KLEstimator] | None, typer.Option("--kl-estimator", help="repeatable: the "

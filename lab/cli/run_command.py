@@ -51,8 +51,8 @@ from lab.cli.options import (
     PromptSeedOpt,
     PromptsOpt,
     QuietOpt,
-    Reward,
-    RewardOpt,
+    TrainRewardOpt,
+    train_reward,
     SamplerOpt,
     StepsOpt,
     VocabOpt,
@@ -86,7 +86,7 @@ def default_run_name(config: TrainConfig, prompt_options: dict | None = None) ->
 def run(
     delta: DeltaOpt = DEFAULTS.delta,
     loss: LossOpt = DEFAULTS.loss,
-    reward: RewardOpt = Reward(DEFAULTS.reward),
+    reward: TrainRewardOpt = DEFAULTS.reward,
     kl: KLOpt = DEFAULTS.kl,
     kl_period: KLPeriodOpt = DEFAULTS.kl_period,
     kl_estimator: KLEstimatorOpt = DEFAULTS.kl_estimator,
@@ -144,7 +144,8 @@ def run(
     load_torch()  # torch and the modules that compute load here, not for `lab run --help`
     import numpy as np
 
-    from lab.cli.jobs import start_settings, config_header, prepare, prompt_options, report_divergence, write_folder
+    from lab.cli.jobs import (config_header, prepare, prompt_options, report_divergence, reward_settings,
+                              start_settings, write_folder)
     from lab.files.run_text import metrics_csv, samples_text
     from lab.policies import policy_from_state
     from lab.policies.factorized import save_policy
@@ -154,7 +155,7 @@ def run(
 
     def build():
         config = TrainConfig(epochs=epochs, steps=steps, group_size=group_size, lr=lr, seed=seed, sampler=sampler,
-                             dim=dim, reward=reward.value, delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
+                             dim=dim, reward=train_reward(reward), delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
                              kl_period=kl_period, kl_estimator=kl_estimator, kl_in=kl_in, init_scale=init_scale, entropy_coef=entropy_coef,
                              policy=policy, max_length=max_length, loss_agg=loss_agg, pairs=pairs,
                              pairs_per_prompt=pairs_per_prompt, preference=preference, dpo_loss=dpo_loss,
@@ -163,6 +164,7 @@ def run(
                              temperature=temperature, max_grad_norm=max_grad_norm, demos=demos,
                              demo_noise=demo_noise, demos_from=demos_from, ei_filter=ei_filter,
                              reward_threshold=reward_threshold, **start_settings(init_from))
+        config, = reward_settings([config])
         return [config], 1, lambda: default_run_name(config, options)
 
     job = prepare("run", build, options, device, out, force, quiet)
@@ -183,6 +185,9 @@ def run(
         "final_greedy_reward": final("greedy_reward"),
         "final_greedy_accuracy": final("greedy_accuracy"),
         "final_greedy_responses": None if diverged else records.greedy_responses[0].tolist(),
+        # --reward learned:PATH: where the proxy left the gold reward, exactly (lab.training.optimum.ProxyTracker)
+        **{f"final_{name}": final(name) for name in ("gold_reward_exact", "proxy_reward_exact", "d")
+           if name in records.epoch_metrics},
         "seconds": records.seconds,
         "exploration_exact": records.exploration_exact,
         # --max-grad-norm: the fraction of its optimizer steps whose gradient was clipped
@@ -206,6 +211,10 @@ def run(
     report_divergence("run", records, [config], job.folder.out)
     if not quiet:
         accuracy = summary["final_greedy_accuracy"]
+        if "final_gold_reward_exact" in summary:
+            typer.echo(f"exact gold reward {summary['final_gold_reward_exact']:.3f}, proxy "
+                       f"{summary['final_proxy_reward_exact']:.3f} at d = sqrt(KL to the start) "
+                       f"{summary['final_d']:.3f}")
         typer.echo(f"final mean reward {summary['final_mean_reward']:.3f} / {summary['optimum']:g}, "
                    f"greedy accuracy {accuracy:.0%} ({round(accuracy * len(job.task.prompts))}/{len(job.task.prompts)} "
                    f"prompts sorted), {records.seconds:.2f} s -> {job.folder.out}")

@@ -52,6 +52,7 @@ from lab.cli.options import (
     PromptsOpt,
     QuietOpt,
     RewardsOpt,
+    train_reward,
     SamplerOpt,
     StepsOpt,
     VocabOpt,
@@ -147,12 +148,13 @@ def sweep(
     143 terminated (SIGTERM).
     """
     torch = load_torch()  # torch and the modules that compute load here, not for `lab sweep --help`
-    from lab.cli.jobs import start_settings, config_header, prepare, prompt_options, report_divergence, write_folder
+    from lab.cli.jobs import (config_header, prepare, prompt_options, report_divergence, reward_settings,
+                              start_settings, write_folder)
     from lab.experiments import sweep as sweeps
     from lab.files.tables import write_tables
     from lab.training.limits import check_threads
 
-    given = {"delta": delta, "loss": loss, "reward": [r.value for r in reward] if reward else None, "kl": kl,
+    given = {"delta": delta, "loss": loss, "reward": reward, "kl": kl,
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
              "entropy_coef": entropy_coef, "loss_agg": loss_agg, "pairs": pairs, "preference": preference,
              "dpo_loss": dpo_loss, "gae_lambda": gae_lambda, "temperature": temperature,
@@ -174,19 +176,21 @@ def sweep(
     def build():
         check_threads(threads)
         sweeps.check_seeds(seeds)
+        for value in grid["reward"]:
+            train_reward(value)
         critic_given = gae_lambda or any(v != getattr(DEFAULTS, k) for k, v in critic.items())
         if DeltaMode.gae not in grid["delta"] and critic_given:
             raise ConfigError("the critic's options (--gae-lambda, --critic-lr, ...) apply to --delta gae only; "
                               "add --delta gae")
         points = sweeps.build_grid(make_base(), grid, 1, critic)  # one config per grid point: sized before seeds multiply it
-        points = sweeps.method_settings(points, pairs_per_prompt=pairs_per_prompt, **supervised)
+        points = reward_settings(sweeps.method_settings(points, pairs_per_prompt=pairs_per_prompt, **supervised))
         return points, seeds, lambda: default_sweep_name(points, options, seeds, table_format)
 
     settings = math.prod(len(values) for values in grid.values())
     job = prepare("sweep", build, options, device, out, force, quiet, what=f"this sweep ({settings} settings x {shown(seeds)} seeds)")
     base = make_base()
-    configs = sweeps.method_settings(sweeps.build_grid(base, grid, seeds, critic), pairs_per_prompt=pairs_per_prompt,
-                                     **supervised)
+    configs = reward_settings(sweeps.method_settings(sweeps.build_grid(base, grid, seeds, critic),
+                                                     pairs_per_prompt=pairs_per_prompt, **supervised))
 
     from lab.experiments.bench import sweep_threads
 

@@ -8,6 +8,7 @@
     Filter (--ei-filter)                 lab.training.supervised
     PolicyKind (--policy)                POLICIES in lab.policies
     Sampler (--sampler)                  SAMPLERS in lab.policies.sampling
+    RewardModelSize (lab reward-model)   SIZES in lab.training.reward_model
 
 They live here, apart from the math that dispatches on them, so that the `lab` command builds its options
 (`lab --help`, `lab run --help`) without loading torch (tests/cli/test_help_imports.py).
@@ -114,3 +115,11 @@ class Sampler(str, Enum):
 
     inverse_cdf = "inverse-cdf"
     multinomial = "multinomial"
+
+
+class RewardModelSize(str, Enum):
+    """A reward model's size (`lab reward-model --size`): one family, its width apart."""
+
+    small = "small"
+    medium = "medium"
+    large = "large"

@@ -22,7 +22,7 @@ from torch import Tensor
 from lab.exact.enumeration import LIMITS
 from lab.exact.varlen import space_size, varlen_responses
 from lab.exact.exploration import value_indicators
-from tasks import OPTIMAL_TOLERANCE
+from tasks import OPTIMAL_TOLERANCE, best_reward
 from lab.exact.prefix_tree import tree_pass, varlen_response_probs  # noqa: F401 (re-exported)
 
 
@@ -66,7 +66,7 @@ class SamplingPolicyMetrics:
             responses = varlen_responses(vocab_size, length).to(prompts.device)
             for name, reward in rewards.items():
                 table = reward(prompts, responses.expand(len(prompts), *responses.shape)).double()  # float[batch n]
-                optimum = reward(prompts, targets.unsqueeze(-2)).squeeze(-1).double()  # sorted(x) + EOS
+                optimum = best_reward(reward, prompts, targets).double()  # sorted(x) + EOS, or a learned maximum
                 self.columns[name] = exploration_columns(table, optimum)
 
     @torch.no_grad()

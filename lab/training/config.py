@@ -195,6 +195,8 @@ class TrainConfig:
     """start from this run folder's policy.pt instead of a random policy; it is also the reference (KL, DPO)"""
     init_sha256: str | None = None
     """the sha256 of the policy.pt that `init_from` read (set by the command that read it)"""
+    reward_sha256: str | None = None
+    """`reward` learned:PATH only: the sha256 of the model.pt it read (set by the command that read it)"""
 
     def __post_init__(self) -> None:
         for name, enum in (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind),
@@ -385,7 +387,7 @@ SUPERVISED_DEFAULTS = {"demos": Demos.optimal, "demo_noise": 0.2, "ei_filter": F
 """The SFT and expert-iteration settings their runs take when not given (None for the other losses)."""
 
 OPTIONAL_FIELDS = ("max_grad_norm", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold",
-                   "init_from", "init_sha256")
+                   "init_from", "init_sha256", "reward_sha256")
 """Fields left out of config.json while None (unset), so the files of runs without them are unchanged."""
 
 KL_DEFAULTS = {"kl_estimator": KLEstimator.k3, "kl_in": KLPlacement.loss}

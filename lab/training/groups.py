@@ -23,10 +23,10 @@ from lab.training.kinds import Kind
 from lab.training.methods import METHODS
 from lab.training.lengths import length_metrics, response_lengths
 from lab.training.metrics import greedy_log, sample_metrics
-from lab.training.optimum import OptimumTracker, ProgressTracker
+from lab.training.optimum import OptimumTracker, ProgressTracker, ProxyTracker
 from lab.training.records import Records, Samples
 from lab.training.runs import RunSettings, records_of
-from tasks import Task
+from tasks import LEARNED, Task
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,11 @@ class History:
 
 def finish(task: Task, configs: list[TrainConfig], kind: Kind, optimum: Tensor, step_log: dict, epoch_log: dict,
            guard: DivergenceGuard, history: History, seconds: float, step_logs: list[dict], method_epochs: dict,
-           tracker: ProgressTracker | None, critic: CriticRuns | None) -> Records:
+           trackers: list[ProgressTracker], critic: CriticRuns | None) -> Records:
     """The records of the loop: its logs, with the method's (DPO's, SFT's), the gradient clip's and the critic's
     metrics where a run has them. `step_logs`: more step metrics, name -> one float[step run] per epoch;
     `method_epochs`: the method's epoch metrics, name -> one float[run] per epoch."""
-    if tracker is not None:
+    for tracker in trackers:
         epoch_log.update(tracker.epoch_metrics())  # float[run epoch]
     epoch_log.update({name: torch.stack(values, dim=1) for name, values in method_epochs.items()})  # float[run epoch]
     for log in step_logs:
@@ -79,17 +79,21 @@ def finish(task: Task, configs: list[TrainConfig], kind: Kind, optimum: Tensor, 
 
 
 def extensions(configs: list[TrainConfig], kind: Kind, settings: RunSettings, generators: list[torch.Generator],
-               device: torch.device) -> tuple[object, ProgressTracker | None, CriticRuns | None]:
-    """The batch's method (`lab.training.methods.METHODS`), and what some batches add to the loop: the exact
-    distance to pi* (of the initial policy), a critic."""
+               device: torch.device) -> tuple[object, list[ProgressTracker], CriticRuns | None]:
+    """The batch's method (`lab.training.methods.METHODS`), and what some batches add to the loop: exact trackers
+    (the distance to pi* of the initial policy, a supervised run's progress, a learned reward's gold), a critic."""
     shared = configs[0]
     method = METHODS[shared.method].of(configs, kind, settings, generators, device)
-    tracker = (OptimumTracker(kind, [c.reward for c in configs], [c.kl for c in configs], shared.optimum_metrics)
+    rewards = [c.reward for c in configs]
+    tracker = (OptimumTracker(kind, rewards, [c.kl for c in configs], shared.optimum_metrics)
                if (method.tracks_optimum or shared.optimum_metrics) and kind.exact else
-               ProgressTracker(kind, [c.reward for c in configs])
+               ProgressTracker(kind, rewards)
                if method.tracks_progress and kind.exact and kind.eos is None else None)  # see ProgressTracker
+    # a learned reward's gold, proxy and d on both policies: what training against a reward model is for
+    proxy = ProxyTracker(kind, rewards) if any(r.startswith(LEARNED) for r in rewards) else None
+    trackers = [t for t in (tracker, proxy) if t is not None]
     critic = CriticRuns(kind, configs, critic_runs(configs), device) if critic_runs(configs) else None
-    return method, tracker, critic
+    return method, trackers, critic
 
 
 def keep_greedy(history: History, kind: Kind, prompts: Tensor, eval_prompts: Tensor | None) -> None:

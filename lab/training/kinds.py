@@ -32,7 +32,7 @@ from lab.training.divergence import DivergenceGuard
 from lab.training.lengths import eos_targets, resolve_max_length
 from lab.training.metrics import FIXED_LENGTH_METRICS, LIVE_TOKEN_METRICS, BlockMetrics
 from lab.training.runs import RunGroups
-from tasks import Task
+from tasks import LEARNED, Task, best_reward
 from tasks.sorting import variable_length_reward
 
 def start_from(policy, folder: str | None) -> None:
@@ -216,7 +216,8 @@ class Autoregressive(TemperedStack):
         start_from(self.policy, shared.init_from)
         self.eos = P.ops_of(self.policy).eos(self.policy)
         self.entries = self.max_length * (self.eos + 1)  # per response and step, to size the metric blocks
-        self.rewards = {c.reward: variable_length_reward(c.reward, self.eos) for c in configs}  # unknown names fail
+        self.rewards = {c.reward: task.rewards[c.reward] if c.reward.startswith(LEARNED) else  # unknown names fail
+                        variable_length_reward(c.reward, self.eos) for c in configs}
         self.task = task
         self.exact_metrics = SamplingPolicyMetrics(self.prompts, self.targets(self.prompts), self.rewards,
                                                    reward_groups, shared.group_size, task.vocab_size, self.max_length)
@@ -231,8 +232,7 @@ class Autoregressive(TemperedStack):
         return eos_targets(self.task.targets(prompts), self.eos, self.max_length)  # sorted(x), then EOS
 
     def optimum(self, prompts: Tensor, targets: Tensor) -> Tensor:
-        return torch.stack([self.rewards[c.reward](prompts, targets.unsqueeze(-2)).squeeze(-1)
-                            for c in self.configs]).float()
+        return torch.stack([best_reward(self.rewards[c.reward], prompts, targets) for c in self.configs]).float()
 
     def start_epoch(self, fresh_reference: bool) -> dict[str, Tensor]:
         """`kl_exact` at the epoch's first step only, from the prefix tree that also gives the exploration

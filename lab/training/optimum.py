@@ -30,7 +30,7 @@ class ProgressTracker:
         with torch.no_grad():
             self.reference = kind.exact_distribution()
             log_ref = self.reference.log_probs()  # float[run batch n]
-            tables = {name: varlen.reward_table(kind.policy, kind.prompts, name).to(log_ref)
+            tables = {name: varlen.reward_table(kind.policy, kind.prompts, kind.rewards[name]).to(log_ref)
                       for name in dict.fromkeys(reward_names)}
             self.rewards = torch.stack([tables[name] for name in reward_names])  # float[run batch n]
         self.log: dict[str, list[Tensor]] = {}  # name -> one float[run] per epoch
@@ -81,3 +81,29 @@ class OptimumTracker(ProgressTracker):
             values = values.masked_fill(self.off, float("nan")).float()
             measured = dict(zip(("kl_to_optimum", "objective_exact", "objective_gap"), values.unbind()))
         return {**measured, **super().measure(policy)} if self.progress else measured
+
+
+class ProxyTracker(ProgressTracker):
+    """A batch with a learned reward (`--reward learned:PATH`): the proxy r_phi that trains each run, and the gold
+    reward R it stands for, both exactly, after each epoch's steps; means over prompts (Gao et al. 2023's axes):
+
+        gold_reward_exact = E_theta[R]      proxy_reward_exact = E_theta[r_phi]
+        kl_initial_exact  = KL(pi_theta || pi_0)      d = sqrt(kl_initial_exact)
+
+    A run of a true reward in the same batch has gold = proxy. Both policies: the autoregressive one's exact
+    distribution is its EOS-ended responses (lab.exact.distributions), as its reward model's own space."""
+
+    def __init__(self, kind, reward_names: list[str]) -> None:
+        super().__init__(kind, reward_names)
+        with torch.no_grad():
+            gold = {name: getattr(kind.rewards[name], "gold", kind.rewards[name]) for name in dict.fromkeys(reward_names)}
+            tables = {name: varlen.reward_table(kind.policy, kind.prompts, fn).to(self.rewards) for name, fn in gold.items()}
+            self.gold = torch.stack([tables[name] for name in reward_names])  # float[run batch n]
+
+    def measure(self, policy) -> dict[str, Tensor]:
+        with torch.no_grad():
+            values = torch.stack([policy.expectation(self.gold), policy.expectation(self.rewards),
+                                  policy.kl(self.reference)]).mean(-1)  # float[3 run]
+            gold, proxy, kl = values.unbind()
+            return {"gold_reward_exact": gold.float(), "proxy_reward_exact": proxy.float(),
+                    "kl_initial_exact": kl.float(), "d": kl.clamp(min=0).sqrt().float()}

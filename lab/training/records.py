@@ -159,6 +159,22 @@ SUPERVISED_EPOCH_METRICS = {
 also for runs with `optimum_metrics`."""
 
 
+PROXY_EPOCH_METRICS = {
+    "gold_reward_exact": "--reward learned:PATH: exact expected gold reward E_theta[R] of the policy after the epoch's "
+                         "steps, R the true reward its reward model was fitted to, mean over prompts",
+    "proxy_reward_exact": "--reward learned:PATH: exact expected score E_theta[r_phi] of the reward model that trains the "
+                          "run (its `mean_reward` is the same score on the epoch's samples)",
+    "d": "--reward learned:PATH: sqrt(kl_initial_exact), the distance Gao, Schulman and Hilton (2023) plot gold and "
+         "proxy reward against",
+}
+"""Recorded once per epoch, with `kl_initial_exact`, by every run of a batch where some run trains against a reward
+model (a true reward's run has gold = proxy)."""
+
+
+TRACKED_EPOCH_METRICS = {**OPTIMUM_METRICS, **SUPERVISED_EPOCH_METRICS, **PROXY_EPOCH_METRICS}
+"""The exact epoch metrics some batches add (`lab.training.optimum`'s trackers), in the order files show them."""
+
+
 def is_critic_metric(name: str) -> bool:
     """A critic metric's name (value_error_exact_<t> included)."""
     return name in CRITIC_STEP_METRICS or name in CRITIC_EPOCH_METRICS or name.startswith("value_error_exact_")
@@ -171,8 +187,8 @@ METRIC_COLUMNS = (*INDEX_COLUMNS, *EPOCH_METRICS, *STEP_METRICS)
 def epoch_metric_names(records: Records) -> list[str]:
     """The epoch metrics a records holds: EPOCH_METRICS, then the optimum metrics where recorded, then the
     critic's where some run has a critic."""
-    return [*EPOCH_METRICS, *(name for name in (*OPTIMUM_METRICS, *SUPERVISED_EPOCH_METRICS)
-                              if name in records.epoch_metrics), *records.critic_columns()[1]]
+    return [*EPOCH_METRICS, *(name for name in TRACKED_EPOCH_METRICS if name in records.epoch_metrics),
+            *records.critic_columns()[1]]
 
 
 def step_metric_names(records: Records) -> list[str]:

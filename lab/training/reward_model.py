@@ -19,7 +19,7 @@ reward left out), and over every response under pi, averaged over prompts:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -116,8 +116,20 @@ def exact_measures(scores: Tensor, probs: Tensor, rewards: Tensor) -> dict[str, 
     return {"preference_accuracy": float(accuracy.mean()), "reward_correlation": float((covariance / spread).mean())}
 
 
+@dataclass
+class Fit:
+    """What a fit leaves besides the model and its final metrics: its settings, its data and its curve."""
+
+    config: dict
+    chosen: Tensor
+    """int[batch N]: each pair's preferred response, an index into the enumerated responses"""
+    rejected: Tensor
+    history: dict[str, list[float]] = field(default_factory=dict)
+    """per optimizer step, before it: the loss and TRL's `accuracy` and `margin` on the training pairs"""
+
+
 def train_reward_model(policy: nn.Module, prompts: Tensor, reward, config: RewardModelConfig):
-    """Draw the pairs from `policy`, fit the model; return it, its metrics and the config as a dict."""
+    """Draw the pairs from `policy`, fit the model; return it, its final metrics and the `Fit`."""
     generator = torch.Generator().manual_seed(config.seed)
     responses = varlen.enumerate_responses(policy)
     with torch.no_grad():
@@ -127,11 +139,15 @@ def train_reward_model(policy: nn.Module, prompts: Tensor, reward, config: Rewar
     model = RewardMLP(policy.vocab_size, prompts.shape[1], responses.shape[1], SIZES[config.size], generator).double()
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     batch_prompts = prompts.unsqueeze(1)  # int[batch 1 pos_x]
+    history = {"loss": [], "accuracy": [], "margin": []}
     for _ in range(config.steps):
         optimizer.zero_grad()
-        loss = reward_model_loss(model(batch_prompts, responses[chosen]).flatten(),
-                                 model(batch_prompts, responses[rejected]).flatten(), config.margin,
-                                 config.center_rewards_coefficient)
+        chosen_scores = model(batch_prompts, responses[chosen]).flatten()
+        rejected_scores = model(batch_prompts, responses[rejected]).flatten()
+        loss = reward_model_loss(chosen_scores, rejected_scores, config.margin, config.center_rewards_coefficient)
+        for name, value in {"loss": float(loss.detach()), **reward_model_metrics(chosen_scores.detach(),
+                                                                        rejected_scores.detach())}.items():
+            history[name].append(value)
         loss.backward()
         optimizer.step()
     with torch.no_grad():
@@ -142,4 +158,4 @@ def train_reward_model(policy: nn.Module, prompts: Tensor, reward, config: Rewar
                                                config.center_rewards_coefficient)),
                **reward_model_metrics(chosen_scores, rejected_scores), **exact_measures(scores, probs, rewards),
                "parameters": model.parameter_count(), "pairs": int(chosen.numel())}
-    return model, metrics, asdict(config)
+    return model, metrics, Fit(asdict(config), chosen, rejected, history)

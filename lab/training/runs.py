@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from lab.core.modes import KLPlacement
-from lab.training.records import EPOCH_METRICS, GREEDY_METRICS, OPTIMUM_METRICS, SUPERVISED_EPOCH_METRICS, Records
+from lab.training.records import EPOCH_METRICS, GREEDY_METRICS, TRACKED_EPOCH_METRICS, Records
 from lab.training.config import TrainConfig
 
 
@@ -106,15 +106,14 @@ def records_of(configs: list[TrainConfig], prompts: Tensor, optimum: Tensor, ste
     epochs = next(iter(epoch_log.values())).shape[1]
     nan_epochs = torch.full((len(configs), epochs), float("nan"))
     step_values = {name: torch.cat(values).T.cpu().float().numpy() for name, values in step_log.items()}
-    names = [*EPOCH_METRICS, *(name for name in (*OPTIMUM_METRICS, *SUPERVISED_EPOCH_METRICS) if name in epoch_log)]
+    names = [*EPOCH_METRICS, *(name for name in TRACKED_EPOCH_METRICS if name in epoch_log)]
     epoch_values = {name: epoch_log.get(name, nan_epochs).cpu().float().numpy() for name in names}
     if critic_log is not None:
         step_values.update({name: value.cpu().numpy() for name, value in critic_log[0].items()})
         epoch_values.update({name: value.cpu().numpy() for name, value in critic_log[1].items()})
     return Records(
         configs=configs, prompts=prompts.cpu().numpy(), optimum=optimum.cpu().numpy(),
-        step_metrics=guard.finish(step_values, epoch_values, (*GREEDY_METRICS, *OPTIMUM_METRICS,
-                                                               *SUPERVISED_EPOCH_METRICS)),
+        step_metrics=guard.finish(step_values, epoch_values, (*GREEDY_METRICS, *TRACKED_EPOCH_METRICS)),
         epoch_metrics=epoch_values,
         state={name: p.detach().cpu().clone(memory_format=torch.contiguous_format)
                for name, p in policy.named_parameters()},

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from enum import Enum
 
 from lab.core.modes import NEEDS_CRITIC
+from tasks import LEARNED
 from lab.training.config import DPO_DEFAULTS, SHARED_FIELDS, SUPERVISED_DEFAULTS, TrainConfig
 
 LEADING = ("delta", "loss", "reward")
@@ -33,7 +34,7 @@ FAMILY_COLUMNS = ((TrainConfig.is_dpo.fget, ("pairs", "preference", "dpo_loss"))
 run, a supervised one)."""
 FOLDER_FIELDS = ("init_from", "demos_from")
 """Settings that name a folder: a name shows the folder's own name (`init-fromsft-run`), never its path."""
-UNNAMED = ("init_sha256",)
+UNNAMED = ("init_sha256", "reward_sha256")
 """Settings a name never shows (the sha256 of what a folder setting read: config.json records it)."""
 METHOD_DEFAULTS = {**DPO_DEFAULTS, **SUPERVISED_DEFAULTS}
 """What a DPO or supervised run takes for its settings when not given: defaults for a name too."""
@@ -56,6 +57,14 @@ def text(value) -> str:
         shown = repr(value)
         return shown[:-2] if shown.endswith(".0") else shown
     return str(value)
+
+
+def leading_text(value) -> str:
+    """A leading value as a name shows it: a learned reward by its folder's own name (`learned-rm-seed0`)."""
+    value = text(value)
+    if value.startswith(LEARNED):
+        return "learned-" + os.path.basename(os.path.normpath(value[len(LEARNED):]))
+    return value
 
 
 def defaults(config_type: type = TrainConfig) -> dict:
@@ -97,7 +106,7 @@ def name_parts(configs: Sequence[TrainConfig]) -> list[str]:
     field some run sets apart from its default, in declaration order."""
     settings, kind = dict(applied(configs)), type(configs[0])
     leading = [name for name in LEADING if not (name == "delta" and all(c.is_dpo for c in configs))]
-    parts = ["+".join(text(v) for v in settings[name]) for name in leading]
+    parts = ["+".join(leading_text(v) for v in settings[name]) for name in leading]
     for name, values in settings.items():
         if name in LEADING or name in UNNAMED or not differs(name, values, kind):
             continue

@@ -88,7 +88,7 @@ def train(
     targets = kind.targets(prompts)  # int[batch pos]
     optimum = kind.optimum(prompts, targets)  # float[run batch]
     step_log, history = {name: [] for name in STEP_METRICS}, History()
-    method, tracker, critic = extensions(configs, kind, settings, list(generators), device)
+    method, trackers, critic = extensions(configs, kind, settings, list(generators), device)
     loop = Loop(kind, method, parameters, settings, optimizer, guard, block, critic,
                 GradClip.of([c.max_grad_norm for c in configs], device))
     start = time.perf_counter()
@@ -108,7 +108,7 @@ def train(
         keep_samples(history, index, epoch.groups, targets, write, method.sample_marks() if write else None)
         losses = train_steps(loop, epoch)
         kind.end_epoch(guard, index, losses, parameters)  # a diverged run goes back to its epoch start
-        if tracker is not None:  # after the epoch's steps (a diverged run's value is emptied in the records)
+        for tracker in trackers:  # after the epoch's steps (a diverged run's value is emptied in the records)
             tracker.record(kind)
         stop = guard.all_diverged  # nothing left to train
         if block.full or index == shared.epochs - 1 or stop:
@@ -122,7 +122,7 @@ def train(
 
     epoch_log = epoch_metrics(kind, settings, shared, history, (prompts, targets, optimum), eval_prompts)
     return finish(task, configs, kind, optimum, step_log, epoch_log, guard, history, time.perf_counter() - start,
-                  [method.step_log, {} if loop.clip is None else loop.clip.log], method.epoch_log, tracker, critic)
+                  [method.step_log, {} if loop.clip is None else loop.clip.log], method.epoch_log, trackers, critic)
 
 
 def train_steps(loop: Loop, epoch: Epoch) -> list[Tensor]:

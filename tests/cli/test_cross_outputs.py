@@ -1,6 +1,6 @@
 """No command writes into, or replaces, a folder or file that the same command did not write unchanged.
 
-Every writing command (run, sweep, reproduce, diagnose) is pointed at what each other command wrote, and at
+Every writing command (run, sweep, reproduce, diagnose, reward-model) is pointed at what each other command wrote, and at
 lab outputs edited afterwards: each is refused before any work with one line and exit 2, and every byte stays.
 `lab reproduce --out myrun` used to delete a run's config.json, metrics.csv, policy.pt, ...; `lab diagnose
 --out mine.svg` replaced a user's SVG that mentioned the lab's name, and a lab figure annotated since.
@@ -24,6 +24,8 @@ WRITERS = {
     "sweep": lambda out: ["sweep", *QUICK, "--seeds", "1", "--out", out, "--force"],
     "reproduce": lambda out: ["reproduce", "--seeds", "6", "--quiet", "--out", out],
     "diagnose": lambda out: ["diagnose", "--group-size", "2", "--out", out],
+    "reward-model": lambda out: ["reward-model", "--steps", "1", "--pairs-per-prompt", "1", "--quiet", "--out", out,
+                                 "--force"],
 }
 
 
@@ -44,7 +46,7 @@ def write_output(kind: str) -> Path:
             (tmp / "RESULTS.md").write_text("results\n")
         return Path("made")
     out = "made.png" if kind == "diagnose" else "made"
-    assert lab(*WRITERS[kind](out)[:-1 if kind in ("run", "sweep") else None]).exit_code == 0
+    assert lab(*WRITERS[kind](out)[:-1 if kind in ("run", "sweep", "reward-model") else None]).exit_code == 0
     return Path(out)
 
 

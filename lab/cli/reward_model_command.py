@@ -1,0 +1,149 @@
+"""`lab reward-model`: fit a reward model on preference pairs labelled by the true reward, into a folder runs train on.
+
+    lab reward-model --init-scale 0.1 --pairs-per-prompt 64      -> runs/reward-model-init-scale0.1-pairs-per-prompt64-seed5/
+    lab run --init-scale 0.1 --reward learned:runs/reward-model-...-seed5      (GRPO against the proxy)
+
+The folder: config.json (settings, task, response space, gold reward), model.pt (the model's state), metrics.csv
+(TRL's `loss`, `accuracy`, `margin` per optimizer step), summary.json (the final ones, and the exact
+`preference_accuracy` and `reward_correlation` over every pair, `lab.training.reward_model`), pairs.csv (the
+training pairs) and the lab's mark. The pairs come from the initial policy of a run with the same --seed,
+--init-scale, --dim, --policy (its pi_0), or from a finished run's policy (--pairs-from).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, load_torch, writing
+from lab.cli.options import (DimOpt, ForceOpt, HeldoutOpt, InitScaleOpt, MaxLengthOpt, NumPromptsOpt, PolicyOpt,
+                             PromptLengthOpt, PromptSeedOpt, PromptsOpt, QuietOpt, Reward, RewardOpt, VocabOpt,
+                             cli_message)
+from lab.core.modes import Preference, RewardModelSize
+from tasks.sorting_choices import LECTURE_VOCAB_SIZE
+
+BT_ONLY, ARGMAX_ONLY = ("preference_temperature",), ("label_noise",)
+
+
+def _check(name: str, ok: bool, allowed: str, value) -> None:
+    if not ok:
+        raise ValueError(f"{name} must be {allowed}, got {value}")
+
+
+def default_name(settings: dict, defaults: dict) -> str:
+    """reward-model-<each setting that differs, as typed, glued to its value>-seed<k> (`lab run`'s scheme)."""
+    from lab.training.settings import option, text
+
+    parts = [option(k) + (Path(v).name if k == "pairs_from" else text(v)) for k, v in settings.items()
+             if k != "seed" and v != defaults.get(k)]
+    return "-".join(["reward-model", *parts, f"seed{settings['seed']}"])
+
+
+@app.command(name="reward-model")
+def reward_model(
+    ctx: typer.Context,
+    reward: RewardOpt = Reward(DEFAULTS.reward),
+    size: Annotated[RewardModelSize, typer.Option(help="the model's width: small 4, medium 16, large 64 tanh units "
+                                                       "(one family)")] = RewardModelSize.medium,
+    pairs_per_prompt: Annotated[int, typer.Option(help="N: 2N responses per prompt from the drawing policy, "
+                                                       "paired")] = 64,
+    preference: Annotated[Preference, typer.Option(help="who wins a pair: bradley-terry (with probability "
+                                                        "sigmoid((R_a - R_b) / T)) or argmax (the higher reward, "
+                                                        "ties by a fair coin)")] = Preference.bradley_terry,
+    preference_temperature: Annotated[float, typer.Option(help="--preference bradley-terry: T")] = 1.0,
+    label_noise: Annotated[float, typer.Option(help="--preference argmax: the rate at which a label is flipped, "
+                                                    "in [0, 0.5]")] = 0.0,
+    margin: Annotated[float | None, typer.Option(help="TRL's margin m in -log sigmoid(r_c - r_r - m), the same for "
+                                                      "every pair (default: none)")] = None,
+    center_rewards_coefficient: Annotated[float | None, typer.Option(
+        help="TRL's center_rewards_coefficient: + mu mean((r_c + r_r)^2) (default: none)")] = None,
+    steps: Annotated[int, typer.Option(help="full-batch Adam steps")] = 500,
+    lr: Annotated[float, typer.Option(help="Adam learning rate")] = 0.01,
+    seed: Annotated[int, typer.Option(help="seeds the drawing policy (as lab run --seed), the pairs and the model")
+                    ] = DEFAULTS.seed,
+    policy: PolicyOpt = DEFAULTS.policy,
+    max_length: MaxLengthOpt = DEFAULTS.max_length,
+    dim: DimOpt = DEFAULTS.dim,
+    init_scale: InitScaleOpt = DEFAULTS.init_scale,
+    pairs_from: Annotated[str | None, typer.Option(help="draw the pairs from this finished run folder's policy.pt "
+                                                        "instead of the initial policy")] = None,
+    prompts: PromptsOpt = "lecture",
+    num_prompts: NumPromptsOpt = 3,
+    prompt_length: PromptLengthOpt = 3,
+    vocab_size: VocabOpt = LECTURE_VOCAB_SIZE,
+    heldout: HeldoutOpt = 0,
+    prompt_seed: PromptSeedOpt = 0,
+    out: Annotated[Path | None, typer.Option(help="output folder", show_default="runs/reward-model-<settings>-seed<k>")
+                   ] = None,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Fit a reward model on preference pairs labelled by the true reward; --reward learned:FOLDER trains against it."""
+    load_torch()  # here, not for `lab reward-model --help`
+    from lab.cli.jobs import check_fits, prompt_options
+    from lab.cli.options import make_task
+    from lab.files.output_folders import RunFolder
+    from lab.files.start_folder import start_mismatches, start_sha256
+    from lab.files.writable import check_writable
+    from lab.training.config import ConfigError, TrainConfig
+    from lab.training.reward_model import RewardModelConfig
+
+    settings = dict(reward=reward.value, size=size.value, pairs_per_prompt=pairs_per_prompt,
+                    preference=preference.value, preference_temperature=preference_temperature,
+                    label_noise=label_noise, margin=margin, center_rewards_coefficient=center_rewards_coefficient,
+                    steps=steps, lr=lr, policy=policy.value, max_length=max_length, dim=dim, init_scale=init_scale,
+                    pairs_from=pairs_from, seed=seed)
+    defaults = {p.name: p.default.value if hasattr(p.default, "value") else p.default
+                for p in ctx.command.params if p.name in settings}
+    options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
+    try:
+        unused = ARGMAX_ONLY if preference is Preference.bradley_terry else BT_ONLY
+        for name in unused:
+            if ctx.get_parameter_source(name).name != "DEFAULT":  # by name: typer vendors its own click
+                raise ValueError(f"--{name.replace('_', '-')} applies to --preference "
+                                 f"{'argmax' if preference is Preference.bradley_terry else 'bradley-terry'} only")
+        _check("--pairs-per-prompt", 1 <= pairs_per_prompt <= 10_000, "an integer from 1 to 10000", pairs_per_prompt)
+        _check("--steps", 0 <= steps <= 100_000, "an integer from 0 to 100000", steps)
+        for name, value in (("--lr", lr), ("--preference-temperature", preference_temperature)):
+            _check(name, math.isfinite(value) and value > 0, "a finite number > 0", value)
+        _check("--label-noise", 0 <= label_noise <= 0.5, "in [0, 0.5]", label_noise)
+        _check("--margin", margin is None or math.isfinite(margin), "a finite number", margin)
+        _check("--center-rewards-coefficient", center_rewards_coefficient is None or (
+            math.isfinite(center_rewards_coefficient) and center_rewards_coefficient >= 0), "a finite number >= 0",
+            center_rewards_coefficient)
+        start = {} if pairs_from is None else dict(init_from=pairs_from,
+                                                   init_sha256=start_sha256(pairs_from, "--pairs-from"))
+        draw = TrainConfig(seed=seed, policy=policy, max_length=max_length, dim=dim, init_scale=init_scale,
+                           **start)  # the drawing policy, checked as a run's start
+        task = make_task(**options)
+        check_fits(draw, task)
+        if pairs_from is not None and (lines := start_mismatches(pairs_from, draw, task, "--pairs-from")):
+            raise ConfigError("\n".join(lines))
+        config = RewardModelConfig(size=size.value, pairs_per_prompt=pairs_per_prompt, preference=preference.value,
+                                   temperature=preference_temperature, label_noise=label_noise, steps=steps, lr=lr,
+                                   margin=margin, center_rewards_coefficient=center_rewards_coefficient, seed=seed)
+        folder = RunFolder(out or Path("runs") / default_name(settings, defaults), force, command="reward-model")
+        check_writable(folder.out)
+        folder.check()
+    except USER_ERRORS as e:
+        fail(cli_message(str(e)))
+
+    from lab.files.reward_model_folder import drawing_policy, write_reward_model
+    from lab.training.reward_model import train_reward_model
+
+    pi = drawing_policy(draw, task)
+    model, metrics, fitted = train_reward_model(pi, task.prompts, reward.value, config)
+    header = {"command": "reward-model", "settings": settings, "prompt_options": options,
+              "task": {"name": task.name, "prompts": task.prompts.tolist(), "vocab_size": task.vocab_size},
+              "drawing_policy": {"policy": draw.policy.value, "seed": seed, "dim": dim, "init_scale": init_scale,
+                                 "init_from": draw.init_from, "init_sha256": draw.init_sha256}}
+    with writing(folder.out), folder as tmp:
+        write_reward_model(tmp, header, pi, model, metrics, fitted)
+    if not quiet:
+        m = metrics
+        typer.echo(f"{folder.out}: {m['parameters']} parameters, {m['pairs']} pairs, training accuracy "
+                   f"{m['accuracy']:.2f}; exact preference accuracy {m['preference_accuracy']:.3f}, correlation "
+                   f"with the gold reward {m['reward_correlation']:.3f} (under the drawing policy)")
