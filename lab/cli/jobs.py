@@ -93,11 +93,29 @@ def start_settings(init_from: str | None) -> dict:
 
 
 def reward_settings(configs: Sequence[TrainConfig]) -> list[TrainConfig]:
-    """The configs with the sha256 of each learned reward's model.pt recorded (`reward_sha256`), the folder checked."""
+    """The configs with what they read of a reward-model folder recorded, the folder checked: the sha256 of a learned
+    reward's model.pt (`reward_sha256`); for `--pairs-from`, its pairs.csv's (`pairs_sha256`) and its number of
+    pairs per prompt."""
     from lab.files.reward_model_folder import read_reward_model
 
-    return [c.replace(reward_sha256=read_reward_model(c.reward[len(LEARNED):]).sha256)
-            if c.reward.startswith(LEARNED) else c for c in configs]
+    configs = [c.replace(reward_sha256=read_reward_model(c.reward[len(LEARNED):]).sha256)
+               if c.reward.startswith(LEARNED) else c for c in configs]
+    return [c if c.pairs_from is None else c.replace(pairs_sha256=(found := read_reward_model(
+        c.pairs_from, "--pairs-from")).file_sha256("pairs.csv"), pairs_per_prompt=found.config["reward_model"][
+        "pairs_per_prompt"]) for c in configs]
+
+
+def pairs_from_settings(pairs_from: str | None, pairs, pairs_per_prompt: int | None, preference) -> dict:
+    """`--pairs-from`'s config fields: offline pairs, the folder; its pairs are judged and counted already."""
+    if pairs_from is None:
+        return dict(pairs=pairs, pairs_per_prompt=pairs_per_prompt, preference=preference)
+    for option, value in (("--pairs-per-prompt", pairs_per_prompt), ("--preference", preference)):
+        if value is not None:
+            raise ConfigError(f"{option} does not apply with --pairs-from: the folder's pairs are counted and judged "
+                              "already")
+    if pairs not in (None, "offline"):
+        raise ConfigError("--pairs-from applies to --pairs offline only (its pairs are a fixed set)")
+    return dict(pairs="offline", pairs_from=pairs_from)
 
 
 def with_reward_models(task: Task, points: Sequence[TrainConfig], device: torch.device) -> Task:
@@ -112,6 +130,8 @@ def with_reward_models(task: Task, points: Sequence[TrainConfig], device: torch.
             problems = reward_model_mismatches(found, config, task)
             lines += problems
             learned[config.reward] = None if problems else load_learned_reward(found, device)
+        if config.pairs_from is not None:
+            lines += reward_model_mismatches(read_reward_model(config.pairs_from, "--pairs-from"), config, task)
     if lines:
         raise ConfigError("\n".join(dict.fromkeys(lines)))
     return replace(task, rewards={**task.rewards, **learned}) if learned else task

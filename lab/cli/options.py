@@ -48,6 +48,9 @@ PairsOpt = Annotated[Pairs | None, typer.Option(help="--loss dpo: online (each g
                                                      "or offline (one fixed set drawn from pi_ref) [default: online]")]
 PairsPerPromptOpt = Annotated[int | None, typer.Option(help="--pairs offline: pairs drawn per prompt "
                                                             "[default: 16]")]
+PairsFromOpt = Annotated[str | None, typer.Option(help="--loss dpo: train on the pairs a reward model was fitted on "
+                                                      "(this lab reward-model folder's pairs.csv, as it judged them) "
+                                                      "instead of a set drawn from pi_ref; implies --pairs offline")]
 PreferenceOpt = Annotated[Preference | None, typer.Option(help="--loss dpo: argmax (higher reward wins, ties "
                                                                "dropped) or bradley-terry (wins with probability "
                                                                "sigmoid(r_a - r_b)) [default: argmax]")]

@@ -45,6 +45,7 @@ from lab.cli.options import (
     NumPromptsOpt,
     PairsOpt,
     PairsPerPromptOpt,
+    PairsFromOpt,
     PolicyOpt,
     PreferenceOpt,
     PromptLengthOpt,
@@ -96,6 +97,7 @@ def run(
     loss_agg: LossAggOpt = DEFAULTS.loss_agg,
     pairs: PairsOpt = None,
     pairs_per_prompt: PairsPerPromptOpt = None,
+    pairs_from: PairsFromOpt = None,
     preference: PreferenceOpt = None,
     dpo_loss: DPOLossOpt = None,
     critic_lr: CriticLrOpt = DEFAULTS.critic_lr,
@@ -144,8 +146,8 @@ def run(
     load_torch()  # torch and the modules that compute load here, not for `lab run --help`
     import numpy as np
 
-    from lab.cli.jobs import (config_header, prepare, prompt_options, report_divergence, reward_settings,
-                              start_settings, write_folder)
+    from lab.cli.jobs import (config_header, pairs_from_settings, prepare, prompt_options, report_divergence,
+                              reward_settings, start_settings, write_folder)
     from lab.files.run_text import metrics_csv, samples_text
     from lab.policies import policy_from_state
     from lab.policies.factorized import save_policy
@@ -157,8 +159,8 @@ def run(
         config = TrainConfig(epochs=epochs, steps=steps, group_size=group_size, lr=lr, seed=seed, sampler=sampler,
                              dim=dim, reward=train_reward(reward), delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
                              kl_period=kl_period, kl_estimator=kl_estimator, kl_in=kl_in, init_scale=init_scale, entropy_coef=entropy_coef,
-                             policy=policy, max_length=max_length, loss_agg=loss_agg, pairs=pairs,
-                             pairs_per_prompt=pairs_per_prompt, preference=preference, dpo_loss=dpo_loss,
+                             policy=policy, max_length=max_length, loss_agg=loss_agg, dpo_loss=dpo_loss,
+                             **pairs_from_settings(pairs_from, pairs, pairs_per_prompt, preference),
                              critic_lr=critic_lr, gae_lambda=gae_lambda, cliprange_value=cliprange_value,
                              critic_warmup=critic_warmup, whiten_advantages=whiten_advantages,
                              temperature=temperature, max_grad_norm=max_grad_norm, demos=demos,
@@ -223,6 +225,8 @@ def run(
 def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.device) -> str:
     """A `lab run` command line that reproduces this run exactly."""
     settings = {k: v for k, v in config.to_dict().items() if k in RUN_OPTIONS and v is not None}
+    if config.pairs_from is not None:  # the folder's pairs are counted and judged: these two do not apply
+        settings = {k: v for k, v in settings.items() if k not in ("pairs_per_prompt", "preference")}
     args = [(f"--{'' if v else 'no-'}{k.replace('_', '-')}" if isinstance(v, bool) else f"--{k.replace('_', '-')} {v}")
             for k, v in {**settings, **prompt_options}.items() if k != "prompts"]
     return f"lab run --prompts '{prompt_options['prompts']}' " + " ".join(args) + f" --device {device.type}"
@@ -230,7 +234,7 @@ def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.devic
 
 RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "kl_estimator", "kl_in", "clip_eps", "epochs", "steps", "group_size",
                "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg",
-               "pairs", "pairs_per_prompt", "preference", "dpo_loss",
+               "pairs", "pairs_per_prompt", "pairs_from", "preference", "dpo_loss",
                "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
                "max_grad_norm", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold", "init_from")
 """TrainConfig fields that `lab run` exposes as options."""

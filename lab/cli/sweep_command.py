@@ -45,6 +45,7 @@ from lab.cli.options import (
     NumPromptsOpt,
     PairsListOpt,
     PairsPerPromptOpt,
+    PairsFromOpt,
     PolicyOpt,
     PreferencesOpt,
     PromptLengthOpt,
@@ -101,6 +102,7 @@ def sweep(
     preference: PreferencesOpt = None,
     dpo_loss: DPOLossesOpt = None,
     pairs_per_prompt: PairsPerPromptOpt = None,
+    pairs_from: PairsFromOpt = None,
     gae_lambda: GaeLambdasOpt = None,
     critic_lr: CriticLrOpt = DEFAULTS.critic_lr,
     cliprange_value: CliprangeValueOpt = DEFAULTS.cliprange_value,
@@ -183,14 +185,19 @@ def sweep(
             raise ConfigError("the critic's options (--gae-lambda, --critic-lr, ...) apply to --delta gae only; "
                               "add --delta gae")
         points = sweeps.build_grid(make_base(), grid, 1, critic)  # one config per grid point: sized before seeds multiply it
-        points = reward_settings(sweeps.method_settings(points, pairs_per_prompt=pairs_per_prompt, **supervised))
+        if pairs_from is not None and pairs_per_prompt is not None:
+            raise ConfigError("--pairs-per-prompt does not apply with --pairs-from: the folder's pairs are counted "
+                              "already")
+        points = reward_settings(sweeps.method_settings(points, pairs_per_prompt=pairs_per_prompt,
+                                                        pairs_from=pairs_from, **supervised))
         return points, seeds, lambda: default_sweep_name(points, options, seeds, table_format)
 
     settings = math.prod(len(values) for values in grid.values())
     job = prepare("sweep", build, options, device, out, force, quiet, what=f"this sweep ({settings} settings x {shown(seeds)} seeds)")
     base = make_base()
     configs = reward_settings(sweeps.method_settings(sweeps.build_grid(base, grid, seeds, critic),
-                                                     pairs_per_prompt=pairs_per_prompt, **supervised))
+                                                     pairs_per_prompt=pairs_per_prompt, pairs_from=pairs_from,
+                                                     **supervised))
 
     from lab.experiments.bench import sweep_threads
 

@@ -108,7 +108,7 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
     return [base.replace(**settings, seed=seed) for settings in points for seed in range(seeds)]
 
 
-METHOD_FIELDS = {"pairs_per_prompt": "offline pairs", "demos": TrainingLoss.sft, "demo_noise": TrainingLoss.sft,
+METHOD_FIELDS = {"pairs_per_prompt": "offline pairs", "pairs_from": "offline pairs", "demos": TrainingLoss.sft, "demo_noise": TrainingLoss.sft,
                  "demos_from": TrainingLoss.sft, "ei_filter": TrainingLoss.expert_iteration,
                  "reward_threshold": TrainingLoss.expert_iteration}
 """A sweep's single-valued settings that belong to one method's points: offline DPO's, SFT's, expert iteration's."""

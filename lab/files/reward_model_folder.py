@@ -32,28 +32,40 @@ class RewardModelFolder:
     path: Path
     config: dict
     sha256: str
+    option: str = "--reward learned:"
+    """how the command line named the folder, for messages"""
 
     @property
     def space(self) -> dict:
         return self.config["response_space"]
 
+    @property
+    def where(self) -> str:
+        return f"{self.option}{self.path}"
 
-def _field(config: dict, folder: Path, *keys, kind=(int,)):
+    def file_sha256(self, name: str) -> str:
+        """A file's sha256 as the mark lists it (checked equal to the file's own by `read_reward_model`)."""
+        return sha256(self.path / name)
+
+
+def _field(config: dict, where: str, *keys, kind=(int,)):
     value = config
     for key in keys:
         value = value.get(key) if isinstance(value, dict) else None
     if value is None and None in kind:
         return None
     if not isinstance(value, tuple(k for k in kind if k is not None)) or isinstance(value, bool):
-        raise ValueError(f"--reward learned:{folder}: its config.json has no valid "
+        raise ValueError(f"{where}: its config.json has no valid "
                          + ".".join(f'"{k}"' for k in keys))
     return value
 
 
-def read_reward_model(folder: str | Path) -> RewardModelFolder:
-    """The folder checked as the module docstring says (a `ValueError` naming the first problem)."""
+def read_reward_model(folder: str | Path, option: str = "--reward") -> RewardModelFolder:
+    """The folder checked as the module docstring says (a `ValueError` naming the first problem); `option`: the
+    command-line option that named it (`--reward`, as learned:PATH, or `--pairs-from`)."""
     folder = Path(folder)
-    where = f"--reward learned:{folder}"
+    prefix = "--reward learned:" if option == "--reward" else f"{option} "
+    where = f"{prefix}{folder}"
     if not folder.is_dir():
         raise ValueError(f"{where}: no such folder (train one with lab reward-model)")
     if not (folder / MARKER).is_file():
@@ -78,11 +90,13 @@ def read_reward_model(folder: str | Path) -> RewardModelFolder:
     for keys, kind in ((("task", "vocab_size"), (int,)), (("task", "prompts"), (list,)),
                        (("response_space", "response_length"), (int,)), (("response_space", "eos"), (int, None)),
                        (("response_space", "policy"), (str,)), (("gold_reward",), (str,)),
-                       (("reward_model", "size"), (str,))):
-        _field(config, folder, *keys, kind=kind)
+                       (("reward_model", "size"), (str,)), (("reward_model", "pairs_per_prompt"), (int,))):
+        _field(config, where, *keys, kind=kind)
     if not (folder / MODEL_FILE).is_file():
         raise ValueError(f"{where}: no {MODEL_FILE} in it")
-    return RewardModelFolder(folder, config, sha256(folder / MODEL_FILE))
+    if not (folder / "pairs.csv").is_file():
+        raise ValueError(f"{where}: no pairs.csv in it")
+    return RewardModelFolder(folder, config, sha256(folder / MODEL_FILE), prefix)
 
 
 def load_learned_reward(found: RewardModelFolder, device=None):
@@ -95,7 +109,7 @@ def load_learned_reward(found: RewardModelFolder, device=None):
     from lab.training.reward_model import SIZES, RewardMLP
     from tasks.sorting import REWARDS, variable_length_reward
 
-    config, where = found.config, f"--reward learned:{found.path}"
+    config, where = found.config, found.where
     vocab, length, eos = config["task"]["vocab_size"], config["response_space"]["response_length"], \
         config["response_space"]["eos"]
     size, gold_name = config["reward_model"]["size"], config["gold_reward"]
@@ -121,7 +135,7 @@ def reward_model_mismatches(found: RewardModelFolder, config, task) -> list[str]
     """One line per way the folder's model does not fit a run's task and policy (none: it fits)."""
     from lab.training.lengths import resolve_max_length
 
-    where, space = f"--reward learned:{found.path}", found.space
+    where, space = found.where, found.space
     factorized = config.policy.value == "factorized"
     length = task.response_length if factorized else resolve_max_length(config, task.prompts.shape[1])
     lines = []

@@ -197,6 +197,11 @@ class TrainConfig:
     """the sha256 of the policy.pt that `init_from` read (set by the command that read it)"""
     reward_sha256: str | None = None
     """`reward` learned:PATH only: the sha256 of the model.pt it read (set by the command that read it)"""
+    pairs_from: str | None = None
+    """DPO, offline pairs only: the fixed set is this reward-model folder's pairs.csv (the pairs its model was fitted
+    on, `lab reward-model`), judged as they were drawn, in place of a set drawn from pi_ref"""
+    pairs_sha256: str | None = None
+    """the sha256 of the pairs.csv that `pairs_from` read (set by the command that read it)"""
 
     def __post_init__(self) -> None:
         for name, enum in (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind),
@@ -249,7 +254,7 @@ class TrainConfig:
 
     def _check_dpo(self) -> None:
         """DPO's settings: filled with their defaults for --loss dpo, refused (one line each) otherwise."""
-        given = [name for name in DPO_DEFAULTS if getattr(self, name) is not None]
+        given = [name for name in ("pairs_from", *DPO_DEFAULTS) if getattr(self, name) is not None]
         if self.loss is not TrainingLoss.dpo:
             if given:
                 raise ConfigError(f"--{given[0].replace('_', '-')} applies to --loss dpo only; drop it or add "
@@ -261,6 +266,8 @@ class TrainConfig:
             object.__setattr__(self, name, parse_choice(enum, value, option, ConfigError))
         if self.pairs is Pairs.offline and self.pairs_per_prompt is None:
             object.__setattr__(self, "pairs_per_prompt", DPO_DEFAULTS["pairs_per_prompt"])
+        if self.pairs_from is not None and self.pairs is not Pairs.offline:
+            raise ConfigError("--pairs-from applies to --pairs offline only (its pairs are a fixed set)")
         if self.pairs is not Pairs.offline and self.pairs_per_prompt is not None:
             raise ConfigError("--pairs-per-prompt applies to --pairs offline only (online pairs come one per group)")
         n = self.pairs_per_prompt
@@ -387,7 +394,7 @@ SUPERVISED_DEFAULTS = {"demos": Demos.optimal, "demo_noise": 0.2, "ei_filter": F
 """The SFT and expert-iteration settings their runs take when not given (None for the other losses)."""
 
 OPTIONAL_FIELDS = ("max_grad_norm", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold",
-                   "init_from", "init_sha256", "reward_sha256")
+                   "init_from", "init_sha256", "reward_sha256", "pairs_from", "pairs_sha256")
 """Fields left out of config.json while None (unset), so the files of runs without them are unchanged."""
 
 KL_DEFAULTS = {"kl_estimator": KLEstimator.k3, "kl_in": KLPlacement.loss}

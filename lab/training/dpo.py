@@ -21,7 +21,8 @@ from torch import Tensor
 
 from lab.core.dpo import DPO_LOSSES, dpo_loss
 from lab.training.config import TrainConfig
-from lab.training.preference_pairs import PairSet, offline_pairs, online_pairs, pair_generators, pair_responses
+from lab.training.preference_pairs import (PairSet, offline_pairs, online_pairs, pair_generators, pair_responses,
+                                           read_pairs)
 from lab.training.runs import RunGroups, RunSettings
 
 
@@ -134,6 +135,8 @@ class DPOSetup:
     preference_groups: RunGroups
     loss_groups: RunGroups
     reward_of: Callable[[Tensor], Tensor]
+    given: dict[int, Tensor] = field(default_factory=dict)
+    """offline with `pairs_from`: run -> the reward model's pairs int[batch 2N pos] (`read_pairs`)"""
     pairs: PairSet | None = None
     step_log: dict[str, list[Tensor]] = field(default_factory=dict)
     """name -> one float[step run] per epoch"""
@@ -154,7 +157,7 @@ class DPOSetup:
         """Offline: the fixed set, drawn from pi_ref (the reference, frozen at the start) before the first epoch."""
         if self.offline and epoch.index == 0:
             self.pairs = offline_pairs(kind, epoch.reference, shared.pairs_per_prompt, self.preference_groups,
-                                       self.generators, self.reward_of)
+                                       self.generators, self.reward_of, self.given)
 
     def take_groups(self, groups) -> None:
         """Online: each group of the epoch gives its pair (highest, lowest reward), judged by the preference."""
@@ -207,6 +210,8 @@ class DPOSetup:
            device: torch.device) -> DPOSetup:
         reward_of = lambda y: settings.reward_groups.apply(  # noqa: E731
             lambda name, responses: kind.rewards[name](kind.prompts, responses), y)
+        given = {run: read_pairs(c.pairs_from, len(kind.prompts), c.pairs_per_prompt).to(device)
+                 for run, c in enumerate(configs) if c.pairs_from is not None}
         return cls(configs[0].pairs == "offline", pair_generators(generators, device),
                    RunGroups([c.preference for c in configs], device), RunGroups([c.dpo_loss for c in configs], device),
-                   reward_of)
+                   reward_of, given)

@@ -3,7 +3,9 @@
     online     each epoch, pair (y_hi, y_lo) = the group's highest and lowest reward (first of ties); none when
                all G rewards are equal.
     offline    before training: 2N responses per prompt from pi_ref (the initial policy), paired (y_i, y_N+i);
-               every epoch takes the loop's S Adam steps on this fixed set.
+               every epoch takes the loop's S Adam steps on this fixed set. With `pairs_from`, the set is a
+               reward model's own (its folder's pairs.csv, judged when it was drawn): DPO on the very pairs the
+               reward model was fitted on; a pair of one response twice does not count.
     preference decides each pair's winner (lab.core.dpo): argmax, or bradley-terry drawn from the run's pair
                generator (seeded from the run's generator, so the sampling stream is untouched by it).
 """
@@ -75,16 +77,21 @@ def online_pairs(responses: Tensor, rewards: Tensor, preference_groups, generato
 
 
 def offline_pairs(kind, reference: list[Tensor], n: int, preference_groups, generators: list[torch.Generator],
-                  reward_of) -> PairSet:
+                  reward_of, given: dict[int, Tensor] | None = None) -> PairSet:
     """The fixed set: 2N responses per prompt drawn from pi_ref (the kind's initial policy), paired and judged.
 
     `reward_of(responses int[run batch trial pos]) -> float[run batch trial]` scores with each run's reward.
+    `given`: run -> its set int[batch 2N pos] (winners, then losers) read from a reward model's folder
+    (`read_pairs`), in place of the drawn one (drawn all the same, so each run's generators advance alike).
     """
     responses = P.sample(kind.tempered_policy(), kind.prompts, 2 * n, generators)  # int[run batch 2N pos], at T
     rewards = reward_of(responses)
     first, second = responses[..., :n, :], responses[..., n:, :]
     winner, loser, keep = _winners(first, second, rewards[..., :n], rewards[..., n:], preference_groups, generators)
     pairs = torch.cat([winner, loser], dim=-2)
+    for run, fixed in (given or {}).items():
+        pairs[run] = fixed.to(pairs)
+        keep[run] = (fixed[:, :n] != fixed[:, n:]).any(-1).to(keep)  # one response twice: no preference in it
     mask = kind.live_tokens(pairs)
     with torch.no_grad():
         ref_logps = kind.log_probs(reference, pairs, mask)[0].sum(dim=-1)  # float[run batch 2N]
@@ -98,3 +105,16 @@ def pair_responses(pairs: PairSet, responses: Tensor, mask: Tensor | None) -> tu
         return pairs.responses, pairs.mask
     index = pairs.index.unsqueeze(-1).expand(*pairs.index.shape, responses.shape[-1])
     return responses.gather(-2, index), None if mask is None else mask.gather(-2, index)
+
+
+def read_pairs(folder: str, batch: int, n: int) -> Tensor:
+    """A reward-model folder's pairs.csv (`lab reward-model`: prompt, chosen, rejected tokens) as int[batch 2N pos],
+    winners then losers per prompt; the folder is checked by the command that named it (`--pairs-from`)."""
+    import csv
+    from pathlib import Path
+
+    with open(Path(folder) / "pairs.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    chosen = torch.tensor([[int(t) for t in row["chosen"].split()] for row in rows]).reshape(batch, n, -1)
+    rejected = torch.tensor([[int(t) for t in row["rejected"].split()] for row in rows]).reshape(batch, n, -1)
+    return torch.cat([chosen, rejected], dim=1)

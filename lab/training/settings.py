@@ -32,9 +32,9 @@ FAMILY_COLUMNS = ((TrainConfig.is_dpo.fget, ("pairs", "preference", "dpo_loss"))
                   (lambda config: config.demos is not None or config.ei_filter is not None, ("demos", "ei_filter")))
 """Columns a sweep's tables carry for a family as soon as one run belongs to it (a DPO run, a critic's, a clipped
 run, a supervised one)."""
-FOLDER_FIELDS = ("init_from", "demos_from")
+FOLDER_FIELDS = ("init_from", "demos_from", "pairs_from")
 """Settings that name a folder: a name shows the folder's own name (`init-fromsft-run`), never its path."""
-UNNAMED = ("init_sha256", "reward_sha256")
+UNNAMED = ("init_sha256", "reward_sha256", "pairs_sha256")
 """Settings a name never shows (the sha256 of what a folder setting read: config.json records it)."""
 METHOD_DEFAULTS = {**DPO_DEFAULTS, **SUPERVISED_DEFAULTS}
 """What a DPO or supervised run takes for its settings when not given: defaults for a name too."""

@@ -209,9 +209,50 @@ def test_another_commands_folder_is_not_a_reward_model(tmp_path, monkeypatch):
     (["--lr", "nan"], "--lr must be"),
     (["--preference", "argmax", "--label-noise", "0.7"], "--label-noise must be in [0, 0.5]"),
     (["--margin", "inf"], "--margin must be"),
-    (["--pairs-from", "nowhere"], "--pairs-from nowhere"),
+    (["--draw-from", "nowhere"], "--draw-from nowhere"),
 ])
 def test_bad_reward_model_options_are_one_line(tmp_path, monkeypatch, args, fragment):
     monkeypatch.chdir(tmp_path)
     one_line(lab("reward-model", "--quiet", *args), 2, fragment)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("policy", ["factorized", "autoregressive"])
+def test_dpo_with_pairs_from_trains_on_the_reward_models_own_pairs(tmp_path, models, policy):
+    """`--pairs-from RM`: the first step's chosen_logps and rejected_logps (TRL `logps/chosen`, `logps/rejected`) are
+    the initial policy's sequence log-probs of pairs.csv's chosen and rejected responses, over the pairs of two
+    different responses; config.json records the folder, the sha256 of its pairs.csv and its N."""
+    rm, out = models / policy, tmp_path / "dpo"
+    result = lab("run", "--loss", "dpo", "--kl", "0.1", "--init-scale", "0.1", "--epochs", "1", "--steps", "1",
+                 "--policy", policy, "--pairs-from", rm, "--quiet", "--out", out)
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert config["pairs_from"] == str(rm) and config["pairs_per_prompt"] == 32 and len(config["pairs_sha256"]) == 64
+    first = rows(out / "metrics.csv")[0]
+    prompts = torch.tensor(json.loads((rm / "config.json").read_text())["task"]["prompts"])
+    length = json.loads((rm / "config.json").read_text())["response_space"]["response_length"]
+    pi_0 = make_policy(policy, 5, 3, length, 10, torch.Generator().manual_seed(5), 0.1)
+    responses = varlen.enumerate_responses(pi_0)
+    with torch.no_grad():
+        log_probs = varlen.all_log_probs(pi_0, prompts)  # float[batch n]
+    index = {tuple(r): i for i, r in enumerate(responses.tolist())}
+    chosen, rejected = [], []
+    for row in rows(rm / "pairs.csv"):
+        c, r = (tuple(int(t) for t in row[k].split()) for k in ("chosen", "rejected"))
+        if c != r:
+            chosen.append(float(log_probs[int(row["prompt"]), index[c]]))
+            rejected.append(float(log_probs[int(row["prompt"]), index[r]]))
+    assert float(first["chosen_logps"]) == pytest.approx(np.mean(chosen), abs=1e-4)
+    assert float(first["rejected_logps"]) == pytest.approx(np.mean(rejected), abs=1e-4)
+
+
+def test_pairs_from_is_refused_where_it_does_not_apply(tmp_path, models, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rm = models / "factorized"
+    one_line(lab("run", "--pairs-from", rm), 2, "--pairs-from applies to --loss dpo only")
+    one_line(lab("run", "--loss", "dpo", "--kl", "0.1", "--pairs", "online", "--pairs-from", rm), 2, "--pairs offline")
+    one_line(lab("run", "--loss", "dpo", "--kl", "0.1", "--pairs-per-prompt", "4", "--pairs-from", rm), 2,
+             "--pairs-per-prompt does not apply")
+    one_line(lab("run", "--loss", "dpo", "--kl", "0.1", "--policy", "autoregressive", "--pairs-from", rm), 2,
+             "--pairs-from", "(--policy)")
     assert not (tmp_path / "runs").exists()
