@@ -136,14 +136,14 @@ optimum = optimum_curve(base, gold, scores[256], betas)
 grpo = rl_curves(task, {0: proxies[256]}, {0: base}, gold, {0: scores[256]}, OVEROPTIMISATION, 0.0)[0]
 plt.figure(figsize=(5, 3.5))
 plt.plot(optimum.d, optimum.gold, "k-", label="gold at pi*_beta")
-plt.plot(grpo.d, grpo.gold, "o-", color="C4", ms=3, label="gold, GRPO")
+plt.plot(grpo.d, grpo.gold, "-", color="C4", label="gold, GRPO (every epoch)")
 plt.plot(bon_256.d, bon_256.gold, "o-", color="C1", ms=3, label="gold, best-of-n")
 plt.xlabel("d")
 plt.legend(fontsize=8)
 best = int(np.argmax(optimum.gold))
 print(f"pi*_beta: gold {optimum.gold[best]:.3f} at beta = {betas[best]} (d = {optimum.d[best]:.2f}), "
       f"{optimum.gold[-1]:.3f} at beta = {betas[-1]} (d = {optimum.d[-1]:.2f})")
-print(f"GRPO after {OVEROPTIMISATION.checkpoints[-1]} epochs: d = {grpo.d[-1]:.2f}, gold {grpo.gold[-1]:.3f}, "
+print(f"GRPO after {OVEROPTIMISATION.epochs} epochs: d = {grpo.d[-1]:.2f}, gold {grpo.gold[-1]:.3f}, "
       f"proxy {grpo.proxy[-1]:.2f}")
 
 # %% [markdown]
@@ -167,8 +167,22 @@ print(f"alpha = {fit['alpha']:.3f}, beta = {fit['beta']:.3f}, fitted peak at d =
 # The quadratic form fits better than a straight line (the two residuals above), but its fitted peak
 # lies past the exact one: on 125 responses per prompt and a few reward levels the curve flattens where the
 # quadratic keeps bending, so the form summarises the curve without locating its peak.
-# `lab.experiments.overoptimisation.run_overoptimisation` repeats this over seeds, three proxies and three KL
-# weights, and `lab.experiments.overoptimisation_section` decides Gao et al.'s claims with rules that can fail.
+# `lab.experiments.overoptimisation.run_overoptimisation` repeats this over seeds, three proxies, three KL
+# weights and DPO on each proxy's own pairs, and `lab.experiments.overoptimisation_section` decides Gao et
+# al.'s claims with rules that can fail (`lab reproduce` writes them into RESULTS.md).
+#
+# The same steps from the shell, for a proxy of your own:
+#
+# ```
+# lab reward-model --init-scale 0.1 --size small --pairs-per-prompt 256 --seed 0 --out runs/rm
+# lab run --init-scale 0.1 --seed 0 --delta centered --loss clipped --reward learned:runs/rm
+# lab run --init-scale 0.1 --seed 0 --loss dpo --kl 0.05 --pairs-from runs/rm
+# ```
+#
+# The first writes the model, its metrics (TRL's `accuracy` and `margin`, and the exact
+# `preference_accuracy` and `reward_correlation`) and its pairs; the second trains GRPO against the proxy and
+# records `gold_reward_exact`, `proxy_reward_exact`, `kl_initial_exact` and `d` after every epoch; the third
+# trains DPO on the very pairs the proxy was fitted on.
 #
 # ## Exercises
 #

@@ -13,8 +13,10 @@ Verdict rules (each can fail; seeds share pi_0 and the proxy's data across setti
     "the KL penalty limits over-optimisation"  decided where the penalised objective converges: the share of
         seeds whose exact optimum path pi*_beta has more gold at some beta than at the smallest beta (nearest
         the proxy's argmax) by more than FALL; Wilson, as above
-    how far GRPO gets in its budget: gold at its last checkpoint, each KL weight minus none, paired t (a
+    how far GRPO gets in its budget: gold at its last epoch, each KL weight minus none, paired t (a
         separate question: a run short of its peak shows the penalty's cost, not where it converges)
+    "DPO on the proxy's own pairs ends with more gold than GRPO against the proxy": gold at the last epoch, DPO at
+        beta minus GRPO at the same KL weight, paired t, per proxy where both were run
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from lab.experiments.intervals import paired_interval, wilson_interval
+from lab.experiments.intervals import mean_interval, paired_interval, wilson_interval
 from lab.experiments.overoptimisation import OVEROPTIMISATION, fit_gao
 from lab.files.temporaries import atomic_path
 
@@ -77,7 +79,30 @@ def verdict_rows(results: dict, experiment=OVEROPTIMISATION) -> list[tuple[str, 
         interval = paired_interval([middle[kl][s].gold[-1] for s in seeds], [middle[none][s].gold[-1] for s in seeds])
         rows.append((f"in {experiment.epochs} epochs, GRPO against the proxy ends with more gold at KL {kl} than at "
                      f"KL {none}", f"{interval.text()} (paired t)", decide(interval)))
+    for key, result in results.items():
+        for beta, curves in result["dpo"].items():
+            if beta not in result["rl"]:
+                continue
+            seeds = list(curves)
+            interval = paired_interval([curves[s].gold[-1] for s in seeds], [result["rl"][beta][s].gold[-1]
+                                                                            for s in seeds])
+            rows.append((f"DPO at beta {beta} on the {key[0]} proxy's own {key[1]} pairs per prompt ends with more gold "
+                         f"than GRPO against that proxy at KL {beta}", f"{interval.text()} (paired t)",
+                         decide(interval)))
     return rows
+
+
+def final_rows(results: dict) -> list[str]:
+    """Where each trained path ends: gold, proxy and d at the last epoch, mean over seeds [95% t]."""
+    lines = ["| proxy | method | final gold [95% t] | final proxy | final d |", "| --- | --- | --- | --- | --- |"]
+    for key, result in results.items():
+        paths = [(f"GRPO, KL {kl}", curves) for kl, curves in result["rl"].items()] + [
+            (f"DPO on its pairs, beta {beta}", curves) for beta, curves in result["dpo"].items()]
+        for name, curves in paths:
+            gold, proxy, d = (mean_interval([getattr(c, f)[-1] for c in curves.values()]) for f in ("gold", "proxy", "d"))
+            lines.append(f"| {key[0]}, {key[1]} pairs | {name} | {gold.text()} | {proxy.estimate:.3f} | "
+                         f"{d.estimate:.2f} |")
+    return lines
 
 
 def fit_rows(results: dict) -> list[str]:
@@ -85,8 +110,8 @@ def fit_rows(results: dict) -> list[str]:
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for key, result in results.items():
         paths = [("best-of-n", "bon", result["bon"]), ("pi*_beta", "rl", result["optimum"])] + [
-            (f"GRPO, KL {kl}", "rl", curves)
-                                                         for kl, curves in result["rl"].items()]
+            (f"GRPO, KL {kl}", "rl", curves) for kl, curves in result["rl"].items()] + [
+            (f"DPO on its pairs, beta {beta}", "rl", curves) for beta, curves in result["dpo"].items()]
         for name, form, curves in paths:
             d = np.concatenate([c.d for c in curves.values()])
             gain = np.concatenate([c.gold - c.gold[0] for c in curves.values()])
@@ -113,9 +138,13 @@ def plot_overoptimisation(results: dict, path: Path) -> Path:
     right.plot(np.mean([c.d for c in optimum], axis=0), np.mean([c.proxy for c in optimum], axis=0), "k--", lw=0.9)
     for colour, (kl, curves) in zip(("C4", "C5", "C6"), middle_result["rl"].items()):
         d = np.mean([c.d for c in curves.values()], axis=0)
-        right.plot(d, np.mean([c.gold for c in curves.values()], axis=0), "o-", color=colour, ms=3, label=f"gold, KL {kl}")
+        right.plot(d, np.mean([c.gold for c in curves.values()], axis=0), "-", color=colour, label=f"gold, GRPO KL {kl}")
         right.plot(d, np.mean([c.proxy for c in curves.values()], axis=0), "--", color=colour, lw=0.9)
-    for ax, title in ((left, "best-of-n (dashed: proxy)"), (right, "pi*_beta and GRPO against the proxy")):
+    for colour, (beta, curves) in zip(("C7", "C8"), middle_result["dpo"].items()):
+        d = np.mean([c.d for c in curves.values()], axis=0)
+        right.plot(d, np.mean([c.gold for c in curves.values()], axis=0), ":", color=colour, lw=1.6,
+                   label=f"gold, DPO on its pairs, beta {beta}")
+    for ax, title in ((left, "best-of-n (dashed: proxy)"), (right, "pi*_beta, GRPO against the proxy, DPO on its pairs")):
         ax.set_xlabel("d = sqrt(KL(pi || pi_0))")
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=7)
@@ -139,14 +168,20 @@ def section_lines(results: dict, seeds: int, experiment=OVEROPTIMISATION) -> lis
         f"Per seed (0..{seeds - 1}): the lecture's factorised policy at init scale {experiment.init_scale} is pi_0; "
         "a proxy reward model (`lab.training.reward_model`, sizes and pairs below) is fitted on Bradley-Terry pairs "
         f"drawn from pi_0 under the {experiment.reward} reward; best-of-n ranks pi_0's draws by the proxy "
-        "(`lab.exact.best_of_n`, exact) and GRPO (centered, clipped) trains on the proxy for "
-        f"{experiment.epochs} epochs. Gold = the true reward. Every value is an exact sum over all responses.",
+        "(`lab.exact.best_of_n`, exact); GRPO (centered, clipped) trains on the proxy (`--reward learned:PATH`) and "
+        "offline DPO on the proxy's own training pairs (`--pairs-from`), each for "
+        f"{experiment.epochs} epochs. Gold = the true reward. Every value is an exact sum over all responses "
+        "(the trained runs' after every epoch, `gold_reward_exact`, `proxy_reward_exact`, `d`).",
         "",
         "| the claim | 95% interval | verdict |",
         "| --- | --- | --- |",
     ]
     lines += [f"| {claim} | {interval} | **{verdict}** |" for claim, interval, verdict in verdict_rows(results, experiment)]
-    lines += ["", "Gao et al.'s forms fitted over the seeds' points (gain = gold - gold at d = 0):", "",
+    lines += ["", f"Where the trained runs end after {experiment.epochs} epochs, mean over seeds [95% t]. DPO reads the "
+              "pairs only, never the reward model: proxies fitted on the same pairs (the same seed and number, another "
+              "size) share their DPO runs.", "",
+              *final_rows(results), "",
+              "Gao et al.'s forms fitted over the seeds' points (gain = gold - gold at d = 0):", "",
               *fit_rows(results), "",
               "Best-of-n's KL is not log n - (n-1)/n on this space: the exact KL (`lab.exact.best_of_n`) falls below "
               "it once n draws cover the responses the proxy ranks highest, and stops rising at the proxy's argmax:",

@@ -40,6 +40,7 @@ LENGTH_FIGURE = "length_bias.png"
 CRITIC_FIGURE = "critic.png"
 DPO_FIGURE = "dpo.png"
 BEFORE_RL_FIGURE = "before_rl.png"
+OVEROPTIMISATION_FIGURE = "overoptimisation.png"
 SEEDS = 20
 KL_WEIGHTS = (0.0, 0.01, 0.1, 1.0)
 """beta values of the KL experiments (0 = no penalty, the reference is still tracked)."""
@@ -117,6 +118,8 @@ class Reproduction:
     """the "Before RL" section's runs (SFT, expert iteration, GRPO, RL from an SFT start, clipping)"""
     before_rl_groups: list[list[int]] = field(default_factory=list)
     """per `lab.experiments.before_rl_results.SETTINGS` entry, its run indices in `before_rl`"""
+    overoptimisation: dict | None = None
+    """the reward-model section's results (`lab.experiments.overoptimisation.run_overoptimisation`)"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -133,11 +136,12 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                      progress: Callable[[float, float], None] | None = None,
                      experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
                      controls: bool = True, critic: bool = True, dpo: bool = True,
-                     before_rl: bool = True, after: float = 0.0) -> Reproduction:
+                     before_rl: bool = True, overoptimisation: bool = True, after: float = 0.0) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
     controls (`lab.experiments.controls`), the length-bias experiment (`lab.experiments.length_bias`) as its
     own batches, the critic experiment (`lab.experiments.critic_results`), a batch per setting, and the DPO
-    section (`lab.experiments.dpo_results`) and the "Before RL" section (`lab.experiments.before_rl_results`).
+    section (`lab.experiments.dpo_results`), the "Before RL" section (`lab.experiments.before_rl_results`) and the
+    reward-model section (`lab.experiments.overoptimisation`).
     `progress(done, total)` counts the work of all of them, each
     stage weighed by its estimated time (`lab.experiments.work`), so it only rises and its time left holds;
     `after` is the work the caller does next (`figures_work`: writing the figures), counted in the total."""
@@ -146,6 +150,7 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     from lab.experiments.critic_results import critic_configs, run_critic_experiment
     from lab.experiments.before_rl_results import run_before_rl, section_work
     from lab.experiments.dpo_results import dpo_configs
+    from lab.experiments.overoptimisation import for_base, run_overoptimisation, section_work as rm_work
 
     configs: list[TrainConfig] = []
     index: dict[TrainConfig, int] = {}
@@ -171,7 +176,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                                *([lb.exact_work(length_runs, seeds)] if length_bias else []),
                                *([sum(sweep_work(runs) for runs in critic_configs(seeds, base))] if critic else []),
                                *([sweep_work(dpo_runs)] if dpo else []),
-                               *(section_work(seeds, base, sweep_work) if before_rl else ()), after])
+                               *(section_work(seeds, base, sweep_work) if before_rl else ()),
+                               *([rm_work(seeds, for_base(base))] if overoptimisation else []), after])
     stage = iter(range(len(stages.works)))
     records = run_sweep(make_task(), configs, device=device, progress=stages(next(stage)))
     reproduction = Reproduction(records, seeds, runs, lecture_runs)
@@ -194,6 +200,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         start_progress = stages(next(stage))
         reproduction.before_rl, reproduction.before_rl_groups = run_before_rl(
             seeds, base, run_sweep, make_task(), device, stages(next(stage)), start_progress)
+    if overoptimisation:
+        reproduction.overoptimisation = run_overoptimisation(make_task(), seeds, for_base(base), stages(next(stage)))
     return reproduction
 
 
@@ -221,7 +229,7 @@ def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]
     from lab.experiments.exploration_results import FIGURES
 
     return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
-            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, BEFORE_RL_FIGURE, "RESULTS.md"]
+            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, BEFORE_RL_FIGURE, OVEROPTIMISATION_FIGURE, "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,
@@ -289,6 +297,13 @@ def write_figures(reproduction: Reproduction, out: Path,
                            f"![before RL]({BEFORE_RL_FIGURE})", "",
                            *before_rl_markdown(reproduction.before_rl, reproduction.before_rl_groups,
                                                reproduction.seeds)]) + "\n"
+    if reproduction.overoptimisation is not None:
+        from lab.experiments.overoptimisation import for_base
+        from lab.experiments.overoptimisation_section import plot_overoptimisation, section_lines
+
+        paths.append(plot_overoptimisation(reproduction.overoptimisation, Path(out) / OVEROPTIMISATION_FIGURE))
+        text += "\n".join(["", *section_lines(reproduction.overoptimisation, reproduction.seeds,
+                                               for_base(reproduction.records.configs[0]))]) + "\n"
     results = Path(out) / "RESULTS.md"
     write_text_atomic(results, text)
     return [*paths, results]

@@ -190,7 +190,15 @@ def write_reward_model(tmp: Path, header: dict, policy, model, metrics: dict, fi
                                              in enumerate(zip(*fit.history.values()))]
     write_text_atomic(tmp / "metrics.csv", "\n".join(rows) + "\n")
     write_json_atomic(tmp / "summary.json", metrics)
+    write_pairs(tmp / "pairs.csv", responses, fit.chosen, fit.rejected)
+
+
+def write_pairs(path: Path, responses, chosen, rejected) -> None:
+    """pairs.csv: one row per pair, `prompt,chosen,rejected`, the responses as space-separated tokens; `chosen` and
+    `rejected` int[batch N] index `responses` int[n pos] (`lab.training.preference_pairs.read_pairs` reads it)."""
+    from lab.files.output_folders import write_text_atomic
+
     show = lambda index: " ".join(map(str, responses[index].tolist()))  # noqa: E731
-    pairs = ["prompt,chosen,rejected"] + [f"{b},{show(c)},{show(r)}" for b in range(fit.chosen.shape[0])
-                                          for c, r in zip(fit.chosen[b].tolist(), fit.rejected[b].tolist())]
-    write_text_atomic(tmp / "pairs.csv", "\n".join(pairs) + "\n")
+    pairs = ["prompt,chosen,rejected"] + [f"{b},{show(c)},{show(r)}" for b in range(chosen.shape[0])
+                                          for c, r in zip(chosen[b].tolist(), rejected[b].tolist())]
+    write_text_atomic(path, "\n".join(pairs) + "\n")

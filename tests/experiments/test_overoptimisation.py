@@ -56,10 +56,14 @@ def test_a_small_run_writes_every_verdict_with_its_rule():
     """Two seeds, one short GRPO budget: the section has a verdict per claim (holds, does not hold or
     inconclusive) and the fits' table."""
     experiment = replace(OVEROPTIMISATION, proxies=(("small", 16), ("small", 64)), best_of=(1, 4, 64),
-                         kl_weights=(0.0, 0.5), checkpoints=(2, 4), epochs=4, rm_steps=50, betas=(10.0, 0.1))
+                         kl_weights=(0.0, 0.5), dpo_betas=(0.5,), epochs=4, rm_steps=50, betas=(10.0, 0.1))
     results = run_overoptimisation(make_task(), 2, experiment)
     text = "\n".join(section_lines(results, 2, experiment))
     verdicts = [line for line in text.splitlines() if line.startswith("| ") and "**" in line]
-    assert len(verdicts) == 2 + 1 + 2 + 1
+    assert len(verdicts) == 2 + 1 + 2 + 1 + 2  # the last two: DPO against GRPO at KL 0.5, per proxy
+    for result in results.values():  # the trained paths: the start, then each epoch's exact values
+        for curves in (*result["rl"].values(), *result["dpo"].values()):
+            assert all(len(c.d) == 1 + 4 and c.d[0] == 0 and np.all(np.isfinite(c.gold)) for c in curves.values())
+    assert "| small, 64 pairs | DPO on its pairs, beta 0.5 |" in text
     assert all(any(v in line for v in ("**holds**", "**does not hold**", "**inconclusive**")) for line in verdicts)
     assert "| small, 64 pairs | pi*_beta |" in text
