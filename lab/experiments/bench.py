@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lab.experiments.bench_proxy import BENCH_REWARD, with_bench_proxy
 from lab.training.config import TrainConfig
 from lab.training.lecture_loop import lecture_train
 from lab.training.train import train
@@ -76,6 +77,8 @@ class BenchRow:
     """None: the config's delta; "gae": the same runs with a learned critic"""
     clipped: bool = False
     """the same runs with --max-grad-norm (`CLIP_BENCH`)"""
+    learned: bool = False
+    """the same runs against a reward model (`BENCH_REWARD`)"""
 
 
 @dataclass
@@ -100,20 +103,23 @@ DPO_BENCH = dict(loss="dpo", kl=0.1)
 factorised policy; its seconds per run are compared with the lecture's GRPO run at the same G."""
 
 
-METHOD_BENCH = (dict(loss="sft"), dict(loss="expert-iteration"), dict(max_grad_norm=1.0))
-"""The rows of the methods before RL and of gradient clipping: SFT (optimal demonstrations, G per prompt), expert
-iteration (group-best filter) and the lecture's GRPO with --max-grad-norm 1.0, factorised policy, the lecture's G;
-each compared with the lecture's GRPO run (`method_ratios`)."""
+METHOD_BENCH = (dict(loss="sft"), dict(loss="expert-iteration"), dict(max_grad_norm=1.0), dict(reward=BENCH_REWARD))
+"""The rows of the methods before RL, of gradient clipping and of a learned reward: SFT (optimal demonstrations, G
+per prompt), expert iteration (group-best filter), the lecture's GRPO with --max-grad-norm 1.0, and with a reward
+model's score as its reward (`lab.experiments.bench_proxy`; issue 27 asks for at most 1.5x at 500 runs),
+factorised policy, the lecture's G; each compared with the lecture's GRPO run (`method_ratios`)."""
 
 
-def row_label(device: str, policy: str, delta: str | None = None, loss: str = "naive", clipped: bool = False) -> str:
+def row_label(device: str, policy: str, delta: str | None = None, loss: str = "naive", clipped: bool = False,
+              learned: bool = False) -> str:
     label = (device if policy == "factorized" else f"{device}, {policy}") + (f", {delta}" if delta else "")
-    return (label if loss == "naive" else f"{label}, {loss}") + (", max-grad-norm" if clipped else "")
+    return ((label if loss == "naive" else f"{label}, {loss}") + (", max-grad-norm" if clipped else "")
+            + (", learned reward" if learned else ""))
 
 
 def _plain(row: BenchRow) -> bool:
     """A row of the lecture's loss without a critic or clipping (the DPO row keeps its loss, DPO)."""
-    return row.delta is None and not row.clipped and row.loss in ("naive", "dpo")
+    return row.delta is None and not row.clipped and not row.learned and row.loss in ("naive", "dpo")
 
 
 def dpo_ratios(result: BenchResult) -> dict[tuple[str, int], float]:
@@ -133,18 +139,19 @@ def policy_ratios(result: BenchResult) -> dict[tuple[str, int], float]:
 def critic_ratios(result: BenchResult) -> dict[tuple[str, int], float]:
     """(device, R) -> seconds per run with a learned critic (gae) / without, factorised policy, same G."""
     rows = {(r.device, r.runs, r.delta): r.seconds for r in result.rows
-            if r.policy == "factorized" and r.loss == "naive" and not r.clipped}
+            if r.policy == "factorized" and r.loss == "naive" and not r.clipped and not r.learned}
     return {(d, n): seconds / rows[d, n, None] for (d, n, delta), seconds in rows.items()
             if delta == "gae" and (d, n, None) in rows}
 
 
 def method_ratios(result: BenchResult) -> dict[tuple[str, str, int], float]:
-    """(row, device, R) -> seconds per run of an SFT, expert-iteration or clipped row / of the factorised GRPO row
-    (row: the loss, or "max-grad-norm")."""
+    """(row, device, R) -> seconds per run of an SFT, expert-iteration, clipped or learned-reward row / of the
+    factorised GRPO row (row: the loss, "max-grad-norm" or "learned reward")."""
     base = {(r.device, r.runs): r.seconds for r in result.rows if r.policy == "factorized" and _plain(r)
             and r.loss == "naive"}
-    return {("max-grad-norm" if r.clipped else r.loss, r.device, r.runs): r.seconds / base[r.device, r.runs]
-            for r in result.rows if (r.clipped or r.loss in ("sft", "expert-iteration")) and
+    return {("max-grad-norm" if r.clipped else "learned reward" if r.learned else r.loss, r.device, r.runs):
+            r.seconds / base[r.device, r.runs]
+            for r in result.rows if (r.clipped or r.learned or r.loss in ("sft", "expert-iteration")) and
             (r.device, r.runs) in base}
 
 
@@ -214,7 +221,7 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
     turn (round robin); the best time counts. `progress(done, total)` counts work (`bench_work`).
     """
     config = config or TrainConfig()
-    task = make_task()
+    task = with_bench_proxy(make_task(), config) if methods else make_task()
     lecture_seconds = lecture_seconds or lecture_baseline(config, repeats=repeats)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -232,7 +239,8 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
             train(task, warm_runs, device=device)  # warm-up
             singles[i] = _best(lambda: train(task, setting, device=device), device, repeats)
             result.single_run_seconds[row_label(name, policy, delta, setting.loss.value,
-                                                setting.max_grad_norm is not None)] = singles[i]
+                                                setting.max_grad_norm is not None,
+                                                setting.reward == BENCH_REWARD)] = singles[i]
             tally.add(batch_work(warm_runs) + repeats * batch_work([setting]))
         best: dict[tuple[int, int], float] = {}  # (case, R) -> best seconds
         for runs in sizes:
@@ -249,7 +257,8 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
                 seconds = best[i, runs]
                 result.rows.append(BenchRow(name, runs, seconds, runs / seconds, runs * singles[i] / seconds,
                                             runs * lecture / seconds, policy, settings[i].loss.value, delta,
-                                            settings[i].max_grad_norm is not None))
+                                            settings[i].max_grad_norm is not None,
+                                            settings[i].reward == BENCH_REWARD))
         return result
     finally:
         torch.set_num_threads(previous_threads)
@@ -273,7 +282,7 @@ def bench_report(result: BenchResult) -> str:
         lines.append(f"lab, one run alone on {device}: {seconds:.3f} s "
                      f"({result.lecture_seconds_per_run / seconds:.2f}x the lecture loop)")
     header = ("device", "R", "seconds", "runs/s", "x one-at-a-time", "x lecture loop")
-    table = [header] + [(row_label(r.device, r.policy, r.delta, r.loss, r.clipped), str(r.runs), f"{r.seconds:.3f}",
+    table = [header] + [(row_label(r.device, r.policy, r.delta, r.loss, r.clipped, r.learned), str(r.runs), f"{r.seconds:.3f}",
                          f"{r.runs_per_second:.1f}",
                          f"{r.speedup_vs_one_at_a_time:.1f}", f"{r.speedup_vs_lecture:.1f}") for r in result.rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]

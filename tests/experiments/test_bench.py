@@ -17,10 +17,13 @@ def test_bench_reports_every_size_with_consistent_ratios():
         ("autoregressive", None, 3, "naive"), ("factorized", "gae", 1, "naive"), ("factorized", "gae", 3, "naive"),
         ("factorized", None, 1, "dpo"), ("factorized", None, 3, "dpo"), ("factorized", None, 1, "sft"),
         ("factorized", None, 3, "sft"), ("factorized", None, 1, "expert-iteration"),
-        ("factorized", None, 3, "expert-iteration"), ("factorized", None, 1, "naive"), ("factorized", None, 3, "naive")]
-    assert [r.clipped for r in result.rows] == [False] * 12 + [True] * 2
+        ("factorized", None, 3, "expert-iteration"), ("factorized", None, 1, "naive"), ("factorized", None, 3, "naive"),
+        ("factorized", None, 1, "naive"), ("factorized", None, 3, "naive")]
+    assert [r.clipped for r in result.rows] == [False] * 12 + [True] * 2 + [False] * 2
+    assert [r.learned for r in result.rows] == [False] * 14 + [True] * 2
     for row in result.rows:
-        single = result.single_run_seconds[row_label("cpu", row.policy, row.delta, row.loss, row.clipped)]
+        single = result.single_run_seconds[row_label("cpu", row.policy, row.delta, row.loss, row.clipped,
+                                                     row.learned)]
         assert row.runs_per_second == row.runs / row.seconds
         assert row.speedup_vs_lecture == row.runs * result.lecture_seconds_per_run / row.seconds
         assert row.speedup_vs_one_at_a_time == row.runs * single / row.seconds
@@ -28,7 +31,7 @@ def test_bench_reports_every_size_with_consistent_ratios():
     assert ratios[("cpu", 3)] == result.rows[3].seconds / result.rows[1].seconds
     assert critic_ratios(result)[("cpu", 3)] == result.rows[5].seconds / result.rows[1].seconds
     report = bench_report(result)
-    assert "set_num_threads(1)" in report and "lecture" in report and len(report.splitlines()) == 3 + 7 + 1 + 14 + 3 + 3
+    assert "set_num_threads(1)" in report and "lecture" in report and len(report.splitlines()) == 3 + 8 + 1 + 16 + 3 + 4
     assert "cpu, gae" in report and "with a learned critic (gae)" in report
     assert "cpu, autoregressive" in report and "autoregressive / factorised seconds per run" in report
     assert dpo_ratios(result)[("cpu", 3)] == result.rows[7].seconds / result.rows[1].seconds
@@ -38,6 +41,8 @@ def test_bench_reports_every_size_with_consistent_ratios():
     assert methods[("expert-iteration", "cpu", 3)] == result.rows[11].seconds / result.rows[1].seconds
     assert methods[("max-grad-norm", "cpu", 3)] == result.rows[13].seconds / result.rows[1].seconds
     assert "cpu, max-grad-norm" in report and "sft / GRPO seconds per run" in report
+    assert methods[("learned reward", "cpu", 3)] == result.rows[15].seconds / result.rows[1].seconds
+    assert "cpu, learned reward" in report and "learned reward / GRPO seconds per run" in report
 
 
 def test_the_lecture_loop_learns_its_reward_like_the_lab():
