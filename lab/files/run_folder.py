@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tasks import LEARNED
+
 
 def load_run(folder, need_task: bool = True) -> tuple[nn.Module, dict | None]:
     """A `lab run` folder's final policy (PATH/policy.pt) and its task description from
@@ -86,6 +88,9 @@ def run_reward(folder, rewards) -> str | None:
         raise ValueError(f"{path}: \"config\" must be an object with the run's settings (lab run writes one), "
                          f"got {config!r:.40}")
     reward = config.get("reward")
+    if isinstance(reward, str) and reward.startswith(LEARNED):
+        raise ValueError(f"{folder} was trained against a reward model ({reward:.60}); the exact diagnosis needs a task "
+                         f"reward: add --reward, one of {', '.join(rewards)}")
     if reward not in rewards:
         raise ValueError(f"{path}: \"config\".\"reward\" must be one of {', '.join(rewards)}, got {reward!r:.40}")
     return reward

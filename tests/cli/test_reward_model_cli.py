@@ -256,3 +256,13 @@ def test_pairs_from_is_refused_where_it_does_not_apply(tmp_path, models, monkeyp
     one_line(lab("run", "--loss", "dpo", "--kl", "0.1", "--policy", "autoregressive", "--pairs-from", rm), 2,
              "--pairs-from", "(--policy)")
     assert not (tmp_path / "runs").exists()
+
+
+def test_diagnose_asks_for_a_task_reward_for_a_run_trained_against_a_reward_model(tmp_path, models, monkeypatch):
+    """`lab diagnose --from-run` of such a run: one line asking for --reward (the exact diagnosis needs a task
+    reward); with it, the diagnosis runs on the run's policy."""
+    monkeypatch.chdir(tmp_path)
+    assert lab("run", *SHORT, "--reward", f"learned:{models / 'factorized'}", "--out", "run").exit_code == 0
+    one_line(lab("diagnose", "--from-run", "run", "--group-size", "2", "--out", "d.png"), 2, "add --reward")
+    assert lab("diagnose", "--from-run", "run", "--group-size", "2", "--reward", "distance", "--out",
+               "d.png").exit_code == 0
