@@ -242,6 +242,8 @@ class SettingSummary:
     optimum: float
     diverged: int = 0
     """runs of this point that diverged: left out of both intervals"""
+    final_gold_reward: Interval | None = None
+    """a sweep with a learned reward (`--reward learned:PATH`): t-interval of the last epoch's exact gold reward"""
 
 
 def summarise(records: Records, names: Sequence[str]) -> list[SettingSummary]:
@@ -250,6 +252,7 @@ def summarise(records: Records, names: Sequence[str]) -> list[SettingSummary]:
     for run, config in enumerate(records.configs):
         points.setdefault(setting(config, names), []).append(run)
     final, optimal, diverged = records.final("mean_reward"), optimal_everywhere(records), records.diverged()
+    gold = records.final("gold_reward_exact") if "gold_reward_exact" in records.epoch_metrics else None
     nothing = Interval(math.nan, math.nan, math.nan, 0)  # every seed diverged: no estimate
     summaries = []
     for point, runs in points.items():
@@ -257,7 +260,8 @@ def summarise(records: Records, names: Sequence[str]) -> list[SettingSummary]:
         summaries.append(SettingSummary(
             point, len(runs), mean_interval(final[kept]) if kept else nothing,
             wilson_interval(int(optimal[kept].sum()), len(kept)) if kept else nothing,
-            float(records.optimum[runs].mean()), len(runs) - len(kept)))
+            float(records.optimum[runs].mean()), len(runs) - len(kept),
+            None if gold is None else mean_interval(gold[kept]) if kept else nothing))
     return summaries
 
 
@@ -265,15 +269,21 @@ SUMMARY_COLUMNS = ("seeds", "diverged", "final_mean_reward", "final_mean_reward_
                    "optimal_fraction", "optimal_fraction_low", "optimal_fraction_high", "optimum")
 
 
+GOLD_COLUMNS = ("final_gold_reward_exact", "final_gold_reward_exact_low", "final_gold_reward_exact_high")
+"""summary.csv's last columns where the sweep trained against a learned reward (the true reward, exactly)."""
+
+
 def summary_csv(summaries: Sequence[SettingSummary], names: Sequence[str]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
+    gold = any(s.final_gold_reward is not None for s in summaries)
     # settings by their plain names: no outcome column shares one (the metric tables prefix them: lab.files.tables)
-    writer.writerow([*names, *SUMMARY_COLUMNS])
+    writer.writerow([*names, *SUMMARY_COLUMNS, *(GOLD_COLUMNS if gold else ())])
     for s in summaries:
-        r, f = s.final_mean_reward, s.optimal_fraction
-        writer.writerow([*s.point, s.seeds, s.diverged, *(f"{v:.6g}" if math.isfinite(v) else "" for v in (r.estimate, r.low, r.high,
-                                                                    f.estimate, f.low, f.high, s.optimum))])
+        r, f, g = s.final_mean_reward, s.optimal_fraction, s.final_gold_reward
+        values = (r.estimate, r.low, r.high, f.estimate, f.low, f.high, s.optimum,
+                  *((g.estimate, g.low, g.high) if gold else ()))
+        writer.writerow([*s.point, s.seeds, s.diverged, *(f"{v:.6g}" if math.isfinite(v) else "" for v in values)])
     return out.getvalue()
 
 
@@ -281,15 +291,17 @@ def summary_table(summaries: Sequence[SettingSummary], names: Sequence[str]) -> 
     """A plain-text table for the terminal (the caller prints it); a `diverged` column and a note
     appear when some run diverged."""
     any_diverged = any(s.diverged for s in summaries)
+    gold = any(s.final_gold_reward is not None for s in summaries)
     header = ["setting", "seeds", *(["diverged"] * any_diverged), "final mean reward [95% t]",
-              "optimal on every prompt [95% Wilson]"]
+              "optimal on every prompt [95% Wilson]", *(["final exact gold reward [95% t]"] * gold)]
 
     def fraction(f: Interval) -> str:
         return "-" if f.n == 0 else f"{f.estimate:.0%} [{f.low:.0%}, {f.high:.0%}]"
 
     rows = [[setting_label(names, s.point), str(s.seeds), *([str(s.diverged)] * any_diverged),
              ("-" if s.final_mean_reward.n == 0 else s.final_mean_reward.text(2)) + f" / {s.optimum:g}",
-             fraction(s.optimal_fraction)]
+             fraction(s.optimal_fraction),
+             *(["-" if s.final_gold_reward.n == 0 else s.final_gold_reward.text(2)] * gold)]
             for s in summaries]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]

@@ -141,6 +141,11 @@ def test_a_sweep_trains_the_true_and_the_learned_reward_side_by_side(tmp_path, m
         gap = np.abs(table["gold_reward_exact"][rows] - table["proxy_reward_exact"][rows]).max()
         assert (gap < 1e-6) == same
         assert np.allclose(table["d"][rows] ** 2, table["kl_initial_exact"][rows], atol=1e-6)
+    summary = {row["reward"]: row for row in csv.DictReader(open(out / "summary.csv"))}
+    last = table["epoch"] == 5
+    for reward, row in summary.items():  # summary.csv's exact gold: the mean of the seeds' last epochs
+        gold = table["gold_reward_exact"][last & (table["config_reward"] == reward)]
+        assert float(row["final_gold_reward_exact"]) == pytest.approx(gold.mean(), rel=1e-5)
 
 
 def test_default_names_show_the_folder_by_its_own_name(tmp_path, models, monkeypatch):
