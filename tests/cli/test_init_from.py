@@ -77,7 +77,8 @@ def test_diagnose_reads_a_run_that_started_from_another(tmp_path, starts):
     out = tmp_path / "grpo"
     assert CliRunner().invoke(app, ["run", *SHORT, "--init-from", str(starts / "factorized"), "--out",
                                     str(out)]).exit_code == 0
-    result = CliRunner().invoke(app, ["diagnose", "--from-run", str(out), "--group-size", "2"])
+    result = CliRunner().invoke(app, ["diagnose", "--from-run", str(out), "--group-size", "2", "--out",
+                                      str(tmp_path / "diagnose.png")])  # not into the working folder's runs/
     assert result.exit_code == 0, result.output
 
 
