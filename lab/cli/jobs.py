@@ -98,11 +98,23 @@ def reward_settings(configs: Sequence[TrainConfig]) -> list[TrainConfig]:
     pairs per prompt."""
     from lab.files.reward_model_folder import read_reward_model
 
-    configs = [c.replace(reward_sha256=read_reward_model(c.reward[len(LEARNED):]).sha256)
-               if c.reward.startswith(LEARNED) else c for c in configs]
-    return [c if c.pairs_from is None else c.replace(pairs_sha256=(found := read_reward_model(
-        c.pairs_from, "--pairs-from")).file_sha256("pairs.csv"), pairs_per_prompt=found.config["reward_model"][
-        "pairs_per_prompt"]) for c in configs]
+    read = {}  # each folder checked once, however many seeds name it
+
+    def folder(path: str, option: str):
+        if (path, option) not in read:
+            read[path, option] = read_reward_model(path, option)
+        return read[path, option]
+
+    def recorded(config: TrainConfig) -> TrainConfig:
+        if config.reward.startswith(LEARNED):
+            config = config.replace(reward_sha256=folder(config.reward[len(LEARNED):], "--reward").sha256)
+        if config.pairs_from is not None:
+            found = folder(config.pairs_from, "--pairs-from")
+            config = config.replace(pairs_sha256=found.file_sha256("pairs.csv"),
+                                    pairs_per_prompt=found.config["reward_model"]["pairs_per_prompt"])
+        return config
+
+    return [recorded(c) for c in configs]
 
 
 def pairs_from_settings(pairs_from: str | None, pairs, pairs_per_prompt: int | None, preference) -> dict:
