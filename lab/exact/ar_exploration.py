@@ -15,6 +15,7 @@ and the run's `Records.exploration_exact` is False.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -26,16 +27,42 @@ from tasks import OPTIMAL_TOLERANCE, best_reward
 from lab.exact.prefix_tree import tree_pass, varlen_response_probs  # noqa: F401 (re-exported)
 
 
-def exploration_columns(table: Tensor, optimum: Tensor) -> Tensor:
-    """[R optimal] then [R = v] per distinct value, float[batch n k], from the rewards float[batch n]."""
+DENSE_VALUES = 64
+"""A reward with at most this many distinct values on a prompt (every task reward: a few) meets the probabilities as
+a product with its indicator columns; one with more (a reward model's score: about one value per response) as the
+sum of each value's probabilities by index (`ValueIndex`), whose cost grows with n, not n x values (a dense table
+of 3906 x 3906 per prompt for the lecture's autoregressive policy)."""
+
+
+@dataclass(frozen=True)
+class ValueIndex:
+    """The columns of a reward with many values: [R optimal] float[batch n] and each response's value, int[batch n]
+    into `width` distinct values per prompt."""
+
+    optimal: Tensor
+    index: Tensor
+    width: int
+
+
+def exploration_columns(table: Tensor, optimum: Tensor) -> Tensor | ValueIndex:
+    """[R optimal] then [R = v] per distinct value, float[batch n k], from the rewards float[batch n]; a `ValueIndex`
+    past `DENSE_VALUES` values."""
     optimal = (table >= optimum.unsqueeze(-1) - OPTIMAL_TOLERANCE).to(table.dtype)
+    inverse = [torch.unique(row, return_inverse=True)[1] for row in table]
+    width = max(int(i.max()) + 1 for i in inverse)
+    if width > DENSE_VALUES:
+        return ValueIndex(optimal, torch.stack(inverse), width)
     return torch.cat([optimal.unsqueeze(-1), value_indicators(table)], dim=-1)
 
 
-def varlen_exploration(probs: Tensor | list[Tensor], columns: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
+def varlen_exploration(probs: Tensor | list[Tensor], columns: Tensor | ValueIndex,
+                       group_size: int) -> tuple[Tensor, Tensor]:
     """P(optimal) and P(all G rewards equal), means over prompts: two float[...], from pi(y | x) float[... batch n]
-    (`varlen_response_probs`), or consecutive pieces of it, and the columns float[batch n k] of `exploration_columns`."""
+    (`varlen_response_probs`), or consecutive pieces of it, and the columns float[batch n k] of `exploration_columns`
+    (or its `ValueIndex`: each value's probability summed by index instead)."""
     pieces, start, sums = [probs] if isinstance(probs, Tensor) else probs, 0, 0
+    if isinstance(columns, ValueIndex):
+        return indexed_exploration(pieces, columns, group_size)
     for piece in pieces:  # no concatenation: each piece meets its rows of the columns
         rows = columns[:, start:start + piece.shape[-1]].to(piece)  # float[batch n k]
         # as rows^T @ piece^T per prompt (k rows, a column per run): a product with only k output
@@ -44,6 +71,20 @@ def varlen_exploration(probs: Tensor | list[Tensor], columns: Tensor, group_size
         sums = sums + (rows.mT @ flat.mT).permute(2, 0, 1).reshape(*piece.shape[:-1], rows.shape[-1])
         start += piece.shape[-1]
     return sums[..., 0].mean(-1), sums[..., 1:].pow(group_size).sum(-1).mean(-1)
+
+
+def indexed_exploration(pieces: list[Tensor], columns: ValueIndex, group_size: int) -> tuple[Tensor, Tensor]:
+    """`varlen_exploration` for a `ValueIndex`: P(optimal) as a weighted sum, P(R = v) by a scatter-add of each
+    response's probability into its value's slot."""
+    optimal, mass, start = 0, None, 0
+    for piece in pieces:
+        rows = slice(start, start + piece.shape[-1])
+        optimal = optimal + (piece * columns.optimal[:, rows].to(piece)).sum(-1)
+        if mass is None:
+            mass = piece.new_zeros(*piece.shape[:-1], columns.width)  # float[... batch values]
+        mass = mass.scatter_add(-1, columns.index[:, rows].expand(piece.shape), piece)
+        start += piece.shape[-1]
+    return optimal.mean(-1), mass.pow(group_size).sum(-1).mean(-1)
 
 
 class SamplingPolicyMetrics:

@@ -55,3 +55,31 @@ def test_the_loop_records_the_exact_exploration_of_each_epochs_sampling_policy()
                                    rtol=1e-4, atol=1e-7)
         zero = records.epoch_metrics["zero_std_prob"][run]
         assert ((zero > 0) & (zero < 1)).all()
+
+
+def test_a_reward_with_many_values_is_summed_by_index_to_the_same_metrics():
+    """A reward model's score has about one value per response: past DENSE_VALUES the columns become a ValueIndex,
+    whose scatter-add gives the definitions' P(optimal) and sum_v P(R = v)^G (ties included), also in pieces."""
+    from lab.exact.ar_exploration import DENSE_VALUES, ValueIndex
+
+    prompts = torch.tensor([[0, 2, 1], [3, 3, 0]])
+    policy = P.make_policy("autoregressive", 4, 3, 4, 5, torch.Generator().manual_seed(0)).double()
+    with torch.no_grad():
+        probs = all_probs(policy, prompts)  # float[batch n]
+    n = probs.shape[-1]
+    table = torch.randn(2, n, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    table[:, :10] = table[:, :1]  # ten responses tie at one value
+    optimum = table.amax(-1)
+    columns = exploration_columns(table, optimum)
+    assert isinstance(columns, ValueIndex) and columns.width > DENSE_VALUES
+    plain_optimal = (probs * (table >= optimum.unsqueeze(-1) - 1e-6)).sum(-1).mean()
+    plain_zero = torch.stack([sum(probs[b][table[b] == v].sum() ** 3 for v in table[b].unique())
+                              for b in range(2)]).mean()
+    stacked = torch.stack([probs, probs.flip(-1)])  # a run axis
+    for pieces in (probs, [probs[:, :100], probs[:, 100:]]):
+        optimal, zero_std = varlen_exploration(pieces, columns, group_size=3)
+        torch.testing.assert_close(optimal, plain_optimal, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(zero_std, plain_zero, rtol=1e-12, atol=1e-14)
+    optimal, zero_std = varlen_exploration(stacked, columns, group_size=3)
+    assert optimal.shape == zero_std.shape == (2,)
+    torch.testing.assert_close(zero_std[0], plain_zero, rtol=1e-12, atol=1e-14)
