@@ -13,16 +13,17 @@ keeps the flow from stalling where pi(y) is small, as a plain gradient flow on l
         k2 in the loss     v = a (r - E_pi r) - beta (log pi / pi_ref - KL(pi || pi_ref))
         k1 in the reward   v = a (r - E_pi r - beta (log pi / pi_ref - KL(pi || pi_ref)))   (the penalised reward's deltas)
     DPO, a pair (a over b) with loss l(h_ab), h_ab = log pi(a)/pi_ref(a) - log pi(b)/pi_ref(b) (the lab's dpo_loss):
-        W_ab = P(the kept pair is a over b) = mu(a) mu(b) K_ab / P(kept),  d_a = sum_b W_ab l'(h_ab) - W_ba l'(h_ba),
+        W_ab = P(a pair is drawn, kept, a over b) = mu(a) mu(b) K_ab,  d_a = sum_b W_ab l'(h_ab) - W_ba l'(h_ba),
         u = -d (log Z cancels from h, so d is the whole gradient in theta),  v_a = -d_a / mu(a)
         offline    mu = pi_ref, K_ab = 2 q_ab (two i.i.d. draws, a wins with probability q_ab; argmax ties dropped)
         online     mu = pi,     K_ab = (k(r_a, r_b) + k(r_b, r_a)) q_ab: the group's highest against its lowest reward
                                 (lab.exact.online_pairs), then the preference model
 
-(q_ab: lab.core.dpo.preference_probability). Dividing by P(kept) (one kept pair's mean loss, as a batch averages it)
-and any positive factor per prompt (the batch's mean over prompts) change the flow's speed, never its path or its
-fixed points. The update is the lr -> 0 limit of one step per batch: a loop's S Adam steps on one batch, and its
-clip at ratio 1 +- eps, do not enter.
+(q_ab: lab.core.dpo.preference_probability). A batch averages over its kept pairs and its prompts: positive factors
+per prompt, which change the flow's speed, never its path or its fixed points, and are left out. The update is the
+lr -> 0 limit of one step per batch: a loop's S Adam steps on one batch, and its clip at ratio 1 +- eps, do not
+enter. Where a method has no fixed point (DPO under argmax preferences), the preconditioner can change where the
+path heads among tied best responses (tests/exact/test_update_flow.py); its fixed points it never changes.
 """
 
 from __future__ import annotations

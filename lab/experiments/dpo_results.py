@@ -15,8 +15,8 @@ Verdict rules (95% intervals: Student t over seeds for means; every comparison o
   finite value", stated so that it can be false), decided at the end of the exact expected-update flow: holds if the
   flow converges on every reference and prompt at a KL to pi_ref below -log pi_ref(top set) (a finite fixed point:
   Bradley-Terry's pi*, IPO's minimiser); does not hold if it converges on none (argmax DPO: its update decays only
-  like 1 / time, the losers' mass falls to 0 and the KL reaches -log pi_ref(y) of the response it collapses onto,
-  more with tied best responses: pi_ref^(1 + 1/beta) on the top set); else inconclusive.
+  like 1 / time, the losers' mass falls to 0 and the KL reaches -log pi_ref(y) of the response it collapses onto);
+  else inconclusive.
 - budget, per DPO setting: "the sampled KL has stopped rising by the end": growth = mean kl_exact over the last
   tenth of the epochs minus that over the tenth ending at two thirds; holds if its interval lies inside +-PLATEAU x
   the final KL; does not hold if above +PLATEAU x the final KL; else inconclusive.
@@ -33,14 +33,11 @@ Verdict rules (95% intervals: Student t over seeds for means; every comparison o
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from lab.exact.update_flow import UpdateFlowConfig
-from lab.experiments.dpo_exact import exact_rows
+from lab.experiments.dpo_exact import exact_markdown
 from lab.experiments.intervals import Interval, mean_interval, seed_difference
 from lab.training.config import TrainConfig
 
@@ -114,55 +111,6 @@ def plateau_verdict(records, runs: list[int]) -> tuple[Interval, float, str]:
     return growth, final, verdict
 
 
-def _outcomes(row) -> str:
-    """How the flow ended over the references and prompts: `converged (60/60)`, or each outcome with its count."""
-    counts = Counter(row.flow.outcome())
-    return "; ".join(f"{outcome} ({count}/{sum(counts.values())})" for outcome, count in counts.most_common())
-
-
-def exact_markdown(configs, prompts) -> tuple[list[str], list[tuple[str, str, str, str]]]:
-    """Where each method goes (its exact expected-update flow, `lab.experiments.dpo_exact`; means over references
-    and prompts), then the exact verdicts on the implicit KL. configs: one per seed (their references)."""
-    flow = UpdateFlowConfig()
-    rows = exact_rows(configs, torch.as_tensor(prompts), BETA, configs[0].group_size, flow)
-    out = [f"Where each method goes, exactly (`lab/experiments/dpo_exact.py`): the objective its expected update "
-           f"ascends with centered deltas of G = {configs[0].group_size}, the token mean over C = {len(prompts[0])} "
-           "positions and the KL summed over them (claims 4, 14, 26, 28), and the end of its exact expected-update "
-           "flow in the tabular class (`lab/exact/update_flow.py`: natural coordinates, Euler steps that change the "
-           f"update by at most {flow.change_tolerance:.0%}; converged when no log-ratio of two responses moves faster "
-           f"than {flow.update_tolerance:g} per unit time and the path left at the current decay is below "
-           f"{flow.distance_tolerance:g} nats; otherwise stopped at flow time {flow.max_time:g}), for each seed's "
-           f"reference and prompt (no sampling, no budget); means over the {len(configs)} references and "
-           f"{len(prompts)} prompts. J_beta(pi*) - J_beta(end) = beta KL(end || pi*) (claim 26). The last column "
-           "checks the flow against the closed form where there is one (`lab/experiments/dpo_exact.py`): the "
-           "largest KL(end || closed form).", "",
-           "| method | objective ascended | flow's end | KL(end \\|\\| pi*) | J_beta gap | KL to pi_ref "
-           "| -log pi_ref(top set) | closed-form check |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    verdicts = []
-    for row in rows:
-        to_star, to_ref, top = max(float(row.to_star.mean()), 0.0), float(row.to_ref.mean()), float(row.top.mean())
-        check = "-" if row.to_closed is None else f"{float(row.to_closed.abs().max()):.1e}"
-        out.append(f"| {row.label} | {row.objective} | {_outcomes(row)} | {to_star:.3f} | {BETA * to_star:.4f} | "
-                   f"{to_ref:.2f} | {top:.2f} | {check} |")
-        if "DPO" in row.label or "IPO" in row.label:
-            stops = bool(row.flow.converged.all()) and bool((row.to_ref < row.top).all())
-            moving = not bool(row.flow.converged.any())
-            verdicts.append((f"the implicit KL stops rising before -log pi_ref(top set) ({row.label})",
-                             "exact: the flow converges on every reference and prompt at a KL to pi_ref below -log "
-                             "pi_ref(top set) (holds), or converges on none (does not hold); mean KL at the "
-                             "flow's end against -log pi_ref(top set)", f"{to_ref:.2f} against {top:.2f} nats",
-                             "holds" if stops else "does not hold" if moving else "inconclusive"))
-    out += ["", "Under argmax preferences DPO's update decays only like 1 / time (claim 28: no finite minimiser): "
-            "its flow never converges, the losers' mass falls below float64's resolution and the KL reaches "
-            "-log pi_ref(y) of the response it collapses onto, the best one where pi_ref gives the best responses "
-            "enough weight early on. Where several responses tie for the best, the limit spreads over them as "
-            "pi_ref^(1 + 1/beta) and its KL exceeds -log pi_ref(top set) by an amount beta sets (claim 28's tie "
-            "proof). Online pairs are a group's highest reward against its lowest, drawn from the moving policy "
-            "(`lab/exact/online_pairs.py`: their exact distribution); their expected update is no gradient of a "
-            "fixed loss, so the flow is the only answer for online argmax DPO and IPO."]
-    return out, verdicts
-
-
 def dpo_markdown(records, groups: list[list[int]], seeds: int) -> list[str]:
     """The RESULTS.md section: the exact fixed points, a table per setting, then the verdicts."""
     e = records.epoch_metrics
@@ -171,7 +119,7 @@ def dpo_markdown(records, groups: list[list[int]], seeds: int) -> list[str]:
     paired = lambda name, a, b: seed_difference(e[name][a, -1], e[name][b, -1], seeds_of(a), seeds_of(b))  # noqa: E731
     kl = epoch_kl(records)
     epochs = records.configs[0].epochs
-    exact, rows = exact_markdown([records.configs[r] for r in groups[0]], records.prompts)
+    exact, rows = exact_markdown([records.configs[r] for r in groups[0]], records.prompts, BETA)
     out = [*exact, "", f"How far sampled runs get in a budget, a separate question: beta = {BETA} for every setting "
            f"(GRPO's KL weight, DPO's beta), pi_ref the initial policy; {epochs} epochs x {records.configs[0].steps} "
            f"steps, {seeds} seeds. Offline sets hold {epochs} pairs per prompt drawn from pi_ref before training, "
