@@ -69,7 +69,9 @@ def test_each_flow_ends_at_its_closed_form(lecture, label):
     KL: GRPO with centered deltas, k3 in the loss at pi' of E[r] - beta' KL(pi_ref || pi), k2 in the loss at pi*
     of beta', beta' = beta C G / (G-1); k1 in the reward at pi* of beta; DPO under Bradley-Terry preferences, offline
     and online, at pi* (claim 28); offline IPO at its minimiser (Newton). Claims 4, 14, 26, 28 (docs/claims.md).
-    Mutants: dropping the group scale from the GRPO update, or k3's direction turned into KL(pi || pi_ref), fail."""
+    Mutants: dropping the group scale from the GRPO update, or k3's direction turned into KL(pi || pi_ref), fail; so
+    does pi' from a bisection on lambda itself (lab.exact.reverse_kl before it bisected lambda - max r): seed 0's
+    second prompt has pi_ref(y*) = e^-34, lambda - max r about 1e-16 beside max r = 5, and it misses by 0.09 nats."""
     problem, closed = lecture
     end = follow(METHODS[label], problem)
     assert set(end.outcome()) == {CONVERGED}
