@@ -19,8 +19,10 @@ keeps the flow from stalling where pi(y) is small, as a plain gradient flow on l
         online     mu = pi,     K_ab = (k(r_a, r_b) + k(r_b, r_a)) q_ab: the group's highest against its lowest reward
                                 (lab.exact.online_pairs), then the preference model
 
-(q_ab: lab.core.dpo.preference_probability). A batch averages over its kept pairs and its prompts: positive factors
-per prompt, which change the flow's speed, never its path or its fixed points, and are left out. The update is the
+(q_ab: lab.core.dpo.preference_probability). Offline, W is the population of pairs from pi_ref (lab.exact.pairs); a
+run's fixed set of N pairs per prompt is a sample of it. A batch averages over its kept pairs and its prompts: given
+a prompt's pair, the other prompts' groups are independent of it, so this is a positive factor per prompt, which
+changes the flow's speed, never its path or its fixed points, and is left out. The update is the
 lr -> 0 limit of one step per batch: a loop's S Adam steps on one batch, and its clip at ratio 1 +- eps, do not
 enter. Where a method has no fixed point (DPO under argmax preferences), the preconditioner can change where the
 path heads among tied best responses (tests/exact/test_update_flow.py); its fixed points it never changes.
