@@ -119,13 +119,15 @@ print("dpo_loss at h = 0:", float(dpo_loss(zero, zero, zero, zero, BETA)[0]), " 
 # it uses (claim 14). With k1 in the reward (PPO-RLHF's penalty, verl's `use_kl_in_reward`:
 # `--kl-estimator k1 --kl-in reward`) its expected update is `grad J_beta`, times the group's scale
 # (G-1)/G for centered deltas: it aims at pi*. With k3 in the loss (the lab's default, TRL's GRPO) the
-# expected update is `(G-1)/G grad J - beta grad KL(pi_ref || pi)`, the gradient of another objective,
-# `E[r] - beta' KL(pi_ref || pi)` with `beta' = beta G / (G-1)`: the KL the other way round. Its optimum
+# expected update is `s grad J - beta grad KL(pi_ref || pi)`, the gradient of another objective,
+# `E[r] - beta' KL(pi_ref || pi)` with `beta' = beta / s`: the KL the other way round. Here s is the
+# group's (G-1)/G divided by the response length C = 3: the loss averages the policy-gradient term over
+# the C tokens (token-mean) but sums the KL over them, so `beta' = beta C G / (G-1)`. Its optimum
 # `pi' = beta' pi_ref / (lambda - r)` (`lab.exact.reverse_kl`) is not pi*. Exactly, on this reference:
 
 # %%
-G = 10
-prime = effective_beta(BETA, (G - 1) / G)
+G, C = 10, 3
+prime = effective_beta(BETA, (G - 1) / G / C)
 star = O.kl_regularized_optimum(ref_probs, rewards, BETA)
 reverse = reverse_optimum(ref_probs, rewards, prime)
 print(f"beta' = {prime:.4f};  KL(pi' || pi*) per prompt {O.kl_divergence(reverse, star).numpy().round(2)}, "
@@ -176,7 +178,8 @@ plt.show()
 # method reaches pi* in 40 epochs, and the factorised policy cannot represent every distribution over 125
 # responses; where a run ends after a budget is a different question from where its method goes, which
 # the exact numbers above decide. `figures/RESULTS.md` (section "GRPO with a KL penalty and DPO") gives
-# both: each method's exact fixed point and its distance from pi*, then 20 seeds for 300 epochs, offline
+# both: where each method's exact expected-update flow goes (converged, or still moving) and its distance
+# from pi*, online pairs included, then 20 seeds for 300 epochs, offline
 # pairs and IPO included, with paired verdicts. There offline DPO ends farther from pi* than it started
 # (KL(pi_theta || pi*) rises over training): its fixed pairs from pi_ref keep pushing the same losers
 # down, and under argmax preferences nothing in its loss points at pi*.

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from lab.core.modes import (DeltaMode, DPOLoss, Filter, KLEstimator, KLPlacement, LossAgg, Pairs, PolicyKind,
+from lab.core.modes import (DeltaMode, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Pairs, PolicyKind,
                             Preference, Sampler, TrainingLoss)
 from lab.training.config import Demos, Device, TrainConfig
 from lab.training.settings import option, text
@@ -55,7 +55,11 @@ PreferenceOpt = Annotated[Preference | None, typer.Option(help="--loss dpo: argm
                                                                "dropped) or bradley-terry (wins with probability "
                                                                "sigmoid(r_a - r_b)) [default: argmax]")]
 DPOLossOpt = Annotated[DPOLoss | None, typer.Option(help="--loss dpo: sigmoid (-log sigmoid(beta h)) or ipo "
-                                                         "((h - 1/(2 beta))^2) [default: sigmoid]")]
+                                                         "((h - 1/(2 beta))^2; h of summed log-probs unless "
+                                                         "--ipo-logps token-mean) [default: sigmoid]")]
+IPOLogpsOpt = Annotated[IPOLogps | None, typer.Option(help="--dpo-loss ipo: sum (each sequence's log-prob summed over "
+                                                           "its tokens, Azar et al.) or token-mean (divided by its "
+                                                           "token count, TRL's ipo) [default: sum]")]
 SamplerOpt = Annotated[Sampler, typer.Option(help="how the run's generator draws responses: the lab's inverse CDF, "
                                                     "or torch.multinomial as the lecture's script (with --seed 5 "
                                                     "its own runs)")]
@@ -169,6 +173,9 @@ PreferencesOpt = Annotated[list[Preference] | None, typer.Option("--preference",
                                                                  "preference models to sweep [default: argmax]")]
 DPOLossesOpt = Annotated[list[DPOLoss] | None, typer.Option("--dpo-loss", help="repeatable, --loss dpo: DPO "
                                                             "losses to sweep [default: sigmoid]")]
+IPOLogpsListOpt = Annotated[list[IPOLogps] | None, typer.Option("--ipo-logps", help="repeatable, --dpo-loss ipo: "
+                                                                 "IPO's sequence log-probs to sweep (sum, or "
+                                                                 "token-mean: TRL's) [default: sum]")]
 GaeLambdasOpt = Annotated[list[float] | None, typer.Option("--gae-lambda", help="repeatable: GAE lambdas to "
                                                             "sweep (the --delta gae points only)",
                                                             show_default=str(_RUN.gae_lambda))]
@@ -254,7 +261,7 @@ CLI_NAMES = {
 FIELD_NAMES = ("group_size", "clip_eps", "kl_period", "kl_estimator", "kl_in", "init_scale", "entropy_coef", "max_length", "loss_agg",
                "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
                "epochs", "steps", "lr", "dim", "seed", "delta", "loss",
-               "reward", "kl", "pairs_per_prompt", "dpo_loss", "max_grad_norm", "demo_noise", "reward_threshold")
+               "reward", "kl", "pairs_per_prompt", "dpo_loss", "ipo_logps", "max_grad_norm", "demo_noise", "reward_threshold")
 """TrainConfig fields that are `lab run` options (underscores become dashes)."""
 
 

@@ -19,6 +19,7 @@ from lab.cli.options import (
     DeltaOpt,
     DeviceOpt,
     DPOLossOpt,
+    IPOLogpsOpt,
     DimOpt,
     EntropyCoefOpt,
     TemperatureOpt,
@@ -100,6 +101,7 @@ def run(
     pairs_from: PairsFromOpt = None,
     preference: PreferenceOpt = None,
     dpo_loss: DPOLossOpt = None,
+    ipo_logps: IPOLogpsOpt = None,
     critic_lr: CriticLrOpt = DEFAULTS.critic_lr,
     gae_lambda: GaeLambdaOpt = DEFAULTS.gae_lambda,
     cliprange_value: CliprangeValueOpt = DEFAULTS.cliprange_value,
@@ -160,7 +162,7 @@ def run(
                              dim=dim, reward=train_reward(reward), delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
                              kl_period=kl_period, kl_estimator=kl_estimator, kl_in=kl_in, init_scale=init_scale, entropy_coef=entropy_coef,
                              policy=policy, max_length=max_length, loss_agg=loss_agg, dpo_loss=dpo_loss,
-                             **pairs_from_settings(pairs_from, pairs, pairs_per_prompt, preference),
+                             ipo_logps=ipo_logps, **pairs_from_settings(pairs_from, pairs, pairs_per_prompt, preference),
                              critic_lr=critic_lr, gae_lambda=gae_lambda, cliprange_value=cliprange_value,
                              critic_warmup=critic_warmup, whiten_advantages=whiten_advantages,
                              temperature=temperature, max_grad_norm=max_grad_norm, demos=demos,
@@ -234,7 +236,7 @@ def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.devic
 
 RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "kl_estimator", "kl_in", "clip_eps", "epochs", "steps", "group_size",
                "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg",
-               "pairs", "pairs_per_prompt", "pairs_from", "preference", "dpo_loss",
+               "pairs", "pairs_per_prompt", "pairs_from", "preference", "dpo_loss", "ipo_logps",
                "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
                "max_grad_norm", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold", "init_from")
 """TrainConfig fields that `lab run` exposes as options."""

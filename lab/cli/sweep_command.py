@@ -17,6 +17,7 @@ from lab.cli.options import (
     WhitenOpt,
     ClipsOpt,
     DPOLossesOpt,
+    IPOLogpsListOpt,
     DeltasOpt,
     DeviceOpt,
     DimOpt,
@@ -101,6 +102,7 @@ def sweep(
     pairs: PairsListOpt = None,
     preference: PreferencesOpt = None,
     dpo_loss: DPOLossesOpt = None,
+    ipo_logps: IPOLogpsListOpt = None,
     pairs_per_prompt: PairsPerPromptOpt = None,
     pairs_from: PairsFromOpt = None,
     gae_lambda: GaeLambdasOpt = None,
@@ -159,7 +161,7 @@ def sweep(
     given = {"delta": delta, "loss": loss, "reward": reward, "kl": kl,
              "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
              "entropy_coef": entropy_coef, "loss_agg": loss_agg, "pairs": pairs, "preference": preference,
-             "dpo_loss": dpo_loss, "gae_lambda": gae_lambda, "temperature": temperature,
+             "dpo_loss": dpo_loss, "ipo_logps": ipo_logps, "gae_lambda": gae_lambda, "temperature": temperature,
              "max_grad_norm": max_grad_norm, "kl_estimator": kl_estimator, "kl_in": kl_in}
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
     names = [name for name, values in grid.items() if len(values) > 1]

@@ -19,7 +19,8 @@ Sequence log-probs are sums over tokens, the default everywhere in the lab (trai
 population loss of `lab.exact.pairs`): h is the log-ratio of whole sequences, in which Azar et al. state IPO.
 TRL's IPO (`loss_type="ipo"`) divides each sequence's log-prob, the policy's and the reference's, by its token
 count first (a per-token mean); `dpo_loss` computes that form when given the lengths (`chosen_lengths`,
-`rejected_lengths`). At a fixed length L (the factorised policy) it is h / L: the summed loss at beta / L, divided by L^2.
+`rejected_lengths`), and a run does with `--ipo-logps token-mean` (the default, `sum`, is Azar et al.'s). At a
+fixed length L (the factorised policy) it is h / L: the summed loss at beta / L, divided by L^2.
 
 The implicit rewards are TRL's: their difference is beta h, and the pair is "right" (reward accuracy)
 when chosen_rewards > rejected_rewards. A preference model decides which response of a drawn pair

@@ -4,6 +4,7 @@
     TrainingLoss (--loss)                its method: METHOD_OF in lab.training.config
     LossAgg (--loss-agg)                 AGGREGATIONS in lab.core.aggregation
     DPOLoss, Preference, Pairs           DPO_LOSSES in lab.core.dpo; lab.training.dpo, preference_pairs
+    IPOLogps (--ipo-logps)               lab.training.dpo (pair_lengths)
     KLEstimator, KLPlacement             ESTIMATORS in lab.core.kl; lab.training.runs
     Filter (--ei-filter)                 lab.training.supervised
     PolicyKind (--policy)                POLICIES in lab.policies
@@ -65,6 +66,15 @@ class DPOLoss(str, Enum):
 
     sigmoid = "sigmoid"
     ipo = "ipo"
+
+
+class IPOLogps(str, Enum):
+    """Which sequence log-probs IPO's h is made of (`--ipo-logps`): sums over the response's tokens (Azar et al.,
+    the default) or their per-token mean, each sequence's summed log-prob divided by its token count (TRL's
+    `loss_type="ipo"`)."""
+
+    sum = "sum"
+    token_mean = "token-mean"
 
 
 class Preference(str, Enum):

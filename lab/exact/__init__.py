@@ -9,6 +9,9 @@
     lab.exact.optimum         the KL-regularised optimum pi*, J_beta, a local ascent of it in a policy class
     lab.exact.reverse_kl      the optimum of E[r] - beta KL(pi_ref || pi), where GRPO with k3 in the loss goes
     lab.exact.flow            the exact expected-update flow of a population loss, to a stated tolerance
+    lab.exact.expected_update each DPO section method's exact expected update, in natural coordinates
+    lab.exact.update_flow     where that update's flow goes from pi_ref, converged or still moving, to stated tolerances
+    lab.exact.online_pairs    the exact distribution of the lab's online DPO pair (a group's best against its worst)
     lab.exact.pairs           the population DPO loss over every pair of responses
     lab.exact.values          V^pi and Q^pi at every state, the exact expected GAE advantage of any critic
     lab.exact.critic_error    a critic's exact error against V^pi, the exact expected gradient under GAE

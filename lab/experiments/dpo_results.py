@@ -1,7 +1,8 @@
 """The DPO section of `lab reproduce`: where GRPO with a KL penalty and DPO go, exactly, then how far sampled runs get.
 
     exact      per seed's reference and prompt (`lab.experiments.dpo_exact`): the objective each method's expected
-               update ascends, its fixed point in the tabular class, and that point's distance from pi*
+               update ascends, where its exact expected-update flow ends (`lab.exact.update_flow`, to stated
+               tolerances), that end's distance from pi*, and the closed form beside it where there is one
     settings   GRPO (centered deltas, clipped, KL to the frozen initial policy) with k3 in the loss (the lab's and
                TRL's default), k2 in the loss and k1 in the reward; online and offline DPO (sigmoid and IPO; argmax
                and Bradley-Terry), each over seeds 0..N-1, the lecture's init and prompts
@@ -11,10 +12,11 @@
 Verdict rules (95% intervals: Student t over seeds for means; every comparison of two settings is paired by seed,
 `lab.experiments.intervals.seed_difference`, since all settings run seeds 0..N-1):
 - exact, per DPO method: "the implicit KL stops rising before -log pi_ref(top set)" (the course notes' "settles at a
-  finite value", stated so that it can be false): holds if the flow of its population loss has a finite
-  stationary point (claim 28: Bradley-Terry's pi*, IPO's minimiser), where the KL stops below -log pi_ref(top
-  set); does not hold where it has none (argmax DPO): the losers' mass falls to 0 and the KL rises to the limit's,
-  -log pi_ref(y*) for one best response, more with tied best responses (pi_ref^(1 + 1/beta) on the top set).
+  finite value", stated so that it can be false), decided at the end of the exact expected-update flow: holds if the
+  flow converges on every reference and prompt at a KL to pi_ref below -log pi_ref(top set) (a finite fixed point:
+  Bradley-Terry's pi*, IPO's minimiser); does not hold if it converges on none (argmax DPO: its update decays only
+  like 1 / time, the losers' mass falls to 0 and the KL reaches -log pi_ref(y) of the response it collapses onto);
+  else inconclusive.
 - budget, per DPO setting: "the sampled KL has stopped rising by the end": growth = mean kl_exact over the last
   tenth of the epochs minus that over the tenth ending at two thirds; holds if its interval lies inside +-PLATEAU x
   the final KL; does not hold if above +PLATEAU x the final KL; else inconclusive.
@@ -34,9 +36,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from lab.experiments.dpo_exact import exact_rows
+from lab.experiments.dpo_exact import exact_markdown
 from lab.experiments.intervals import Interval, mean_interval, seed_difference
 from lab.training.config import TrainConfig
 
@@ -47,8 +48,6 @@ EPOCH_FACTOR = 3
 plateau of the KL from growth."""
 PLATEAU = 0.10
 SAME = 0.10
-NO_FINITE_FIXED_POINT = ("DPO, argmax (offline)",)
-"""The methods whose population loss has no finite minimiser (claim 28): the KL rises to the limit's."""
 FIGURE = "dpo.png"
 
 GRPO = dict(delta="centered", loss="clipped", kl_period=0, optimum_metrics=True)
@@ -112,39 +111,6 @@ def plateau_verdict(records, runs: list[int]) -> tuple[Interval, float, str]:
     return growth, final, verdict
 
 
-def exact_markdown(records, groups: list[list[int]]) -> list[str]:
-    """Which objective each method ascends and how far its fixed point is from pi* (means over references and
-    prompts), then the exact verdicts on the implicit KL."""
-    configs = [records.configs[r] for r in groups[0]]
-    rows = exact_rows(configs, torch.as_tensor(records.prompts), BETA, configs[0].group_size)
-    out = [f"Where each method goes, exactly (`lab/experiments/dpo_exact.py`): the objective its expected update "
-           f"ascends with centered deltas of G = {configs[0].group_size} (claims 4, 14, 26, 28), its fixed point in "
-           "the tabular class, for each seed's reference and prompt (no sampling, no budget); means over the "
-           f"{len(configs)} references and {len(records.prompts)} prompts. J_beta(pi*) - J_beta(fixed point) = "
-           f"beta KL(fixed point || pi*) (claim 26).", "",
-           "| method | objective ascended | fixed point | KL(fixed point \\|\\| pi*) | J_beta gap | KL to pi_ref "
-           "| -log pi_ref(top set) |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    points = {"GRPO, k3 in the loss": "pi' = beta' pi_ref / (lambda - r)", "GRPO, k2 in the loss": "pi* at beta'",
-              "DPO, argmax (offline)": "the limit pi_ref^(1 + 1/beta) on the top set",
-              "IPO, argmax (offline)": "the quadratic's minimiser (Newton)"}
-    verdicts = []
-    for label, objective, to_star, to_ref, top in rows:
-        out.append(f"| {label} | {objective} | {points.get(label, 'pi*')} | {float(to_star.mean()):.3f} | "
-                   f"{BETA * float(to_star.mean()):.4f} | {float(to_ref.mean()):.2f} | {float(top.mean()):.2f} |")
-        if label.startswith(("DPO", "IPO")):
-            stops = label not in NO_FINITE_FIXED_POINT
-            verdicts.append((f"the implicit KL stops rising before -log pi_ref(top set) ({label})",
-                             "exact: whether the flow of the population loss has a finite stationary point (claim "
-                             "28), where the KL to pi_ref stops; mean KL there (or at the limit) against -log "
-                             "pi_ref(top set)", f"{float(to_ref.mean()):.2f} against {float(top.mean()):.2f} nats",
-                             "holds" if stops else "does not hold"))
-    out += ["", "The lecture's prompts each have one best response, so the argmax limit is a point mass and its KL is "
-            "-log pi_ref(y*); where several responses tie for the best, the limit spreads over them as "
-            "pi_ref^(1 + 1/beta) and its KL exceeds -log pi_ref(top set) by an amount beta sets "
-            "(claim 28's tie proof)."]
-    return out, verdicts
-
-
 def dpo_markdown(records, groups: list[list[int]], seeds: int) -> list[str]:
     """The RESULTS.md section: the exact fixed points, a table per setting, then the verdicts."""
     e = records.epoch_metrics
@@ -153,7 +119,7 @@ def dpo_markdown(records, groups: list[list[int]], seeds: int) -> list[str]:
     paired = lambda name, a, b: seed_difference(e[name][a, -1], e[name][b, -1], seeds_of(a), seeds_of(b))  # noqa: E731
     kl = epoch_kl(records)
     epochs = records.configs[0].epochs
-    exact, rows = exact_markdown(records, groups)
+    exact, rows = exact_markdown([records.configs[r] for r in groups[0]], records.prompts, BETA)
     out = [*exact, "", f"How far sampled runs get in a budget, a separate question: beta = {BETA} for every setting "
            f"(GRPO's KL weight, DPO's beta), pi_ref the initial policy; {epochs} epochs x {records.configs[0].steps} "
            f"steps, {seeds} seeds. Offline sets hold {epochs} pairs per prompt drawn from pi_ref before training, "

@@ -43,8 +43,8 @@ GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", 
 them. The tables' columns are read off the runs' configs (`lab.training.settings.table_fields`). A DPO point
 keeps the KL options' defaults (its beta is no penalty), and is kept once."""
 
-DPO_GRID_FIELDS = ("pairs", "preference", "dpo_loss")
-"""The grid fields of --loss dpo."""
+DPO_GRID_FIELDS = ("pairs", "preference", "dpo_loss", "ipo_logps")
+"""The grid fields of --loss dpo (`ipo_logps`: of its --dpo-loss ipo points only)."""
 
 CLIP_GRID_FIELDS = ("max_grad_norm",)
 """Gradient clipping's limit (`--max-grad-norm`): a column of a sweep's tables only when some run clips."""
@@ -66,8 +66,9 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
     """Every combination of the grid's values (in the order given), each with seeds 0..seeds-1.
 
     The critic's settings (`gae_lambda` in the grid, the fields of `critic` for every point) apply to
-    the `--delta gae` points only, DPO's (`pairs`, `preference`, `dpo_loss`) to the `--loss dpo` points only;
-    a point of another delta or loss keeps their defaults, and is kept once.
+    the `--delta gae` points only, DPO's (`pairs`, `preference`, `dpo_loss`) to the `--loss dpo` points only,
+    `ipo_logps` to their `--dpo-loss ipo` points only; a point of another delta or loss keeps their defaults, and is
+    kept once.
     """
     check_seeds(seeds)
     sweepable = GRID_FIELDS + DPO_GRID_FIELDS + CRITIC_GRID_FIELDS + CLIP_GRID_FIELDS
@@ -86,6 +87,8 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
     losses = [getattr(v, "value", v) for v in grid.get("loss", [base.loss])]
     if dpo_given and "dpo" not in losses:
         raise ConfigError(f"--{dpo_given[0].replace('_', '-')} applies to --loss dpo only; drop it or add --loss dpo")
+    if "ipo_logps" in dpo_given and "ipo" not in [getattr(v, "value", v) for v in grid.get("dpo_loss", [])]:
+        raise ConfigError("--ipo-logps applies to --dpo-loss ipo only; drop it or add --dpo-loss ipo")
     points, seen = [], set()
     for point in itertools.product(*(list(grid[n]) for n in names)):
         settings = dict(zip(names, point))
@@ -98,6 +101,9 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
         if getattr(loss, "value", loss) == TrainingLoss.dpo.value:
             for name in KL_DEFAULTS:
                 settings.pop(name, None)
+            dpo_loss = settings.get("dpo_loss", base.dpo_loss)
+            if getattr(dpo_loss, "value", dpo_loss) != "ipo":
+                settings.pop("ipo_logps", None)  # IPO's log-probs: the --dpo-loss ipo points only
         else:
             for name in DPO_GRID_FIELDS:  # DPO's settings apply to the --loss dpo points only
                 settings.pop(name, None)

@@ -17,7 +17,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from lab.core.choices import parse_choice
-from lab.core.modes import (NEEDS_GROUP, DeltaMode, DPOLoss, Filter, KLEstimator, KLPlacement, LossAgg, Pairs,
+from lab.core.modes import (NEEDS_GROUP, DeltaMode, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Pairs,
                             PolicyKind, Preference, Sampler, TrainingLoss)
 
 if TYPE_CHECKING:
@@ -151,7 +151,11 @@ class TrainConfig:
     `bradley-terry`: the first with probability sigmoid(r_1 - r_2), drawn from a generator seeded from the run's"""
     dpo_loss: DPOLoss | None = None
     """DPO only (default `sigmoid`): Rafailov et al.'s -log sigmoid(beta h), or `ipo`: (h - 1/(2 beta))^2 (TRL's
-    `loss_type`)"""
+    `loss_type`; h of summed sequence log-probs unless `ipo_logps`)"""
+    ipo_logps: IPOLogps | None = None
+    """`--dpo-loss ipo` only (default `sum`, None otherwise): h of whole-sequence log-probs, sums over the response's
+    live tokens (Azar et al.), or `token-mean`: each sequence's log-prob, the policy's and the reference's, divided by
+    its token count first (TRL's `loss_type="ipo"`; lab.core.dpo). Left out of `to_dict` at sum"""
     optimum_metrics: bool = False
     """record the exact distance to the KL-regularised optimum pi* each epoch (kl_to_optimum, objective_exact,
     objective_gap: lab.exact.optimum, beta = `kl`, pi_ref = the initial policy; always on for DPO), and with it the
@@ -264,6 +268,12 @@ class TrainConfig:
             value = DPO_DEFAULTS[name] if getattr(self, name) is None else getattr(self, name)
             option = "--" + name.replace("_", "-")
             object.__setattr__(self, name, parse_choice(enum, value, option, ConfigError))
+        if self.dpo_loss is DPOLoss.ipo:
+            value = DPO_DEFAULTS["ipo_logps"] if self.ipo_logps is None else self.ipo_logps
+            object.__setattr__(self, "ipo_logps", parse_choice(IPOLogps, value, "--ipo-logps", ConfigError))
+        elif self.ipo_logps is not None:
+            raise ConfigError("--ipo-logps applies to --dpo-loss ipo only (the sigmoid loss takes whole-sequence "
+                              "log-probs, as TRL's); drop it or add --dpo-loss ipo")
         if self.pairs is Pairs.offline and self.pairs_per_prompt is None:
             object.__setattr__(self, "pairs_per_prompt", DPO_DEFAULTS["pairs_per_prompt"])
         if self.pairs_from is not None and self.pairs is not Pairs.offline:
@@ -369,8 +379,8 @@ class TrainConfig:
                 for f in dataclasses.fields(self) for v in [getattr(self, f.name)]}
 
     def to_dict(self) -> dict:
-        """`plain()` as written to config.json: `temperature`, `kl_estimator` and `kl_in` left out at their defaults
-        and the OPTIONAL_FIELDS while None, so earlier runs' files are unchanged."""
+        """`plain()` as written to config.json: `temperature`, `kl_estimator`, `kl_in` and `ipo_logps` left out at their
+        defaults and the OPTIONAL_FIELDS while None, so earlier runs' files are unchanged."""
         return {k: v for k, v in self.plain().items() if not (k in OMITTED_AT_DEFAULT and v == OMITTED_AT_DEFAULT[k])
                 and not (k in OPTIONAL_FIELDS and v is None)}
 
@@ -387,20 +397,20 @@ class TrainConfig:
 
 
 DPO_DEFAULTS = {"pairs": Pairs.online, "pairs_per_prompt": 16, "preference": Preference.argmax,
-                "dpo_loss": DPOLoss.sigmoid}
+                "dpo_loss": DPOLoss.sigmoid, "ipo_logps": IPOLogps.sum}
 """The DPO settings a --loss dpo run takes when not given (None for the other losses)."""
 
 SUPERVISED_DEFAULTS = {"demos": Demos.optimal, "demo_noise": 0.2, "ei_filter": Filter.group_best}
 """The SFT and expert-iteration settings their runs take when not given (None for the other losses)."""
 
-OPTIONAL_FIELDS = ("max_grad_norm", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold",
+OPTIONAL_FIELDS = ("max_grad_norm", "ipo_logps", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold",
                    "init_from", "init_sha256", "reward_sha256", "pairs_from", "pairs_sha256")
 """Fields left out of config.json while None (unset), so the files of runs without them are unchanged."""
 
 KL_DEFAULTS = {"kl_estimator": KLEstimator.k3, "kl_in": KLPlacement.loss}
 """Where the KL penalty goes and which estimator it uses, by default: k3 in the loss (TRL's GRPO, verl's default)."""
 
-OMITTED_AT_DEFAULT = {"temperature": 1.0, "kl_estimator": "k3", "kl_in": "loss"}
+OMITTED_AT_DEFAULT = {"temperature": 1.0, "kl_estimator": "k3", "kl_in": "loss", "ipo_logps": "sum"}
 """Fields `to_dict` leaves out at these (plain) values: written only by runs that use them."""
 
 CRITIC_FIELDS = ("critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages")

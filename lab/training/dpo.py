@@ -3,7 +3,9 @@
     loss_r   = mean over run r's kept pairs of dpo_loss(...)   (0 without a kept pair: no update)
     log pi(y) = sum over y's live tokens of the step's per-token log-probs, from a forward pass on the pairs
              (`pair_responses`), or, where the kind needs the groups' pass for its step metrics (the
-             autoregressive policy), a gather from it (online) or a second pass on the fixed set (offline)
+             autoregressive policy), a gather from it (online) or a second pass on the fixed set (offline);
+             an `--ipo-logps token-mean` run divides it, and log pi_ref(y), by |y|, y's live tokens (EOS
+             included), before h: TRL's IPO (`pair_lengths`)
 
 A DPO batch (`TrainConfig.is_dpo`; never mixed with other losses, `pairs` is a shared field) freezes its
 reference once, at the initial policy. Step metrics (TRL's names, lab.training.records.DPO_STEP_METRICS) are
@@ -20,7 +22,9 @@ import torch
 from torch import Tensor
 
 from lab.core.dpo import DPO_LOSSES, dpo_loss
+from lab.core.modes import IPOLogps
 from lab.training.config import TrainConfig
+from lab.training.lengths import response_lengths
 from lab.training.preference_pairs import (PairSet, offline_pairs, online_pairs, pair_generators, pair_responses,
                                            read_pairs)
 from lab.training.runs import RunGroups, RunSettings
@@ -35,6 +39,14 @@ def pair_log_probs(pairs: PairSet, kind, parameters: list[Tensor], log_probs: Te
     if on_groups and pairs.index is None:
         return kind.log_probs(parameters, pairs.responses, pairs.mask)[0].sum(dim=-1)
     return online_sums(pairs, log_probs, on_groups)
+
+
+def pair_lengths(responses: Tensor, mask: Tensor | None, mean_runs: Tensor) -> Tensor:
+    """What each pair's sequence log-probs are divided by, float[run batch 2K]: |y|, the live tokens of y (the pairs'
+    responses int[run batch 2K pos], live tokens bool or None: every position), on the `--ipo-logps token-mean`
+    runs (mean_runs bool[run]), 1 on the others (a division by 1 is exact: their h is bitwise the summed one)."""
+    counts = response_lengths(responses, mask).to(torch.get_default_dtype())
+    return torch.where(mean_runs.reshape(-1, 1, 1), counts, torch.ones_like(counts))
 
 
 def online_sums(pairs: PairSet, log_probs: Tensor, on_groups: bool) -> Tensor:
@@ -146,6 +158,10 @@ class DPOSetup:
     """the epoch's loss of the pairs' log-probs"""
     epoch_logps: list[Tensor] = field(default_factory=list)
     """the epoch's pairs' sequence log-probs under the policy, one float[run batch 2K] per step so far"""
+    mean_runs: Tensor | None = None
+    """bool[run]: the `--ipo-logps token-mean` runs (None where no run is one: nothing is divided)"""
+    lengths: Tensor | None = None
+    """the pairs' divisors float[run batch 2K] (`pair_lengths`), None without `mean_runs`"""
 
     def reference_period(self, kl_period: int) -> int:
         return 0  # frozen at the start, whatever `kl_period` says
@@ -158,11 +174,15 @@ class DPOSetup:
         if self.offline and epoch.index == 0:
             self.pairs = offline_pairs(kind, epoch.reference, shared.pairs_per_prompt, self.preference_groups,
                                        self.generators, self.reward_of, self.given)
+            if self.mean_runs is not None:
+                self.lengths = pair_lengths(self.pairs.responses, self.pairs.mask, self.mean_runs)
 
     def take_groups(self, groups) -> None:
         """Online: each group of the epoch gives its pair (highest, lowest reward), judged by the preference."""
         if not self.offline:
             self.pairs = online_pairs(groups.responses, groups.rewards, self.preference_groups, self.generators)
+            if self.mean_runs is not None:
+                self.lengths = pair_lengths(*pair_responses(self.pairs, groups.responses, groups.mask), self.mean_runs)
 
     def sample_marks(self) -> Tensor:
         """int[run batch 2]: each group's (chosen, rejected) trial indices for samples.txt, -1 where it gave no pair
@@ -192,8 +212,12 @@ class DPOSetup:
         if step == 0:
             self.ref_logps = (self.pairs.ref_logps if self.pairs.index is None else
                               online_sums(self.pairs, ref_log_probs, on_groups))
+            if self.lengths is not None:
+                self.ref_logps = self.ref_logps / self.lengths.to(self.ref_logps)
             self.loss = EpochPairLoss.of(self.ref_logps, self.pairs.keep, self.loss_groups, loop.settings.beta)
         logps = pair_log_probs(self.pairs, loop.kind, loop.parameters, log_probs, on_groups)
+        if self.lengths is not None:  # TRL's IPO: log pi(y) / |y| (the step metrics read it too, as TRL's logps)
+            logps = logps / self.lengths.to(logps)
         self.epoch_logps.append(logps.detach())
         loss = self.loss(logps)
         return loss, loss
@@ -212,6 +236,7 @@ class DPOSetup:
             lambda name, responses: kind.rewards[name](kind.prompts, responses), y)
         given = {run: read_pairs(c.pairs_from, len(kind.prompts), c.pairs_per_prompt).to(device)
                  for run, c in enumerate(configs) if c.pairs_from is not None}
+        means = [c.ipo_logps is IPOLogps.token_mean for c in configs]
         return cls(configs[0].pairs == "offline", pair_generators(generators, device),
                    RunGroups([c.preference for c in configs], device), RunGroups([c.dpo_loss for c in configs], device),
-                   reward_of, given)
+                   reward_of, given, mean_runs=torch.tensor(means, device=device) if any(means) else None)

@@ -77,7 +77,8 @@ DPO_STEP_METRICS = {
     "reward_accuracy": "DPO: fraction of kept pairs whose winner has the higher implicit reward (TRL "
                        "`rewards/accuracies`)",
     "reward_margin": "DPO: mean chosen minus rejected implicit reward, beta h (TRL `rewards/margins`)",
-    "chosen_logps": "DPO: mean sequence log-prob log pi_theta of the winners (TRL `logps/chosen`)",
+    "chosen_logps": "DPO: mean sequence log-prob log pi_theta of the winners (TRL `logps/chosen`; with "
+                    "--ipo-logps token-mean each divided by its token count, as TRL's IPO, and the rewards with it)",
     "rejected_logps": "DPO: the same for the losers (TRL `logps/rejected`)",
     "pair_fraction": "DPO: fraction of the step's possible pairs that count (online: groups whose rewards are not "
                      "all equal; argmax: pairs that are not ties)",
