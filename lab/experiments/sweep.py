@@ -307,7 +307,7 @@ def summary_table(summaries: Sequence[SettingSummary], names: Sequence[str]) -> 
     rows = [[setting_label(names, s.point), str(s.seeds), *([str(s.diverged)] * any_diverged),
              ("-" if s.final_mean_reward.n == 0 else s.final_mean_reward.text(2)) + f" / {s.optimum:g}",
              fraction(s.optimal_fraction),
-             *(["-" if s.final_gold_reward.n == 0 else s.final_gold_reward.text(2)] * gold)]
+             *((["-" if s.final_gold_reward.n == 0 else s.final_gold_reward.text(2)]) if gold else [])]
             for s in summaries]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
