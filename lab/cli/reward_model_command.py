@@ -7,7 +7,7 @@ The folder: config.json (settings, task, response space, gold reward), model.pt 
 (TRL's `loss`, `accuracy`, `margin` per optimizer step), summary.json (the final ones, and the exact
 `preference_accuracy` and `reward_correlation` over every pair, `lab.training.reward_model`), pairs.csv (the
 training pairs) and the lab's mark. The pairs come from the initial policy of a run with the same --seed,
---init-scale, --dim, --policy (its pi_0), or from a finished run's policy (--draw-from).
+--init-scale, --dim, --policy (its pi_0), or from a finished run's policy (--from-run).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def default_name(settings: dict, defaults: dict) -> str:
     """reward-model-<each setting that differs, as typed, glued to its value>-seed<k> (`lab run`'s scheme)."""
     from lab.training.settings import option, text
 
-    parts = [option(k) + (Path(v).name if k == "draw_from" else text(v)) for k, v in settings.items()
+    parts = [option(k) + (Path(v).name if k == "from_run" else text(v)) for k, v in settings.items()
              if k != "seed" and v != defaults.get(k)]
     return "-".join(["reward-model", *parts, f"seed{settings['seed']}"])
 
@@ -68,7 +68,7 @@ def reward_model(
     max_length: MaxLengthOpt = DEFAULTS.max_length,
     dim: DimOpt = DEFAULTS.dim,
     init_scale: InitScaleOpt = DEFAULTS.init_scale,
-    draw_from: Annotated[str | None, typer.Option(help="draw the pairs from this finished run folder's policy.pt "
+    from_run: Annotated[str | None, typer.Option(help="draw the pairs from this finished run folder's policy.pt "
                                                         "instead of the initial policy")] = None,
     prompts: PromptsOpt = "lecture",
     num_prompts: NumPromptsOpt = 3,
@@ -95,7 +95,7 @@ def reward_model(
                     preference=preference.value, preference_temperature=preference_temperature,
                     label_noise=label_noise, margin=margin, center_rewards_coefficient=center_rewards_coefficient,
                     steps=steps, lr=lr, policy=policy.value, max_length=max_length, dim=dim, init_scale=init_scale,
-                    draw_from=draw_from, seed=seed)
+                    from_run=from_run, seed=seed)
     defaults = {p.name: p.default.value if hasattr(p.default, "value") else p.default
                 for p in ctx.command.params if p.name in settings}
     options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
@@ -114,13 +114,13 @@ def reward_model(
         _check("--center-rewards-coefficient", center_rewards_coefficient is None or (
             math.isfinite(center_rewards_coefficient) and center_rewards_coefficient >= 0), "a finite number >= 0",
             center_rewards_coefficient)
-        start = {} if draw_from is None else dict(init_from=draw_from,
-                                                   init_sha256=start_sha256(draw_from, "--draw-from"))
+        start = {} if from_run is None else dict(init_from=from_run,
+                                                   init_sha256=start_sha256(from_run, "--from-run"))
         draw = TrainConfig(seed=seed, policy=policy, max_length=max_length, dim=dim, init_scale=init_scale,
                            **start)  # the drawing policy, checked as a run's start
         task = make_task(**options)
         check_fits(draw, task)
-        if draw_from is not None and (lines := start_mismatches(draw_from, draw, task, "--draw-from")):
+        if from_run is not None and (lines := start_mismatches(from_run, draw, task, "--from-run")):
             raise ConfigError("\n".join(lines))
         config = RewardModelConfig(size=size.value, pairs_per_prompt=pairs_per_prompt, preference=preference.value,
                                    temperature=preference_temperature, label_noise=label_noise, steps=steps, lr=lr,

@@ -214,7 +214,7 @@ def test_another_commands_folder_is_not_a_reward_model(tmp_path, monkeypatch):
     (["--lr", "nan"], "--lr must be"),
     (["--preference", "argmax", "--label-noise", "0.7"], "--label-noise must be in [0, 0.5]"),
     (["--margin", "inf"], "--margin must be"),
-    (["--draw-from", "nowhere"], "--draw-from nowhere"),
+    (["--from-run", "nowhere"], "--from-run nowhere"),
 ])
 def test_bad_reward_model_options_are_one_line(tmp_path, monkeypatch, args, fragment):
     monkeypatch.chdir(tmp_path)
@@ -271,3 +271,19 @@ def test_diagnose_asks_for_a_task_reward_for_a_run_trained_against_a_reward_mode
     one_line(lab("diagnose", "--from-run", "run", "--group-size", "2", "--out", "d.png"), 2, "add --reward")
     assert lab("diagnose", "--from-run", "run", "--group-size", "2", "--reward", "distance", "--out",
                "d.png").exit_code == 0
+
+
+def test_pairs_can_be_drawn_from_a_finished_runs_policy(tmp_path, monkeypatch):
+    """`--from-run RUN` (as `lab diagnose --from-run`): the pairs come from RUN's final policy, recorded with its
+    sha256; a sharper policy than the initial one draws more pairs of one response twice."""
+    monkeypatch.chdir(tmp_path)
+    assert lab("run", "--loss", "sft", "--epochs", "8", "--lr", "0.01", "--quiet", "--out", "sft").exit_code == 0
+    for name, extra in (("from-sft", ["--from-run", "sft"]), ("from-init", [])):
+        assert lab("reward-model", "--size", "small", "--pairs-per-prompt", "64", "--steps", "1", "--quiet",
+                   *extra, "--out", name).exit_code == 0
+    config = json.loads(open("from-sft/config.json").read())["drawing_policy"]
+    assert config["init_from"] == "sft" and len(config["init_sha256"]) == 64
+
+    def repeated(name):
+        return sum(row["chosen"] == row["rejected"] for row in rows(f"{name}/pairs.csv"))
+    assert repeated("from-sft") > repeated("from-init")
