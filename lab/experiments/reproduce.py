@@ -205,10 +205,12 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     return reproduction
 
 
-FIGURES_S = (16.0, 0.1)
+FIGURES_S = (16.0, 1.6)
 """Seconds of `write_figures` in `lab.experiments.work`'s units: a fixed part and a part per seed. Measured on
 the 2-core VM under load (20-25 s at 6 and 12 seeds, 20 and 40 epochs alike), scaled by that moment's
-training time against the work model; only the reproduction's progress reads it."""
+training time against the work model; the DPO section's exact flow adds about 1.5 s per seed (its 60 rows at 20
+seeds: the last 10% of a 20-seed reproduction took 52 s against an estimated 17 s before). Only the
+reproduction's progress reads it."""
 
 
 def figures_work(seeds: int) -> float:
