@@ -89,7 +89,26 @@ def add_source(files, config, path: Path) -> None:
                 add_source(files, config, child)
     elif relative not in REAL:
         REAL[relative] = path
-        files.append(File(relative, str(ROOT), config["site_dir"], config["use_directory_urls"]))
+        # a page the nav does not name (a linked source, such as figures/trl_comparison.md) is on the site, not in
+        # the nav, and says so: mkdocs's `omitted_files` check would count it as a page forgotten from the nav
+        in_nav = relative in nav_pages(config)
+        files.append(File(relative, str(ROOT), config["site_dir"], config["use_directory_urls"],
+                          inclusion=InclusionLevel.UNDEFINED if in_nav or not relative.endswith(".md")
+                          else InclusionLevel.NOT_IN_NAV))
+
+
+def nav_pages(config) -> set[str]:
+    """Every page the nav names (the lessons' section included, once `on_config` has filled it)."""
+    found, entries = set(), list(config["nav"] or [])
+    while entries:
+        entry = entries.pop()
+        if isinstance(entry, str):
+            found.add(entry)
+        elif isinstance(entry, dict):
+            entries.extend(entry.values())
+        elif isinstance(entry, list):
+            entries.extend(entry)
+    return found
 
 
 def site_place(path: Path) -> str | None:
