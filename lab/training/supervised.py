@@ -15,12 +15,23 @@ and the sample metrics show what the policy itself answers; SFT trains on its de
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
 import lab.policies as P
 from lab.core.modes import Filter
-from lab.core.sft import at_least, group_best, sft_loss, token_accuracy
+from lab.core.sft import (
+    TOKEN_AXES,
+    accuracy_of,
+    at_least,
+    group_best,
+    token_hits,
+    token_weights,
+    weighted_mean_log_prob,
+    weighted_nll,
+)
 from lab.training.config import Demos, TrainConfig
 from lab.training.preference_pairs import pair_generators
 from lab.training.runs import RunGroups
@@ -48,6 +59,47 @@ def demonstrations(kind, configs: list[TrainConfig], generators: list[torch.Gene
     return demos
 
 
+class EpochTokens(NamedTuple):
+    """What every step of an epoch reads of the responses it trains on, which change only between epochs (expert
+    iteration's kept samples; SFT's demonstrations never): built once, at the epoch's first step, so that a step
+    computes only what depends on its log-probs. Each step's values are bitwise lab.core.sft's plain `sft_loss`,
+    `mean_log_prob` and `token_accuracy` (tests/training/test_supervised.py)."""
+
+    live: Tensor
+    """m w, float[run batch trial pos] in the log-probs' dtype and layout (`token_weights`)"""
+    counted: Tensor
+    """sum m w, float[run]: the tokens that count"""
+    divisor: Tensor
+    """max(1, counted), float[run]: the NLL's"""
+    count: Tensor
+    """w, float[run batch trial] (1 where every response counts)"""
+    responses: Tensor
+    """sum w, float[run]: the mean sequence log-prob's divisor (0 where nothing is kept: NaN)"""
+
+    @classmethod
+    def of(cls, log_probs: Tensor, mask: Tensor | None, weights: Tensor | None) -> EpochTokens:
+        live = token_weights(log_probs, mask, weights)
+        counted = live.sum(dim=TOKEN_AXES)
+        count = torch.ones_like(log_probs[..., 0]) if weights is None else weights
+        return cls(live, counted, counted.clamp_min(1), count, count.sum(dim=(-2, -1)))
+
+    def nll(self, log_probs: Tensor) -> Tensor:
+        """`sft_loss`, float[run]."""
+        return weighted_nll(log_probs, self.live, self.divisor)
+
+    def mean_log_prob(self, log_probs: Tensor) -> Tensor:
+        """`mean_log_prob`, float[run]."""
+        return weighted_mean_log_prob(log_probs, self.count, self.responses)
+
+    def hits(self, predicted: Tensor, responses: Tensor) -> Tensor:
+        """The counted tokens where predicted is the response's, float[run]; `token_accuracy` is `accuracy`."""
+        return token_hits(predicted, responses, self.live.float())
+
+    def accuracy(self, hits: Tensor) -> Tensor:
+        """hits / counted, float[... run] (NaN where nothing counts)."""
+        return accuracy_of(hits, self.counted)
+
+
 class Supervised:
     """What SFT and expert iteration share: the NLL of a weighted set of responses, its metrics and counts."""
 
@@ -57,10 +109,11 @@ class Supervised:
     def __init__(self, configs: list[TrainConfig], generators: list[torch.Generator], device: torch.device) -> None:
         self.steps, self.configs, self.generators = configs[0].steps, configs, generators
         self.responses = self.mask = self.weights = None  # the epoch's trained responses, live tokens, 0/1 weights
+        self.tokens: EpochTokens | None = None  # built at each epoch's first step
         self.step_log: dict[str, list[Tensor]] = {}
         self.epoch_log: dict[str, list[Tensor]] = {}
         self.counts = torch.zeros(3, len(configs), device=device)  # drawn, kept, trained: from the start
-        self.epoch_values: dict[str, list[Tensor]] = {"demo_logps": [], "token_accuracy": []}
+        self.epoch_values: dict[str, list[Tensor]] = {"demo_logps": [], "token_hits": []}
 
     def reference_period(self, kl_period: int) -> int:
         return 0  # the initial policy: kl_exact is the KL to where the run started
@@ -84,23 +137,27 @@ class Supervised:
         kind = loop.kind
         if on_groups and self.responses is not epoch.groups.responses:  # the demonstrations' own pass
             log_probs, aux = kind.log_probs(loop.parameters, self.responses, self.mask)
-        loss = sft_loss(log_probs, self.mask, self.weights)
+        if step == 0:
+            self.tokens = EpochTokens.of(log_probs, self.mask, self.weights)
+        tokens = self.tokens
+        loss = tokens.nll(log_probs)
         with torch.no_grad():
-            count = (torch.ones_like(log_probs[..., 0]) if self.weights is None else self.weights)
-            sequences = (log_probs.detach().sum(dim=-1) * count).sum(dim=(-2, -1)) / count.sum(dim=(-2, -1))
+            sequences = tokens.mean_log_prob(log_probs.detach())
             self.epoch_values["demo_logps"].append(sequences)  # NaN where nothing is kept
             # the factorised policy's argmax is in the step's log-softmaxes; the autoregressive one's takes a forward
             # pass of its own (a quarter of an expert-iteration step), so it is measured at each epoch's first step
             measured = step == 0 or kind.step_metrics.from_log_softmax
-            self.epoch_values["token_accuracy"].append(
-                token_accuracy(kind.argmax_tokens(aux.detach(), self.responses), self.responses, self.mask,
-                               self.weights) if measured else torch.full_like(sequences, float("nan")))
+            self.epoch_values["token_hits"].append(
+                tokens.hits(kind.argmax_tokens(aux.detach(), self.responses), self.responses)
+                if measured else torch.full_like(sequences, float("nan")))
         return loss, loss
 
     def end_epoch(self, settings) -> None:
         """The epoch's step metrics (float[step run] each) and its counts (float[run] each, from the start)."""
-        for name, values in self.epoch_values.items():
-            self.step_log.setdefault(name, []).append(torch.stack(values))
+        logps, hits = (torch.stack(self.epoch_values[name]) for name in ("demo_logps", "token_hits"))
+        for name, values in (("demo_logps", logps), ("token_accuracy", self.tokens.accuracy(hits))):
+            self.step_log.setdefault(name, []).append(values)
+        for values in self.epoch_values.values():
             values.clear()
         for name, values in zip(("samples_drawn", "samples_kept", "samples_trained"), self.counts.clone()):
             self.epoch_log.setdefault(name, []).append(values)
