@@ -89,6 +89,20 @@ def token_hits(predicted: Tensor, responses: Tensor, live: Tensor) -> Tensor:
     return ((predicted == responses).float() * live).sum(dim=TOKEN_AXES)
 
 
+def position_counts(responses: Tensor, live: Tensor, vocab: int) -> Tensor:
+    """sum_i m w [y_iq = v]: each token's counted weight at each position, float[... batch pos vocab], from responses
+    int[... batch trial pos] and their token weights float[... batch trial pos]."""
+    counts = live.new_zeros(*responses.shape[:-2], responses.shape[-1], vocab)
+    return counts.scatter_add_(-1, responses.mT, live.mT)
+
+
+def position_hits(counts: Tensor, log_softmax: Tensor) -> Tensor:
+    """`token_hits` where each position's argmax does not depend on the response (the factorised policy):
+    sum_{b,q} counts[b, q, argmax_v log_softmax[b, q, v]], float[...] from `position_counts` and the positions'
+    log-softmaxes float[... batch pos vocab]. A whole number, as `token_hits`, so equal to it bit for bit."""
+    return counts.gather(-1, log_softmax.argmax(dim=-1, keepdim=True)).sum(dim=TOKEN_AXES)
+
+
 def accuracy_of(hits: Tensor, count: Tensor) -> Tensor:
     """hits / count, NaN where nothing is counted: float[...]."""
     return torch.where(count > 0, hits / count.clamp_min(1), torch.full_like(count, float("nan")))

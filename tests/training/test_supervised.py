@@ -93,17 +93,20 @@ def test_an_epochs_tokens_built_once_give_each_step_the_plain_loss_and_metrics_b
     mask = kind.live_tokens(responses)
     weights = group_best(kind.rewards["inclusion-ordering"](kind.prompts, responses))
     weights[1] = 0.0  # nothing kept
+    per_position = kind.step_metrics.from_log_softmax  # the factorised policy: hits from the positions' argmax
     for w in (weights, None):  # expert iteration's kept samples; SFT's demonstrations, every one counting
         log_probs, aux = kind.log_probs(parameters, responses, mask)
-        tokens = EpochTokens.of(log_probs.detach(), mask, w)
+        tokens = EpochTokens.of(log_probs.detach(), mask, w, responses, aux.detach() if per_position else None)
         fast, plain = tokens.nll(log_probs), sft_loss(log_probs, mask, w)
         grads = [torch.autograd.grad(loss.sum(), parameters, retain_graph=True) for loss in (fast, plain)]
         predicted = kind.argmax_tokens(aux.detach(), responses)
+        accuracy = token_accuracy(predicted, responses, mask, w)
+        hits = tokens.position_hits(aux.detach()) if per_position else tokens.hits(predicted, responses)
         for a, b in [(fast, plain), *zip(*grads),
                      (tokens.mean_log_prob(log_probs.detach()), mean_log_prob(log_probs.detach(), w)),
-                     (tokens.accuracy(tokens.hits(predicted, responses)), token_accuracy(predicted, responses, mask, w))]:
+                     (tokens.accuracy(hits), accuracy), (tokens.accuracy(tokens.hits(predicted, responses)), accuracy)]:
             assert a.dtype == b.dtype == torch.float32 and torch.equal(a.view(torch.int32), b.view(torch.int32))
-        assert tokens.accuracy(tokens.hits(predicted, responses))[1].isnan() == (w is not None)
+        assert accuracy[1].isnan() == (w is not None) and accuracy.isfinite().any()
 
 
 def test_noisy_demonstrations_replace_tokens_at_the_given_rate(task):
