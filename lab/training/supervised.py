@@ -15,26 +15,14 @@ and the sample metrics show what the policy itself answers; SFT trains on its de
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from torch import Tensor
 
 import lab.policies as P
 from lab.core.modes import Filter
-from lab.core.sft import (
-    TOKEN_AXES,
-    accuracy_of,
-    at_least,
-    group_best,
-    position_counts,
-    position_hits,
-    token_hits,
-    token_weights,
-    weighted_mean_log_prob,
-    weighted_nll,
-)
+from lab.core.sft import at_least, group_best
 from lab.training.config import Demos, TrainConfig
+from lab.training.epoch_tokens import EpochTokens
 from lab.training.preference_pairs import pair_generators
 from lab.training.runs import RunGroups
 
@@ -61,60 +49,6 @@ def demonstrations(kind, configs: list[TrainConfig], generators: list[torch.Gene
     return demos
 
 
-class EpochTokens(NamedTuple):
-    """What every step of an epoch reads of the responses it trains on, which change only between epochs (expert
-    iteration's kept samples; SFT's demonstrations never): built once, at the epoch's first step, so that a step
-    computes only what depends on its log-probs. Each step's values are bitwise lab.core.sft's plain `sft_loss`,
-    `mean_log_prob` and `token_accuracy` (tests/training/test_supervised.py)."""
-
-    live: Tensor
-    """m w, float[run batch trial pos] in the log-probs' dtype and layout (`token_weights`)"""
-    counted: Tensor
-    """sum m w, float[run]: the tokens that count"""
-    divisor: Tensor
-    """max(1, counted), float[run]: the NLL's"""
-    count: Tensor
-    """w, float[run batch trial] (1 where every response counts)"""
-    responses: Tensor
-    """sum w, float[run]: the mean sequence log-prob's divisor (0 where nothing is kept: NaN)"""
-    positions: Tensor | None
-    """each token's counted weight at each position, float[run batch pos vocab] (`position_counts`), where a
-    step's argmax tokens are its per-position log-softmaxes' (the factorised policy); else None"""
-
-    @classmethod
-    def of(cls, log_probs: Tensor, mask: Tensor | None, weights: Tensor | None, responses: Tensor,
-           log_softmax: Tensor | None = None) -> EpochTokens:
-        """`log_softmax`: the step's float[run batch pos vocab] where each position's argmax does not depend on the
-        response (the factorised policy), else None."""
-        live = token_weights(log_probs, mask, weights)
-        counted = live.sum(dim=TOKEN_AXES)
-        count = torch.ones_like(log_probs[..., 0]) if weights is None else weights
-        positions = None if log_softmax is None else position_counts(responses, live.float(), log_softmax.shape[-1])
-        return cls(live, counted, counted.clamp_min(1), count, count.sum(dim=(-2, -1)), positions)
-
-    def nll(self, log_probs: Tensor) -> Tensor:
-        """`sft_loss`, float[run]."""
-        return weighted_nll(log_probs, self.live, self.divisor)
-
-    def mean_log_prob(self, log_probs: Tensor) -> Tensor:
-        """`mean_log_prob`, float[run]."""
-        return weighted_mean_log_prob(log_probs, self.count, self.responses)
-
-    def hits(self, predicted: Tensor, responses: Tensor) -> Tensor:
-        """The counted tokens where predicted is the response's, float[run]; `token_accuracy` is `accuracy`."""
-        return token_hits(predicted, responses, self.live.float())
-
-    def position_hits(self, log_softmax: Tensor) -> Tensor:
-        """`hits` of the argmax tokens of per-position log-softmaxes float[run batch pos vocab], from `positions`: a
-        gather of the positions' argmax (4,500 entries at 500 runs) where `hits` compares every token of every
-        response (45,000), which made token accuracy about a tenth of an expert-iteration step (callgrind)."""
-        return position_hits(self.positions, log_softmax)
-
-    def accuracy(self, hits: Tensor) -> Tensor:
-        """hits / counted, float[... run] (NaN where nothing counts)."""
-        return accuracy_of(hits, self.counted)
-
-
 class Supervised:
     """What SFT and expert iteration share: the NLL of a weighted set of responses, its metrics and counts."""
 
@@ -124,7 +58,7 @@ class Supervised:
     def __init__(self, configs: list[TrainConfig], generators: list[torch.Generator], device: torch.device) -> None:
         self.steps, self.configs, self.generators = configs[0].steps, configs, generators
         self.responses = self.mask = self.weights = None  # the epoch's trained responses, live tokens, 0/1 weights
-        self.tokens: EpochTokens | None = None  # built at each epoch's first step
+        self.tokens: EpochTokens | None = None  # the epoch's token weights and counts, built at its first step
         self.step_log: dict[str, list[Tensor]] = {}
         self.epoch_log: dict[str, list[Tensor]] = {}
         self.counts = torch.zeros(3, len(configs), device=device)  # drawn, kept, trained: from the start

@@ -12,7 +12,8 @@ from lab.core.sft import group_best, mean_log_prob, sft_loss, token_accuracy
 from lab.training.config import ConfigError, TrainConfig
 from lab.training.kinds import KINDS
 from lab.training.runs import RunSettings
-from lab.training.supervised import EpochTokens, demonstrations
+from lab.training.epoch_tokens import EpochTokens
+from lab.training.supervised import demonstrations
 from lab.training.train import train
 from tasks.sorting import make_task
 from tests.training.test_batched import assert_same_run
