@@ -9,9 +9,9 @@ The trained responses and their weights change only between epochs (expert itera
 demonstrations never), so their token weights, sums and per-position token counts are built once an epoch and a
 step computes only what depends on its log-probs. A speed path: every value is bitwise lab.core.sft's plain
 `sft_loss`, `mean_log_prob` and `token_accuracy` (tests/training/test_supervised.py). What it buys, by instruction
-count (valgrind's cachegrind, a 500-run sweep at one thread, 30 minus 10 epochs so that start-up cancels): 11% of
-the expert-iteration row (5.83 G -> 5.18 G instructions per 20 epochs; GRPO's row 5.14 G) and 7% of the SFT row
-(5.61 G -> 5.23 G), most of it the token accuracy, whose per-position counts take a gather of 4,500 entries a
+count (valgrind's cachegrind, a 500-run sweep at one thread, 30 minus 10 epochs so that start-up cancels): 12% of
+the expert-iteration row (5.83 G -> 5.13 G instructions per 20 epochs; GRPO's row 5.14 G) and 8% of the SFT row
+(5.61 G -> 5.17 G), most of it the token accuracy, whose per-position counts take a gather of 4,500 entries a
 step at 500 runs where comparing every token of every response took 45,000 (about a tenth of a step).
 """
 
