@@ -20,8 +20,9 @@ from torch import Tensor
 
 import lab.policies as P
 from lab.core.modes import Filter
-from lab.core.sft import at_least, group_best, sft_loss, token_accuracy
+from lab.core.sft import at_least, group_best
 from lab.training.config import Demos, TrainConfig
+from lab.training.epoch_tokens import EpochTokens
 from lab.training.preference_pairs import pair_generators
 from lab.training.runs import RunGroups
 
@@ -57,10 +58,11 @@ class Supervised:
     def __init__(self, configs: list[TrainConfig], generators: list[torch.Generator], device: torch.device) -> None:
         self.steps, self.configs, self.generators = configs[0].steps, configs, generators
         self.responses = self.mask = self.weights = None  # the epoch's trained responses, live tokens, 0/1 weights
+        self.tokens: EpochTokens | None = None  # the epoch's token weights and counts, built at its first step
         self.step_log: dict[str, list[Tensor]] = {}
         self.epoch_log: dict[str, list[Tensor]] = {}
         self.counts = torch.zeros(3, len(configs), device=device)  # drawn, kept, trained: from the start
-        self.epoch_values: dict[str, list[Tensor]] = {"demo_logps": [], "token_accuracy": []}
+        self.epoch_values: dict[str, list[Tensor]] = {"demo_logps": [], "token_hits": []}
 
     def reference_period(self, kl_period: int) -> int:
         return 0  # the initial policy: kl_exact is the KL to where the run started
@@ -84,23 +86,32 @@ class Supervised:
         kind = loop.kind
         if on_groups and self.responses is not epoch.groups.responses:  # the demonstrations' own pass
             log_probs, aux = kind.log_probs(loop.parameters, self.responses, self.mask)
-        loss = sft_loss(log_probs, self.mask, self.weights)
+        per_position = kind.step_metrics.from_log_softmax  # aux: the positions' log-softmaxes
+        if step == 0:
+            self.tokens = EpochTokens.of(log_probs, self.mask, self.weights, self.responses,
+                                         aux.detach() if per_position else None)
+        tokens = self.tokens
+        loss = tokens.nll(log_probs)
         with torch.no_grad():
-            count = (torch.ones_like(log_probs[..., 0]) if self.weights is None else self.weights)
-            sequences = (log_probs.detach().sum(dim=-1) * count).sum(dim=(-2, -1)) / count.sum(dim=(-2, -1))
+            sequences = tokens.mean_log_prob(log_probs.detach())
             self.epoch_values["demo_logps"].append(sequences)  # NaN where nothing is kept
             # the factorised policy's argmax is in the step's log-softmaxes; the autoregressive one's takes a forward
             # pass of its own (a quarter of an expert-iteration step), so it is measured at each epoch's first step
-            measured = step == 0 or kind.step_metrics.from_log_softmax
-            self.epoch_values["token_accuracy"].append(
-                token_accuracy(kind.argmax_tokens(aux.detach(), self.responses), self.responses, self.mask,
-                               self.weights) if measured else torch.full_like(sequences, float("nan")))
+            if per_position:
+                hits = tokens.position_hits(aux.detach())
+            elif step == 0:
+                hits = tokens.hits(kind.argmax_tokens(aux.detach(), self.responses), self.responses)
+            else:
+                hits = torch.full_like(sequences, float("nan"))
+            self.epoch_values["token_hits"].append(hits)
         return loss, loss
 
     def end_epoch(self, settings) -> None:
         """The epoch's step metrics (float[step run] each) and its counts (float[run] each, from the start)."""
-        for name, values in self.epoch_values.items():
-            self.step_log.setdefault(name, []).append(torch.stack(values))
+        logps, hits = (torch.stack(self.epoch_values[name]) for name in ("demo_logps", "token_hits"))
+        for name, values in (("demo_logps", logps), ("token_accuracy", self.tokens.accuracy(hits))):
+            self.step_log.setdefault(name, []).append(values)
+        for values in self.epoch_values.values():
             values.clear()
         for name, values in zip(("samples_drawn", "samples_kept", "samples_trained"), self.counts.clone()):
             self.epoch_log.setdefault(name, []).append(values)

@@ -2,7 +2,7 @@
 
 import torch
 
-from lab.core.sft import at_least, group_best, sft_loss, token_accuracy
+from lab.core.sft import at_least, group_best, position_counts, position_hits, sft_loss, token_accuracy, token_hits
 
 
 def test_the_sft_loss_is_the_mean_over_every_live_token_of_the_batch_not_a_mean_of_sequence_means():
@@ -36,3 +36,16 @@ def test_token_accuracy_counts_the_live_tokens_of_the_kept_responses():
     assert torch.equal(token_accuracy(predicted, responses, mask), torch.tensor([1 / 5]))
     assert torch.equal(token_accuracy(predicted, responses, mask, torch.tensor([[[1.0, 0.0]]])), torch.tensor([0.5]))
     assert token_accuracy(predicted, responses, mask, torch.zeros(1, 1, 2)).isnan().all()
+
+
+def test_position_hits_count_what_token_hits_count_with_ties_taken_at_the_first_maximum():
+    """The factorised policy's token hits from per-position token counts equal the per-token comparison with argmax's
+    predictions, also where a position's maximum is tied (argmax takes the first) or NaN."""
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 3, (4, 3, 2, 5), generator=g).float()  # [run batch pos vocab]: many ties
+    scores[0, 0, 0, 2] = float("nan")
+    responses = torch.randint(0, 5, (4, 3, 6, 2), generator=g)  # [run batch trial pos]
+    live = torch.randint(0, 2, (4, 3, 6, 1), generator=g).float().expand(-1, -1, -1, 2)
+    predicted = scores.argmax(dim=-1).unsqueeze(-2).expand_as(responses)
+    assert torch.equal(position_hits(position_counts(responses, live, 5), scores),
+                       token_hits(predicted, responses, live))

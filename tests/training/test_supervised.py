@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from lab.core.sft import sft_loss
+from lab.core.sft import group_best, mean_log_prob, sft_loss, token_accuracy
 from lab.training.config import ConfigError, TrainConfig
 from lab.training.kinds import KINDS
 from lab.training.runs import RunSettings
+from lab.training.epoch_tokens import EpochTokens
 from lab.training.supervised import demonstrations
 from lab.training.train import train
 from tasks.sorting import make_task
@@ -78,6 +79,35 @@ def test_the_first_step_loss_is_the_nll_of_the_kept_samples(task):
     log_probs = kind.log_probs([p for _, p in kind.policy.named_parameters()], torch.tensor(groups.responses), None)[0]
     expected = sft_loss(log_probs.detach(), None, best.float())
     np.testing.assert_allclose(records.step_metrics["loss"][0], expected.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_an_epochs_tokens_built_once_give_each_step_the_plain_loss_and_metrics_bit_for_bit(task, policy):
+    """`EpochTokens` (the token weights built at an epoch's first step, a speed path) against lab.core.sft's plain
+    functions on the fused pass's own log-probs: the NLL, its gradient, the mean sequence log-prob and the token
+    accuracy are equal bit for bit, with a run that keeps nothing (NaN) beside runs that keep some."""
+    configs = [TrainConfig(policy=policy, seed=s) for s in range(3)]
+    kind = KINDS[policy](task, configs, [torch.Generator().manual_seed(s) for s in range(3)],
+                         RunSettings.of(configs, torch.device("cpu")).reward_groups, torch.device("cpu"))
+    parameters = [p for _, p in kind.policy.named_parameters()]
+    responses = kind.sample()
+    mask = kind.live_tokens(responses)
+    weights = group_best(kind.rewards["inclusion-ordering"](kind.prompts, responses))
+    weights[1] = 0.0  # nothing kept
+    per_position = kind.step_metrics.from_log_softmax  # the factorised policy: hits from the positions' argmax
+    for w in (weights, None):  # expert iteration's kept samples; SFT's demonstrations, every one counting
+        log_probs, aux = kind.log_probs(parameters, responses, mask)
+        tokens = EpochTokens.of(log_probs.detach(), mask, w, responses, aux.detach() if per_position else None)
+        fast, plain = tokens.nll(log_probs), sft_loss(log_probs, mask, w)
+        grads = [torch.autograd.grad(loss.sum(), parameters, retain_graph=True) for loss in (fast, plain)]
+        predicted = kind.argmax_tokens(aux.detach(), responses)
+        accuracy = token_accuracy(predicted, responses, mask, w)
+        hits = tokens.position_hits(aux.detach()) if per_position else tokens.hits(predicted, responses)
+        for a, b in [(fast, plain), *zip(*grads),
+                     (tokens.mean_log_prob(log_probs.detach()), mean_log_prob(log_probs.detach(), w)),
+                     (tokens.accuracy(hits), accuracy), (tokens.accuracy(tokens.hits(predicted, responses)), accuracy)]:
+            assert a.dtype == b.dtype == torch.float32 and torch.equal(a.view(torch.int32), b.view(torch.int32))
+        assert accuracy[1].isnan() == (w is not None) and accuracy.isfinite().any()
 
 
 def test_noisy_demonstrations_replace_tokens_at_the_given_rate(task):
