@@ -104,13 +104,23 @@ def draw_pairs(probs: Tensor, rewards: Tensor, config: RewardModelConfig, genera
     return torch.where(first_wins, first, second), torch.where(first_wins, second, first)
 
 
+PAIR_ROWS = 512
+"""`exact_measures` takes the pairs (a, b) this many a's at a time: float[batch rows n] blocks, so the autoregressive
+policy's 3906 responses per prompt need tens of MB, not a 3906 x 3906 table per prompt and tensor (GBs)."""
+
+
 def exact_measures(scores: Tensor, probs: Tensor, rewards: Tensor) -> dict[str, float]:
     """preference_accuracy and reward_correlation (module docstring) from float[batch n] tables."""
-    weights = probs.unsqueeze(-1) * probs.unsqueeze(-2)
-    true_sign = torch.sign(rewards.unsqueeze(-1) - rewards.unsqueeze(-2))
-    agree = (torch.sign(scores.unsqueeze(-1) - scores.unsqueeze(-2)) == true_sign).double()
-    counted = weights * (true_sign != 0)
-    accuracy = (counted * agree).sum((-2, -1)) / counted.sum((-2, -1))
+    right, counted = 0.0, 0.0  # float[batch]: the agreeing and the counted pairs' weight, over blocks of a's
+    for start in range(0, probs.shape[-1], PAIR_ROWS):
+        rows = slice(start, start + PAIR_ROWS)
+        weights = probs[:, rows].unsqueeze(-1) * probs.unsqueeze(-2)  # float[batch rows n]
+        true_sign = torch.sign(rewards[:, rows].unsqueeze(-1) - rewards.unsqueeze(-2))
+        agree = torch.sign(scores[:, rows].unsqueeze(-1) - scores.unsqueeze(-2)) == true_sign
+        weights = weights * (true_sign != 0)
+        counted = counted + weights.sum((-2, -1))
+        right = right + (weights * agree).sum((-2, -1))
+    accuracy = right / counted
     centred_s = scores - (probs * scores).sum(-1, keepdim=True)
     centred_r = rewards - (probs * rewards).sum(-1, keepdim=True)
     covariance = (probs * centred_s * centred_r).sum(-1)

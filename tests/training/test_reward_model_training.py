@@ -64,3 +64,16 @@ def test_fit_learns_the_reward_beyond_its_initialisation():
     assert trained["preference_accuracy"] > max(0.5, untrained["preference_accuracy"]) + 0.1
     assert trained["reward_correlation"] > 0.3
     assert trained["parameters"] == 140 and trained["pairs"] == 3 * 256
+
+
+def test_exact_measures_in_blocks_of_pairs_equal_one_block(monkeypatch):
+    """`PAIR_ROWS` only bounds memory: blocks of 7 rows give the one-block values to float64 rounding."""
+    import lab.training.reward_model as rm
+
+    generator = torch.Generator().manual_seed(3)
+    scores = torch.randn(2, 125, generator=generator, dtype=torch.float64)
+    rewards = torch.randint(0, 4, (2, 125), generator=generator).double()
+    probs = torch.softmax(torch.randn(2, 125, generator=generator, dtype=torch.float64), -1)
+    whole = exact_measures(scores, probs, rewards)
+    monkeypatch.setattr(rm, "PAIR_ROWS", 7)
+    assert exact_measures(scores, probs, rewards) == pytest.approx(whole, rel=1e-12)
