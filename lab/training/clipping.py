@@ -21,10 +21,18 @@ CLIP_EPS = 1e-6
 
 
 def run_grad_norms(grads: list[Tensor]) -> Tensor:
-    """Each run's global gradient norm, float[run], from gradients float[run ...] (one per parameter): the norm of
-    the per-parameter norms, one reduction per parameter and one over them (few kernels: this runs every step)."""
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.reshape(len(g), -1), dim=1)
-                                                 for g in grads]), dim=0)
+    """Each run's global gradient norm, float[run], from gradients float[run ...] (one per parameter): each
+    parameter's norm over its own axes in its memory order, then sqrt of the sum of their squares. A speed path
+    over the plain `plain_run_grad_norms` (the same norms to float32 rounding: a test): no copy of a transposed
+    gradient (the decode matrix) into logical order and no generic reduction over the run axis, which made
+    --max-grad-norm cost 11% of a 500-run GRPO step by instruction count (cachegrind)."""
+    squares = [torch.linalg.vector_norm(g, dim=tuple(range(1, g.dim()))) ** 2 for g in grads]  # float[run] each
+    return torch.stack(squares).sum(dim=0).sqrt() if len(squares) > 1 else squares[0].sqrt()
+
+
+def plain_run_grad_norms(grads: list[Tensor]) -> Tensor:
+    """`run_grad_norms` written plainly: each run's gradients flattened into one vector, its L2 norm."""
+    return torch.stack([torch.cat([g[r].reshape(-1) for g in grads]).norm() for r in range(len(grads[0]))])
 
 
 def clip_coefficients(norms: Tensor, max_norms: Tensor) -> Tensor:

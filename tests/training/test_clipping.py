@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from lab.training.clipping import GradClip, run_grad_norms
+from lab.training.clipping import GradClip, plain_run_grad_norms, run_grad_norms
 from lab.training.config import ConfigError, TrainConfig
 from lab.training.train import train
 from tasks.sorting import make_task
@@ -68,3 +68,12 @@ def test_grad_clip_scales_each_run_to_its_own_norm():
 def test_a_limit_must_be_positive_and_finite(value):
     with pytest.raises(ConfigError, match="max_grad_norm must be > 0"):
         TrainConfig(max_grad_norm=value)
+
+
+def test_the_fast_norms_are_the_plain_norms_of_each_runs_whole_gradient():
+    """`run_grad_norms` (each parameter's norm in its memory order, a transposed one included) against each run's
+    gradients flattened into one vector: equal to float32 rounding (a sum of the norms, not of their squares, fails)."""
+    generator = torch.Generator().manual_seed(4)
+    grads = [torch.randn(6, 5, 10, generator=generator), torch.randn(6, 10, 15, generator=generator).mT,
+             torch.randn(6, 3, generator=generator)]
+    torch.testing.assert_close(run_grad_norms(grads), plain_run_grad_norms(grads), rtol=1e-6, atol=0)
