@@ -27,7 +27,8 @@ from lab.training.config import ConfigError, TrainConfig
 from lab.cli.progress import run_with_progress
 from lab.cli.signals import held_import
 from lab.cli.signals import interrupted as report_interrupt  # noqa: F401  (re-exported for the commands)
-from lab.files.output_folders import OutputError
+from lab.files.output_folders import OutputError, RunFolder
+from lab.files.writable import check_writable
 
 DEFAULTS = TrainConfig()
 EXIT_WRITE_FAILED, EXIT_USER_ERROR = 1, 2
@@ -171,6 +172,15 @@ def load(kind: str) -> None:
     there is the usual one line and exit 130, not a traceback from a half-initialised extension."""
     for name in HEAVY_LIBRARIES[kind]:
         held_import(name)
+
+
+def output_folder(out: Path, force: bool, command: str) -> RunFolder:
+    """A command's output folder, checked before any work: a name the file system takes first (a name too long
+    fails any other look at it), then a folder the command may write (free, or its own with --force)."""
+    folder = RunFolder(out, force, command=command)
+    check_writable(folder.out)
+    folder.check()
+    return folder
 
 
 def fail(message: str) -> None:

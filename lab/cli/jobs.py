@@ -18,10 +18,9 @@ from pathlib import Path
 import torch
 import typer
 
-from lab.cli.application import USER_ERRORS, fail, writing
+from lab.cli.application import USER_ERRORS, fail, output_folder, writing
 from lab.cli.options import cli_message, hashed_name_note, make_task
 from lab.files.output_folders import RunFolder
-from lab.files.writable import check_writable
 from lab.policies.interface import PolicyKind
 from lab.training.config import ConfigError, Device, TrainConfig, resolve_device
 from lab.training.divergence import DIVERGED_EXIT_CODE
@@ -74,10 +73,8 @@ def prepare(command: str, build: Callable[[], tuple[list[TrainConfig], int, Call
         check_starts(points, task)
         task = with_reward_models(task, points, torch_device)
         check_memory(points, options["vocab_size"], *task.prompts.shape, options["heldout"], torch_device, what, seeds)
-        folder = RunFolder(out or Path("runs") / default_name(), force, command=command)
+        folder = output_folder(out or Path("runs") / default_name(), force, command)
         note = None if out or quiet else hashed_name_note(folder.out.name)
-        check_writable(folder.out)  # first: a name too long for the file system fails any other look at it
-        folder.check()
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
     if note:

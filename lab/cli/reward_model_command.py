@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, load_torch, writing
+from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, load_torch, output_folder, writing
 from lab.cli.options import (DimOpt, ForceOpt, HeldoutOpt, InitScaleOpt, MaxLengthOpt, NumPromptsOpt, PolicyOpt,
                              PromptLengthOpt, PromptSeedOpt, PromptsOpt, QuietOpt, Reward, RewardOpt, VocabOpt,
                              cli_message)
@@ -85,9 +85,7 @@ def reward_model(
     load_torch()  # here, not for `lab reward-model --help`
     from lab.cli.jobs import check_fits, prompt_options
     from lab.cli.options import make_task
-    from lab.files.output_folders import RunFolder
     from lab.files.start_folder import start_mismatches, start_sha256
-    from lab.files.writable import check_writable
     from lab.training.config import ConfigError, TrainConfig
     from lab.training.reward_model import RewardModelConfig
 
@@ -125,9 +123,7 @@ def reward_model(
         config = RewardModelConfig(size=size.value, pairs_per_prompt=pairs_per_prompt, preference=preference.value,
                                    temperature=preference_temperature, label_noise=label_noise, steps=steps, lr=lr,
                                    margin=margin, center_rewards_coefficient=center_rewards_coefficient, seed=seed)
-        folder = RunFolder(out or Path("runs") / default_name(settings, defaults), force, command="reward-model")
-        check_writable(folder.out)
-        folder.check()
+        folder = output_folder(out or Path("runs") / default_name(settings, defaults), force, "reward-model")
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
 

@@ -19,10 +19,9 @@ from typing import Annotated
 
 import typer
 
-from lab.cli.application import USER_ERRORS, app, fail, load, load_torch, writing
+from lab.cli.application import USER_ERRORS, app, fail, load, load_torch, output_folder, writing
 from lab.cli.options import ForceOpt, QuietOpt, Reward, RewardOpt, cli_message
-from lab.files.output_folders import RunFolder, write_json_atomic, write_text_atomic
-from lab.files.writable import check_writable
+from lab.files.output_folders import write_json_atomic, write_text_atomic
 
 TRLLoss = Enum("TRLLoss", {"clipped": "clipped", "dpo": "dpo"}, type=str)
 TRLPreference = Enum("TRLPreference", {"argmax": "argmax", "bradley_terry": "bradley-terry"}, type=str)
@@ -156,9 +155,7 @@ def trl_run(
         TRLGRPO(max_length=max_length).check(task)  # the cap and vocabulary checks hold for both trainers
         defaults = dict(TRLGRPO().__dict__, **TRLDPO().__dict__, loss="clipped", layers=2, width=32)
         defaults["kl"] = 0.0
-        folder = RunFolder(out or Path("runs") / default_name(settings, defaults), force, command="trl")
-        check_writable(folder.out)
-        folder.check()
+        folder = output_folder(out or Path("runs") / default_name(settings, defaults), force, "trl")
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
     load("trl")
@@ -216,9 +213,7 @@ def trl_compare(
     try:
         _check("--seeds", seeds, 2 <= seeds <= 100, "an integer from 2 to 100")
         require_trl("trl-compare")
-        folder = RunFolder(out or Path("runs") / f"trl-compare-seeds{seeds}", force, command="trl-compare")
-        check_writable(folder.out)
-        folder.check()
+        folder = output_folder(out or Path("runs") / f"trl-compare-seeds{seeds}", force, "trl-compare")
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
     load("trl")
