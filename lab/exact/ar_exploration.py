@@ -22,7 +22,7 @@ from torch import Tensor
 
 from lab.exact.enumeration import LIMITS
 from lab.exact.varlen import space_size, varlen_responses
-from lab.exact.exploration import value_indicators
+from lab.exact.exploration import value_index
 from tasks import OPTIMAL_TOLERANCE, best_reward
 from lab.exact.prefix_tree import tree_pass, varlen_response_probs  # noqa: F401 (re-exported)
 
@@ -48,11 +48,10 @@ def exploration_columns(table: Tensor, optimum: Tensor) -> Tensor | ValueIndex:
     """[R optimal] then [R = v] per distinct value, float[batch n k], from the rewards float[batch n]; a `ValueIndex`
     past `DENSE_VALUES` values."""
     optimal = (table >= optimum.unsqueeze(-1) - OPTIMAL_TOLERANCE).to(table.dtype)
-    inverse = [torch.unique(row, return_inverse=True)[1] for row in table]
-    width = max(int(i.max()) + 1 for i in inverse)
+    index, width = value_index(table)  # int[batch n]: the column of `value_indicators` each response is 1 in
     if width > DENSE_VALUES:
-        return ValueIndex(optimal, torch.stack(inverse), width)
-    return torch.cat([optimal.unsqueeze(-1), value_indicators(table)], dim=-1)
+        return ValueIndex(optimal, index, width)
+    return torch.cat([optimal.unsqueeze(-1), torch.nn.functional.one_hot(index, width).to(table.dtype)], dim=-1)
 
 
 def varlen_exploration(probs: Tensor | list[Tensor], columns: Tensor | ValueIndex,

@@ -56,17 +56,20 @@ def response_probs(position_log_probs: Tensor) -> Tensor:
     return joint
 
 
+def value_index(table: Tensor) -> tuple[Tensor, int]:
+    """Each response's reward as an index into its prompt's sorted distinct values: int[batch n] from float[batch n],
+    and the most distinct values any prompt has."""
+    index = torch.stack([torch.unique(row, return_inverse=True)[1] for row in table])
+    return index, int(index.max()) + 1
+
+
 def value_indicators(table: Tensor) -> Tensor:
     """[R(x_b, y) = v] for each prompt's distinct reward values: float[batch n] -> float[batch n values].
 
     Prompts with fewer distinct values are padded with all-zero columns (they add P = 0).
     """
-    values = [torch.unique(row) for row in table]
-    width = max(len(v) for v in values)
-    out = torch.zeros(*table.shape, width, dtype=table.dtype, device=table.device)
-    for b, v in enumerate(values):
-        out[b, :, :len(v)] = (table[b].unsqueeze(-1) == v).to(table.dtype)
-    return out
+    index, width = value_index(table)
+    return torch.nn.functional.one_hot(index, width).to(table.dtype)
 
 
 def exact_exploration(position_log_probs: Tensor, table: Tensor, optimum: Tensor,
