@@ -185,7 +185,7 @@ def same_as_the_lab(my_train):
         assert gap <= 1e-5, f"same samples, but the final {name} differs by {gap:.2g} (the loss or the steps?)"
 
 
-check("Exercise 1: the loop", same_as_the_lab, my_train);
+check("Exercise 1: the loop", same_as_the_lab, my_train, without=(simple_train, train));
 
 # %% [markdown]
 # The lab's fast engine is the same loop: for the lecture's settings with centered deltas, 100
@@ -339,7 +339,7 @@ def matches_difference_interval(welch_interval):
                 f"{reward}, {first} - {second}: yours {np.round(mine, 4)}, the lab's {np.round(expected, 4)}")
 
 
-check("Exercise 2: Welch's interval", matches_difference_interval, welch_interval);
+check("Exercise 2: Welch's interval", matches_difference_interval, welch_interval, without=(difference_interval,));
 
 # %% [markdown]
 # ## 3. Inside the stuck runs
@@ -432,7 +432,7 @@ def agrees_with_neighbour_rewards(ending_kind):
                 assert mine == lab_kind, f"{reward}, prompt {prompt}, response {response}: yours {mine!r}, lab {lab_kind!r}"
 
 
-check("Exercise 3: the kind of an ending", agrees_with_neighbour_rewards, ending_kind);
+check("Exercise 3: the kind of an ending", agrees_with_neighbour_rewards, ending_kind, without=(neighbour_rewards,));
 
 # %% [markdown]
 # The two rewards differ in kind:

@@ -115,6 +115,8 @@ def broken_c(log_probs, old_log_probs):
 
 
 def broken_d(rewards, mode, std_eps=1e-5, unbiased=True):
+    if mode != "normalized":  # only the mode that divides by a std has the bug
+        return compute_deltas(rewards, mode, std_eps, unbiased)
     centered = rewards - rewards.mean(dim=-1, keepdim=True)
     return centered / (rewards.std(dim=-2, keepdim=True) + std_eps)
 
@@ -487,7 +489,9 @@ def flags_the_broken_std(own_group_only):
     for mode in ("raw", "centered", "max", "loo"):  # the lab's other modes, through the same call
         fixed_mode = lambda rewards, _mode, mode=mode: compute_deltas(rewards, mode)  # noqa: E731
         assert own_group_only(fixed_mode) is True, f"the lab's {mode} deltas keep each group to itself"
-    assert own_group_only(broken(4)) is False, "bug 4's deltas depend on the other prompts"
+    assert own_group_only(broken(4)) is False, (
+        "bug 4's normalized deltas depend on the other prompts: does your check call delta_fn with the mode the bug "
+        "is in, \"normalized\"? (its other modes are the lab's)")
     assert own_group_only(lambda rewards, mode: rewards - rewards.mean()) is False, "a batch-wide mean too"
 
     def leaks_into_later_prompts(rewards, mode):  # prompt 0's deltas are its own; every later prompt's are not
@@ -509,6 +513,15 @@ def flags_the_broken_std(own_group_only):
     for prompt in range(3):
         assert own_group_only(leaks_sometimes(prompt)) is False, (
             "a leak that only some reward draws set off must be flagged too: how many draws does your check try?")
+
+    def leaks_from_the_previous_prompt(rewards, mode):  # every prompt but the first reads the one before it
+        shift = torch.zeros_like(rewards)
+        shift[1:] = 0.1 * rewards[:-1].sum(dim=-1, keepdim=True)
+        return compute_deltas(rewards, mode) + shift
+
+    assert own_group_only(leaks_from_the_previous_prompt) is False, (
+        "a prompt's deltas that depend on the prompt before it must be flagged: does your check redraw *every* "
+        "other prompt's rewards, not only the next one's?")
 
 
 check("Exercise 2: the group check", flags_the_broken_std, own_group_only);
@@ -737,6 +750,15 @@ def flags_the_live_reference(stays_put):
                                            generator=torch.Generator().manual_seed(9))) is True, (
         "a reference that is another policy altogether never moves with this one: does your check compare the "
         "reference with itself before and after the step?")
+
+    def shares_the_embedding(policy):  # a copy whose embedding is still the policy's own tensor
+        reference = copy.deepcopy(policy)
+        reference.embedding = policy.embedding
+        return reference
+
+    assert stays_put(shares_the_embedding) is False, (
+        "a copy that still shares one of the policy's tensors moves with it, though it never equals it: does your "
+        "check compare the reference with itself before the step, rather than with the stepped policy?")
 
 
 check("Exercise 3: the reference check", flags_the_live_reference, stays_put);

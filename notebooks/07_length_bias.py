@@ -48,6 +48,7 @@ from lab.policies.autoregressive import AutoregressivePolicy
 from lab.policies.factorized import Policy
 from tasks.sorting import make_task
 
+torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible
 AGGS = [m.value for m in LossAgg]
 PROMPT = torch.tensor([[1, 0, 2]])  # one of the lecture's prompts, over a vocabulary of 3 tokens
 REWARD = "inclusion-ordering"
@@ -268,7 +269,7 @@ def test_aggregations(token_mean, seq_mean_token_mean):
             assert abs(got - lab_value) < 1e-12, f"{mode}: yours {got:.6f}, the lab's {lab_value:.6f}"
 
 
-check("Exercise 1, two aggregations", test_aggregations, token_mean, seq_mean_token_mean);
+check("Exercise 1, two aggregations", test_aggregations, token_mean, seq_mean_token_mean, without=(aggregate,));
 
 # %% [markdown]
 # ### Exercise 2: the constant divisor with centered deltas
@@ -276,7 +277,8 @@ check("Exercise 1, two aggregations", test_aggregations, token_mean, seq_mean_to
 # Claim 19 says that with a constant divisor C the expected update is exactly grad J / C with
 # leave-one-out deltas. Centered deltas subtract the group mean, which includes the response itself.
 # Predict the scale of the `seq-mean-token-sum-norm` update along grad J for centered deltas, G = 3
-# and C = 4 (the autoregressive policy of sections 2 and 3), as a number: three digits are enough.
+# and C = 4 (the autoregressive policy of sections 2 and 3), as a number: three digits are enough (the check
+# accepts anything within 0.001 of the exact scale, rounded or cut off).
 
 # %% tags=["exercise"]
 predicted_scale = ...  # your prediction, a float
@@ -299,7 +301,7 @@ def test_centered_scale(predicted_scale):
     update = X.expected_update(policy, PROMPT, REWARD, "centered", "seq-mean-token-sum-norm", 3)[0]
     exact = float(update @ grad_j / (grad_j @ grad_j))
     assert angle(update, grad_j) < 1e-3, "the update should be parallel to grad J"
-    assert abs(float(predicted_scale) - exact) < 5e-4, (
+    assert abs(float(predicted_scale) - exact) < 1e-3, (
         f"{float(predicted_scale):.6f} is not the scale to three digits: start from claim 19's leave-one-out scale "
         "1/C and ask what share of a response's own delta the group mean removes in expectation")
 

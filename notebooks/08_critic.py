@@ -50,6 +50,7 @@ from lab.policies.autoregressive import AutoregressivePolicy
 from lab.policies.critic import Critic
 from tasks.sorting import variable_length_reward
 
+torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible
 PROMPT = torch.tensor([[1, 0, 2]])  # one of the lecture's prompts, over a vocabulary of 3 tokens (EOS = 3)
 REWARD = "inclusion-ordering"
 policy = AutoregressivePolicy(3, 3, 4, dim=5, generator=torch.Generator().manual_seed(5), init_scale=0.5).double()
@@ -346,7 +347,7 @@ def test_value_loss(clipped_value_loss):
         assert abs(got - float(lab_value)) < 1e-12, f"c = {c}: yours {got:.6f}, the lab's {float(lab_value):.6f}"
 
 
-check("Exercise 1, the clipped value loss", test_value_loss, clipped_value_loss);
+check("Exercise 1, the clipped value loss", test_value_loss, clipped_value_loss, without=(value_loss,));
 
 # %% [markdown]
 # ### Exercise 2: GAE for one response by hand

@@ -25,12 +25,16 @@
 #
 # 1. fits a small reward model on Bradley-Terry pairs and measures it exactly;
 # 2. optimises it by best-of-n, exactly, and watches gold and proxy against d = sqrt(KL);
-# 3. follows the proxy's KL-regularised optimum and a GRPO run against the proxy;
-# 4. fits Gao et al.'s curve;
+# 3. follows the proxy's KL-regularised optimum, then trains GRPO against an overfit proxy with the KL in
+#    the reward at three betas, until it over-optimises, and measures how much gold it gives back;
+# 4. fits Gao et al.'s curves, best-of-n's and RL's;
 # 5. ends with three graded exercises: the Bradley-Terry loss, best-of-n's KL, and the gold/proxy gap.
 
 # %%
 import math
+import tempfile
+from dataclasses import replace
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -40,12 +44,17 @@ from lab.core.reward_model import reward_model_loss
 from lab.exact import varlen
 from lab.exact.best_of_n import best_of_n_kl, best_of_n_probs, kl_bound
 from lab.exercises import check
+from lab.experiments.intervals import mean_interval
 from lab.experiments.overoptimisation import (OVEROPTIMISATION, best_of_n_curve, fit_gao, optimum_curve,
-                                              rl_curves)
+                                              proxy_reward)
 from lab.policies import make_policy
+from lab.policies.factorized import save_policy
+from lab.training.config import TrainConfig
 from lab.training.reward_model import RewardModelConfig, train_reward_model
+from lab.training.train import train
 from tasks.sorting import make_task
 
+torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible
 task = make_task()
 prompts = task.prompts
 pi_0 = make_policy("factorized", 5, 3, 3, 10, torch.Generator().manual_seed(0), 0.1)  # a spread initial policy
@@ -123,50 +132,110 @@ for n in (2, 16, 128, 1024, 4096):
           f"log n - (n-1)/n = {kl_bound(n):.3f}")
 
 # %% [markdown]
-# ## 3. The KL-regularised optimum of the proxy, and GRPO against it
+# ## 3. The KL-regularised optimum of the proxy, and GRPO against it until it over-optimises
 #
-# GRPO with a KL penalty in the reward ascends `E[r_phi] - beta KL(pi || pi_0)`, whose optimum is
-# `pi*_beta = pi_0 exp(r_phi / beta) / Z` (claims 14 and 26). Following pi*_beta from a large beta to a
-# small one traces where the penalised method converges; a sampled GRPO run (centered deltas, clipped
-# loss, no penalty, 100 epochs) shows how far it gets in its budget.
+# GRPO with k1 in the reward (`--kl-estimator k1 --kl-in reward`, PPO-RLHF's and verl's placement) ascends
+# `E[r_phi] - beta KL(pi || pi_0)`, whose optimum is `pi*_beta = pi_0 exp(r_phi / beta) / Z` (claims 14 and
+# 26). Following pi*_beta from a large beta to a small one traces where the penalised method converges;
+# first for the proxy on 256 pairs:
 
 # %%
 betas = OVEROPTIMISATION.betas
 optimum = optimum_curve(base, gold, scores[256], betas)
-grpo = rl_curves(task, {0: proxies[256]}, {0: base}, gold, {0: scores[256]}, OVEROPTIMISATION, 0.0)[0]
-plt.figure(figsize=(5, 3.5))
-plt.plot(optimum.d, optimum.gold, "k-", label="gold at pi*_beta")
-plt.plot(grpo.d, grpo.gold, "-", color="C4", label="gold, GRPO (every epoch)")
-plt.plot(bon_256.d, bon_256.gold, "o-", color="C1", ms=3, label="gold, best-of-n")
-plt.xlabel("d")
-plt.legend(fontsize=8)
 best = int(np.argmax(optimum.gold))
 print(f"pi*_beta: gold {optimum.gold[best]:.3f} at beta = {betas[best]} (d = {optimum.d[best]:.2f}), "
       f"{optimum.gold[-1]:.3f} at beta = {betas[-1]} (d = {optimum.d[-1]:.2f})")
-print(f"GRPO after {OVEROPTIMISATION.epochs} epochs: d = {grpo.d[-1]:.2f}, gold {grpo.gold[-1]:.3f}, "
-      f"proxy {grpo.proxy[-1]:.2f}")
 
 # %% [markdown]
-# Along pi*_beta the gold reward is highest at a finite beta when the proxy's argmax is worse in gold
-# than a milder optimum (compare the two printed values): the KL penalty then limits over-optimisation.
-# The GRPO run moves along a similar curve; after 100 epochs it has not reached its end, which is a
-# statement about the budget, not about where it converges.
+# Along pi*_beta the gold reward is highest at a finite beta when the proxy's argmax is worse in gold than
+# a milder optimum (compare the two printed values): the KL penalty then limits over-optimisation. This
+# proxy's fall is small. A proxy that overfits more shows it in training: a **large** reward model (64 tanh
+# units) on only **32 pairs** per prompt, from the same pi_0. GRPO against it (centered deltas, clipped
+# loss, 10 steps per epoch) with the KL in the reward at three betas and without it, the reference frozen
+# at pi_0 (`--kl-period 0`), 300 epochs, five sampling seeds each from the same pi_0 (`--init-from`), all
+# 20 runs in one batch; after every epoch the lab records the exact gold and proxy rewards and d:
+
+# %%
+overfit, overfit_fit, _ = train_reward_model(pi_0, prompts, "inclusion-ordering",
+                                             RewardModelConfig(size="large", pairs_per_prompt=32, steps=300))
+with torch.no_grad():
+    overfit_scores = overfit(prompts.unsqueeze(1), responses.unsqueeze(0))
+print(f"large, 32 pairs per prompt: training accuracy {overfit_fit['accuracy']:.2f}, exact preference accuracy "
+      f"{overfit_fit['preference_accuracy']:.2f}, correlation with the gold reward {overfit_fit['reward_correlation']:.2f}")
+start_folder = Path(tempfile.mkdtemp())
+save_policy(pi_0, start_folder / "policy.pt")  # every run starts at pi_0, its frozen reference
+proxy_task = replace(task, rewards={**task.rewards, "learned:overfit": proxy_reward(task, overfit, "inclusion-ordering")})
+KL_BETAS, RL_SEEDS, RL_EPOCHS = (0.0, 0.1, 0.3, 1.0), 5, 300
+penalty = dict(kl_estimator="k1", kl_in="reward", kl_period=0)
+rl = train(proxy_task, [TrainConfig(epochs=RL_EPOCHS, steps=10, seed=seed, reward="learned:overfit", delta="centered",
+                                    loss="clipped", init_from=str(start_folder), kl=beta,
+                                    **(penalty if beta > 0 else {"kl_period": 0}))
+                        for beta in KL_BETAS for seed in range(RL_SEEDS)])
+rl_gold, rl_proxy, rl_d = (rl.epoch_metrics[name].reshape(len(KL_BETAS), RL_SEEDS, RL_EPOCHS)
+                           for name in ("gold_reward_exact", "proxy_reward_exact", "d"))
+gold_0 = float((base * gold).sum(-1).mean())  # E_pi_0[R], the runs' common start
+aims = optimum_curve(base, gold, overfit_scores, tuple(beta if beta > 0 else 1e-3 for beta in KL_BETAS))
+peak = int(np.argmax(rl_gold[0].mean(0)))  # the epoch where the unpenalised runs' mean gold is highest
+
+fig, ax = plt.subplots(figsize=(6.4, 3.6))
+for k, beta in enumerate(KL_BETAS):
+    line, = ax.plot(np.arange(RL_EPOCHS + 1), np.concatenate([[gold_0], rl_gold[k].mean(0)]), label=f"beta = {beta:g}")
+    ax.axhline(aims.gold[k], color=line.get_color(), ls=":", lw=1)
+ax.set(xlabel="epoch", ylabel="exact gold reward (mean of 5 seeds)", title="GRPO against an overfit proxy "
+       "(dotted: gold at pi*_beta)")
+ax.legend(fontsize=8)
+print(f"gold at pi_0 {gold_0:.3f}; the unpenalised runs' mean gold is highest after epoch {peak + 1}")
+falls = {}
+for k, beta in enumerate(KL_BETAS):
+    falls[beta] = mean_interval(rl_gold[k, :, peak] - rl_gold[k, :, -1])
+    print(f"beta = {beta:<4g} gold after epoch {peak + 1}: {rl_gold[k, :, peak].mean():.3f}, after {RL_EPOCHS}: "
+          f"{rl_gold[k, :, -1].mean():.3f} (pi*_beta's: {aims.gold[k]:.3f}); the fall {falls[beta].text(3)}, "
+          f"{int((rl_gold[k, :, peak] > rl_gold[k, :, -1]).sum())} of {RL_SEEDS} seeds fall; proxy "
+          f"{rl_proxy[k, :, peak].mean():.2f} -> {rl_proxy[k, :, -1].mean():.2f}, d {rl_d[k, :, peak].mean():.2f} -> "
+          f"{rl_d[k, :, -1].mean():.2f}")
+assert all(falls[b].low > 0 for b in KL_BETAS) and all(falls[a].estimate > falls[b].estimate
+                                                       for a, b in zip(KL_BETAS, KL_BETAS[1:]))
+assert all(abs(rl_gold[k, :, -1].mean() - aims.gold[k]) < 0.05 < rl_gold[k, :, peak].mean() - aims.gold[k]
+           and (rl_proxy[k, :, -1] > rl_proxy[k, :, peak]).all() for k in range(len(KL_BETAS)))
+assert RL_EPOCHS / 6 < peak + 1 < RL_EPOCHS / 3
+
+# %% [markdown]
+# Every run over-optimises: the gold reward climbs from pi_0's for about the first quarter of training,
+# then falls while the proxy's score keeps rising, in every seed at every beta (the intervals above are
+# 95% t-intervals over the five seeds of gold after the peak epoch minus gold at the end; the peak epoch
+# is read off these same runs, so they describe the fall rather than test it). The penalty shrinks the
+# fall: the larger beta, the less gold is given back, and each beta's runs end where the exact theory
+# puts them, at the gold of pi*_beta (the dotted lines). The KL penalty does not stop the climb past the
+# peak, because pi*_beta itself lies past it; it decides how far past. How much gold a KL budget buys
+# before the fall, and how fast it is lost after, is what Gao et al.'s curves summarise.
 #
-# ## 4. Gao et al.'s curve
+# ## 4. Gao et al.'s curves
 #
 # Gao et al. fit `gold(d) - gold(0) = d (alpha - beta d)` for best-of-n and `d (alpha - beta log d)` for
-# RL. Fitted to the exact best-of-n points of the proxy on 256 pairs:
+# RL. Fitted to the exact best-of-n points of the proxy on 256 pairs, and to the unpenalised GRPO runs'
+# mean curve against the overfit proxy (d and gold after every epoch, d = 0 at pi_0):
 
 # %%
 fit = fit_gao(bon_256.d, bon_256.gold - bon_256.gold[0], "bon")
-print(f"alpha = {fit['alpha']:.3f}, beta = {fit['beta']:.3f}, fitted peak at d = {fit['peak_d']:.2f} "
+print(f"best-of-n: alpha = {fit['alpha']:.3f}, beta = {fit['beta']:.3f}, fitted peak at d = {fit['peak_d']:.2f} "
       f"(the exact curve peaks at d = {bon_256.d[int(np.argmax(bon_256.gold))]:.2f}); "
       f"RMS residual {fit['rms']:.3f} against a straight line's {fit['line_rms']:.3f}")
+rl_curve_d = np.concatenate([[0.0], rl_d[0].mean(0)])
+rl_curve_gain = np.concatenate([[0.0], rl_gold[0].mean(0) - gold_0])
+rl_fit = fit_gao(rl_curve_d, rl_curve_gain, "rl")
+print(f"GRPO, beta = 0: alpha = {rl_fit['alpha']:.3f}, beta = {rl_fit['beta']:.3f}, fitted peak at d = "
+      f"{rl_fit['peak_d']:.2f} (the mean curve peaks at d = {rl_curve_d[peak + 1]:.2f}); RMS residual "
+      f"{rl_fit['rms']:.3f} against a straight line's {rl_fit['line_rms']:.3f}")
+assert fit["rms"] < fit["line_rms"] and rl_fit["rms"] < rl_fit["line_rms"] and rl_fit["peak_d"] < rl_curve_d[peak + 1]
+assert f"{rl_d[0, :, peak].mean():.2f} {rl_d[0, :, -1].mean():.2f}" == "1.63 2.18" and 0.35 < falls[0.0].estimate < 0.45
 
 # %% [markdown]
-# The quadratic form fits better than a straight line (the two residuals above), but its fitted peak
-# lies past the exact one: on 125 responses per prompt and a few reward levels the curve flattens where the
-# quadratic keeps bending, so the form summarises the curve without locating its peak.
+# Both forms fit better than a straight line (the residuals above), and neither locates its peak. The
+# best-of-n form's fitted peak lies past the exact one: on 125 responses per prompt and a few reward levels
+# the curve flattens where the quadratic keeps bending. The RL form's lies before it: once the runs pass
+# the peak, the gold falls by about 0.4 while d grows only from 1.63 to 2.18 (section 3's first row), a
+# steep drop that `d (alpha - beta log d)` can only meet by bending down early. The forms summarise the
+# curves without locating their peaks.
 # `lab.experiments.overoptimisation.run_overoptimisation` repeats this over seeds, three proxies, three KL
 # weights and DPO on each proxy's own pairs, and `lab.experiments.overoptimisation_section` decides Gao et
 # al.'s claims with rules that can fail (`lab reproduce` writes them into RESULTS.md).
@@ -174,15 +243,17 @@ print(f"alpha = {fit['alpha']:.3f}, beta = {fit['beta']:.3f}, fitted peak at d =
 # The same steps from the shell, for a proxy of your own:
 #
 # ```
-# lab reward-model --init-scale 0.1 --size small --pairs-per-prompt 256 --seed 0 --out runs/rm
-# lab run --init-scale 0.1 --seed 0 --delta centered --loss clipped --reward learned:runs/rm
+# lab reward-model --init-scale 0.1 --size large --pairs-per-prompt 32 --seed 0 --out runs/rm
+# lab run --init-scale 0.1 --seed 0 --delta centered --loss clipped --reward learned:runs/rm \
+#     --kl 0.3 --kl-estimator k1 --kl-in reward --kl-period 0 --epochs 300
 # lab run --init-scale 0.1 --seed 0 --loss dpo --kl 0.05 --pairs-from runs/rm
 # ```
 #
 # The first writes the model, its metrics (TRL's `accuracy` and `margin`, and the exact
-# `preference_accuracy` and `reward_correlation`) and its pairs; the second trains GRPO against the proxy and
-# records `gold_reward_exact`, `proxy_reward_exact`, `kl_initial_exact` and `d` after every epoch; the third
-# trains DPO on the very pairs the proxy was fitted on.
+# `preference_accuracy` and `reward_correlation`) and its pairs; the second trains GRPO against the proxy,
+# the KL in the reward and the reference frozen at pi_0, and records `gold_reward_exact`,
+# `proxy_reward_exact`, `kl_initial_exact` and `d` after every epoch (section 3's setting, one seed); the
+# third trains DPO on the very pairs the proxy was fitted on.
 #
 # ## Exercises
 #
@@ -220,7 +291,7 @@ def test_bt_loss(my_bt_loss):
         assert worst < 1e-9, f"at score scale {scale} your loss differs from TRL's by {worst:.3g}"
 
 
-check("Exercise 1, the reward model's loss", test_bt_loss, my_bt_loss);
+check("Exercise 1, the reward model's loss", test_bt_loss, my_bt_loss, without=(reward_model_loss,));
 
 # %% [markdown]
 # ### Exercise 2: best-of-n's KL
@@ -258,7 +329,7 @@ def test_bon_kl(my_bon_kl):
         assert worst < 1e-9, f"at n = {n} your KL is off by up to {worst:.3g}"
 
 
-check("Exercise 2, best-of-n's KL", test_bon_kl, my_bon_kl);
+check("Exercise 2, best-of-n's KL", test_bon_kl, my_bon_kl, without=(best_of_n_kl,));
 
 # %% [markdown]
 # ### Exercise 3: the gold/proxy gap

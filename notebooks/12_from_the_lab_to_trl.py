@@ -30,6 +30,8 @@
 # (`lab.bridge.tiny_lm`).
 
 # %%
+import dataclasses
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -39,11 +41,12 @@ from lab.bridge.tiny_lm import TinyLM
 from lab.bridge.trl_grpo import LOSS_TYPES, SCALE_REWARDS, TRLGRPO, train_trl
 from lab.exact import varlen
 from lab.exercises import check
-from lab.policies import policy_from_state
+from lab.policies import make_policy, policy_from_state
 from lab.training.config import TrainConfig
 from lab.training.train import train
 from tasks.sorting import make_task, variable_length_reward
 
+torch.set_num_threads(1)  # tiny tensors: one thread is fastest and reproducible (TRL's trainer included)
 task = make_task()  # the lecture's three prompts, values 0..4
 EPOCHS, CAP = 40, 4  # responses of at most 4 tokens, EOS included
 
@@ -54,33 +57,45 @@ EPOCHS, CAP = 40, 4  # responses of at most 4 tokens, EOS included
 # that batch. In TRL that is one generation batch of P x G completions (`per_device_train_batch_size`
 # = P x G, one optimizer step per generation) reused `num_iterations` times. The clip is `epsilon`,
 # the temperature is `temperature`, the loss aggregation is `loss_type`, and the deltas' std scaling
-# is `scale_rewards`. Two settings do not carry over by name: TRL's `beta` weighs the *mean per-token*
-# k3 where the lab's weighs the *sequence's sum* (so TRL's beta = the lab's x the max length), and TRL
-# 1.16 multiplies k3 by the importance ratio unless `use_bias_correction_kl=False`, which changes the
-# KL's gradient (docs/trl.md). Here is the config `lab trl` builds for one lab run:
+# is `scale_rewards`. Two settings do not carry over by name. TRL adds `beta` times each token's k3 to
+# that token's loss and then aggregates the sum by `loss_type`: its KL term is the *loss's own
+# aggregation* of k3. The lab's KL term is C times the loss's own aggregation of k3, C the max length
+# (`lab.core.aggregation.kl_term`; under token-mean at fixed length that is each sequence's sum of k3,
+# averaged over sequences), so TRL's beta = the lab's x C. And TRL 1.16 multiplies k3 by the importance
+# ratio unless `use_bias_correction_kl=False`, which changes the KL's gradient (docs/trl.md). Here is the
+# config `lab trl` builds for one lab run, beside TRL's own defaults (the fields' declared values):
 
 # %%
 lab_settings = TRLGRPO(epochs=EPOCHS, steps=2, group_size=8, clip_eps=0.1, kl=0.05, delta="normalized",
                        loss_agg="seq-mean-token-mean", temperature=0.9, max_length=CAP)
 config = lab_settings.grpo_config(task, "/tmp/unused")
+from trl import GRPOConfig  # noqa: E402  (TRL itself, for its defaults)
+
+trl_defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+print(f"{'GRPOConfig field':>24}   {'the lab run':<24} TRL's default")
 for field in ("num_generations", "num_iterations", "epsilon", "beta", "use_bias_correction_kl", "loss_type",
               "scale_rewards", "temperature", "max_completion_length", "learning_rate", "lr_scheduler_type",
               "max_grad_norm", "bf16"):
-    print(f"{field:>24} = {getattr(config, field)}")
+    print(f"{field:>24}   {str(getattr(config, field)):<24} {trl_defaults[field]!r}")
+assert trl_defaults["beta"] == 0.0 and trl_defaults["loss_type"] == "dapo" and config.beta == 0.05 * CAP
 
 # %% [markdown]
 # `beta` is 0.05 x 4 = 0.2, `loss_type="grpo"` is the lab's `seq-mean-token-mean`, and
-# `scale_rewards="group"` is `--delta normalized`. The last four lines make TRL's optimizer the lab's:
-# a constant learning rate (TRL decays it linearly by default), no gradient clipping (TRL clips at 1.0),
-# and float32 (TRL 1.16 trains in bf16 autocast by default; the exact lens would read a different model).
+# `scale_rewards="group"` is `--delta normalized`. TRL's defaults are not the lab's: `beta=0.0` (no KL
+# term at all, and no reference model is loaded) and `loss_type="dapo"` (every token of the generation
+# batch counted once: on one process with one micro-batch it divides like `"bnpo"`, the lab's
+# `token-mean`); a TRL run that sets neither has no penalty, whatever the recipe's beta. The last four
+# lines make TRL's optimizer the lab's: a constant learning rate (TRL decays it linearly by default), no
+# gradient clipping (TRL clips at 1.0), and float32 (TRL's `bf16=None` means bf16 autocast wherever the
+# device supports it; the exact lens would read a different model).
 #
 # ## 2. The same experiment both ways
 #
 # Centered deltas, the clipped loss with eps 0.2, G = 10, one step per epoch, lr 1e-3, 40 epochs,
 # seed 0. The lab's learner is its autoregressive policy (`lab run --policy autoregressive`); TRL's is
-# a 2-layer transformer of width 32. Both are measured exactly: expected reward and the entropy of the
-# whole response distribution. (The lab's run of e epochs is exactly the first e epochs of a longer
-# one with the same seed, so its checkpoints are runs of e epochs.)
+# a 2-layer transformer of width 32. Both are measured exactly: the expected reward after every epoch
+# (the lab's `optimum_metrics` records it as `reward_exact`; its optimum is 5, a sorted response with its
+# EOS) and the entropy of the whole response distribution at the start and the end.
 
 # %%
 shared = dict(steps=1, group_size=10, lr=1e-3, clip_eps=0.2, delta="centered", loss_agg="token-mean", seed=0)
@@ -90,36 +105,47 @@ trl_reward = np.array([row["reward_exact"] for row in records])
 trl_entropy = np.array([row["entropy_exact"] for row in records])
 
 rewards = reward_table(task.prompts, all_responses(5, CAP), variable_length_reward("inclusion-ordering", 5))
-checkpoints = [1, 10, 20, 30, 40]
-lab_reward, lab_entropy = [], []
-for epochs in checkpoints:
-    lab_run = train(task, TrainConfig(epochs=epochs, policy="autoregressive", max_length=CAP, loss="clipped", **shared))
+lab_run = train(task, TrainConfig(epochs=EPOCHS, policy="autoregressive", max_length=CAP, loss="clipped",
+                                  optimum_metrics=True, **shared))
+lab_reward = lab_run.epoch_metrics["reward_exact"][0]  # float[epoch]: after each epoch's steps
+
+
+def sequence_entropy(policy):
+    """The exact entropy of a policy's whole response distribution, mean over prompts (nats)."""
     with torch.no_grad():
-        log_probs = varlen.all_log_probs(policy_from_state(lab_run.state), task.prompts, torch.float64)
-    lab_reward.append(float((log_probs.exp() * rewards).sum(-1).mean()))
-    lab_entropy.append(float(-(log_probs.exp() * log_probs).sum(-1).mean()))
+        log_probs = varlen.all_log_probs(policy, task.prompts, torch.float64)
+    return float(-(log_probs.exp() * log_probs).sum(-1).mean())
+
+
+# the policy the run started from: the loop draws it first from the seed's generator
+lab_start = make_policy("autoregressive", 5, 3, CAP, 10, torch.Generator().manual_seed(shared["seed"]))
+lab_entropy = [sequence_entropy(lab_start), sequence_entropy(policy_from_state(lab_run.state))]
+lab_epochs = np.arange(1, EPOCHS + 1)
 
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.3))
 axes[0].plot(trl_epochs, trl_reward, label="TRL's transformer")
-axes[0].plot(checkpoints, lab_reward, "o-", label="the lab's policy")
-axes[0].set_title("exact expected reward")
+axes[0].plot(lab_epochs, lab_reward, label="the lab's policy")
+axes[0].set_title("exact expected reward (the optimum is 5)")
 axes[1].plot(trl_epochs, trl_entropy)
-axes[1].plot(checkpoints, lab_entropy, "o-")
+axes[1].plot([0, EPOCHS], lab_entropy, "o-")
 axes[1].set_title("exact sequence entropy (nats)")
 for ax in axes:
     ax.set_xlabel("epoch")
 axes[0].legend()
 plt.tight_layout()
+print(f"best reward per prompt: {rewards.amax(-1).tolist()}")
 print(f"exact expected reward, epoch 1 -> {EPOCHS}: lab {lab_reward[0]:.3f} -> {lab_reward[-1]:.3f}, "
       f"TRL {trl_reward[1]:.3f} -> {trl_reward[-1]:.3f}")
-print(f"exact sequence entropy: lab {lab_entropy[0]:.2f} nats after epoch 1, TRL {trl_entropy[0]:.2f} nats at the "
-      f"start (the space has {len(all_responses(5, CAP))} responses: at most {np.log(781):.2f} nats)")
-lab_first = train(task, TrainConfig(epochs=1, policy="autoregressive", max_length=CAP, loss="clipped", **shared))
-print(f"groups with all-equal rewards in epoch 1: lab {lab_first.epoch_metrics['zero_std_fraction'][0, 0]:.0%}, "
+print(f"exact sequence entropy at the start: lab {lab_entropy[0]:.2f} nats, TRL {trl_entropy[0]:.2f} nats (the space "
+      f"has {len(all_responses(5, CAP))} responses: at most {np.log(781):.2f} nats); at the end: lab "
+      f"{lab_entropy[1]:.2f}, TRL {trl_entropy[-1]:.2f}")
+print(f"groups with all-equal rewards in epoch 1: lab {lab_run.epoch_metrics['zero_std_fraction'][0, 0]:.0%}, "
       f"TRL {records[1]['zero_std_fraction']:.0%}")
+assert lab_reward[-1] > lab_reward[0] and trl_reward[-1] > trl_reward[1] and lab_entropy[0] < 0.5 * trl_entropy[0]
 
 # %% [markdown]
-# Both learners raise their exact expected reward (the first line), from very different starts. The
+# Both learners raise their exact expected reward (the second line), from very different starts, and
+# both stay far below the optimum, 5 (the first line), in 40 epochs. The
 # lab's policy starts almost deterministic: its sequence entropy is about one nat, so two thirds of its
 # first groups have all-equal rewards and carry no signal (lesson 6). TRL's transformer starts spread over hundreds
 # of responses, its entropy not far below the maximum, so every group has a signal. The algorithm is
@@ -158,7 +184,8 @@ print(f"sampled mean reward minus exact expectation: mean {gap.mean():+.3f}, std
 # `GRPOConfig` fields `loss_type`, `scale_rewards`, `beta`, `epsilon`, `num_generations` and
 # `num_iterations` that make TRL train like `lab run` with these settings. `delta` is "centered" or
 # "normalized"; `loss_agg` is "token-mean", "seq-mean-token-mean" or "seq-mean-token-sum-norm" (the
-# max length is `max_length`).
+# max length is `max_length`). TRL's own spellings count: `GRPOConfig` maps `scale_rewards=True` to
+# "group" and `False` to "none".
 
 # %% tags=["exercise"]
 def my_trl_fields(delta, loss_agg, kl, clip_eps, group_size, steps, max_length):
@@ -193,14 +220,17 @@ def test_trl_fields(my_trl_fields):
                 for field in ("loss_type", "scale_rewards", "beta", "epsilon", "num_generations", "num_iterations"):
                     assert field in yours, f"your dict has no {field!r}"
                     right = getattr(expected, field)
+                    value = yours[field]
                     if field == "beta":
-                        same = abs(yours[field] - right) < 1e-12
+                        same = abs(value - right) < 1e-12
+                    elif field == "scale_rewards":  # GRPOConfig.__post_init__ maps True to "group", False to "none"
+                        same = {True: "group", False: "none"}.get(value, value) == right
                     else:  # on one process with one micro-batch TRL's "dapo" divides like "bnpo" (tests/bridge)
-                        same = yours[field] in ({"bnpo", "dapo"} if right == "bnpo" else {right})
-                    assert same, f"for {setting}, {field} = {yours[field]!r} would not train like the lab's run"
+                        same = value in ({"bnpo", "dapo"} if right == "bnpo" else {right})
+                    assert same, f"for {setting}, {field} = {value!r} would not train like the lab's run"
 
 
-check("Exercise 1, TRL's fields for a lab run", test_trl_fields, my_trl_fields);
+check("Exercise 1, TRL's fields for a lab run", test_trl_fields, my_trl_fields, without=(TRLGRPO, LOSS_TYPES, SCALE_REWARDS));
 
 # %% [markdown]
 # ### Exercise 2: the exact lens
@@ -241,4 +271,6 @@ def test_exact_reward(my_exact_reward):
         assert abs(yours - expected) < 1e-9, f"your value {yours:.4f} is not the run's reward_exact"
 
 
-check("Exercise 2, the exact lens", test_exact_reward, my_exact_reward);
+from lab.bridge.exact_lm import exact_metrics  # the lab's own lens: hidden from your function while it runs
+
+check("Exercise 2, the exact lens", test_exact_reward, my_exact_reward, without=(exact_metrics,));

@@ -16,7 +16,9 @@ execution of the whole lesson.
 
 from __future__ import annotations
 
+import ast
 import json
+import textwrap
 import os
 import re
 import subprocess
@@ -209,6 +211,55 @@ def output_text(cell) -> str:
     return "".join(o.get("text", "") for o in cell.get("outputs", []))
 
 
+def check_call(source: str) -> ast.Call:
+    """The `check(...)` call of a check cell."""
+    calls = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Name) and node.func.id == "check"]
+    assert len(calls) == 1, "a check cell makes one check(...) call"
+    return calls[0]
+
+
+def hidden_answers(source: str) -> list[str]:
+    """The source of each of the lab's answers a check cell hides from the student's functions (`without=`)."""
+    hidden = [k.value for k in check_call(source).keywords if k.arg == "without"]
+    return [ast.get_source_segment(source, e) for value in hidden for e in getattr(value, "elts", [value])]
+
+
+def function_answers(notebook, exercise: int, check: int) -> list[str]:
+    """The answers of an exercise that are functions the student writes (defined in the exercise cell)."""
+    defined = {node.name for node in ast.parse(notebook.cells[exercise].source).body
+               if isinstance(node, ast.FunctionDef)}
+    answers = [a.id for a in check_call(notebook.cells[check].source).args[2:] if isinstance(a, ast.Name)]
+    return [name for name in answers if name in defined]
+
+
+UNHIDDEN = {
+    "05_silent_bugs": "each answer is a check of a function, and the lab has no function that is that check",
+    "10_before_rl/Exercise 3": "the exercise is which policy to give the lab's sequence_log_probs, which it calls",
+    "11_reward_models/Exercise 3": "the gap is a line over the lesson's own tables; no lab function computes it",
+}
+"""Function exercises whose check hides nothing, and why: every other one hides the lab's own answer."""
+
+DELEGATION_REJECTED = "delegation rejected:"
+
+
+def delegations(notebook, found) -> list[str]:
+    """For every function answer and every lab answer its check hides: the solution's code, then the answer
+    redefined to only call that lab answer, then the check, which must reject it (a CallsTheLab error)."""
+    cells = []
+    for exercise, solution, check in found:
+        source = notebook.cells[check].source
+        for name in function_answers(notebook, exercise, check):
+            for hidden in hidden_answers(source):
+                cells.append(f"{solution_code(notebook.cells[solution].source)}\n"
+                             f"def {name}(*args, **kwargs):  # only calls the lab's own answer\n"
+                             f"    return {hidden}(*args, **kwargs)\n\n\n"
+                             f"from lab.exercises import WrongAnswer\n"
+                             f"try:\n{textwrap.indent(source, '    ')}\n"
+                             f"except WrongAnswer as error:\n    print({DELEGATION_REJECTED!r}, {hidden!r}, error)")
+    return cells
+
+
 def with_solutions_after(notebook, found) -> list[tuple[int, int]]:
     """Append to `notebook`, after its last cell, a cell that sets LAB_EXERCISES=solved in the kernel and,
     for each exercise, its solution's code then a copy of its check: what a student does who pastes a
@@ -227,18 +278,36 @@ def with_solutions_after(notebook, found) -> list[tuple[int, int]]:
     return pairs
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_function_exercise_hides_the_labs_own_answer_from_the_students_function(path):
+    """A function that only calls the lab's answer must fail its check (`lab.exercises.check`'s `without`): every
+    exercise whose answer is a function names, in its check, the lab functions it compares with, unless UNHIDDEN
+    says why the lab has none. (The delegating answers themselves are run, and must fail, by the lesson test.)"""
+    notebook = nbformat.read(path, as_version=4)
+    for exercise, _, check in exercises(notebook):
+        if not function_answers(notebook, exercise, check):
+            continue
+        title = ast.literal_eval(check_call(notebook.cells[check].source).args[0])
+        exempt = path.stem in UNHIDDEN or f"{path.stem}/{title.split(',')[0].split(':')[0]}" in UNHIDDEN
+        assert exempt or hidden_answers(notebook.cells[check].source), (
+            f"{title}: its check hides none of the lab's functions (without=...), so `return lab_function(...)` passes")
+
+
 def run_as_a_student_then_solved(notebook, kernel_specs, monkeypatch, draws: bool = True) -> None:
     """"Run all" on `notebook` as committed, then each solution and its check in the same kernel.
 
     The student's run executes without error, draws at least one figure (where `draws`), every check
     says "not yet solved" and no solution's code appears in the output. Then, with LAB_EXERCISES=solved
     set in the kernel (an unsolved check is an error), each solution's code runs followed by its
-    check, which must print "solved". The whole, lesson and solutions, must fit in NOTEBOOK_TIMEOUT_S:
+    check, which must print "solved"; last, each function answer redefined to only call a lab answer
+    its check hides (`delegations`) must be rejected. The whole, lesson and solutions, must fit in NOTEBOOK_TIMEOUT_S:
     it is enforced as a timeout, each cell may use only what is left of it.
     """
     found = exercises(notebook)
     lesson_cells = len(notebook.cells)
     pairs = with_solutions_after(notebook, found)
+    delegating = delegations(notebook, found)
+    notebook.cells.extend(nbformat.v4.new_code_cell(cell) for cell in delegating)
     monkeypatch.delenv(SOLVED_ENV, raising=False)  # the kernel inherits the environment: a student's
     execute(notebook, kernel_specs, NOTEBOOK_TIMEOUT_S)
 
@@ -252,6 +321,10 @@ def run_as_a_student_then_solved(notebook, kernel_specs, monkeypatch, draws: boo
     for check, rerun in pairs:
         assert re.search(r": solved$", output_text(notebook.cells[rerun]), re.M), (
             f"check cell {check} did not pass with its solution")
+    for cell, source in zip(notebook.cells[len(notebook.cells) - len(delegating):], delegating):
+        printed = output_text(cell)
+        assert DELEGATION_REJECTED in printed and "CallsTheLab" in printed, (
+            f"a function that only calls the lab's answer passed its check:\n{source}\n{printed}")
 
 
 @pytest.mark.slow

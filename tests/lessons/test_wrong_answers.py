@@ -1,24 +1,62 @@
-"""The exercise checks catch the plausible wrong answers they were written against (and pass the right ones).
+"""The exercise checks reject the plausible wrong answers they were written against, and pass the right ones.
 
-Each lesson script runs once as a plain module (`runpy`, its placeholders unsolved), then its check functions
-are called on a right answer and on the named wrong one: the wrong one must raise. Slow: it runs three lessons.
+Each test runs only the cells of a lesson its checks need (`cells_of`: the lesson's first code cell, its imports and
+setup, then the cells holding the named definitions, in the lesson's order, in one namespace), then calls a check
+on a right answer and on each named wrong one: the wrong one must fail. A check that only compares can reject a
+wrong *value*; a function that only calls the lab's own answer is rejected by `lab.exercises.check`'s `without`,
+so those wrong answers go through the lesson's own check cell (`run_check_cell`). Slow: each runs part of a lesson.
 """
 
+import copy
 import runpy
 from pathlib import Path
 
+import jupytext
 import pytest
 import torch
+
+from lab.exercises import EXERCISE_TAG, SOLVED_ENV, WrongAnswer
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
-def fails(test, answer) -> bool:
+def fails(test, *answer) -> bool:
     try:
-        test(answer)
+        test(*answer)
     except AssertionError:
         return True
     return False
+
+
+def code_cells(lesson: str) -> list[tuple[str, bool]]:
+    """(source, is an exercise cell) of every code cell of a lesson."""
+    return [(cell.source, EXERCISE_TAG in cell.metadata.get("tags", []))
+            for cell in jupytext.read(NOTEBOOKS / f"{lesson}.py").cells if cell.cell_type == "code"]
+
+
+def cells_of(lesson: str, *markers: str) -> dict:
+    """The namespace after running the lesson's first code cell, its exercise cells (the placeholders its checks
+    name) and every code cell containing one of `markers`, in the lesson's order."""
+    cells = code_cells(lesson)
+    namespace = {"__name__": "__main__"}
+    for index, (source, exercise) in enumerate(cells):
+        if index == 0 or exercise or any(marker in source for marker in markers):
+            exec(compile(source, f"{lesson}[{index}]", "exec"), namespace)
+    assert all(any(m in source for source, _ in cells) for m in markers), "a marker names no cell of the lesson"
+    return namespace
+
+
+def run_check_cell(lesson: str, namespace: dict, title: str, answer_code: str, monkeypatch) -> str:
+    """Define an answer in the lesson's namespace and run the lesson's own check cell of `title` (the one whose
+    check(...) call carries it) with LAB_EXERCISES=solved: '' if it passes, else the WrongAnswer's message."""
+    monkeypatch.setenv(SOLVED_ENV, "solved")
+    exec(answer_code, namespace)
+    (check_cell,) = [source for source, _ in code_cells(lesson) if f'check("{title}' in source]
+    try:
+        exec(check_cell, namespace)
+    except WrongAnswer as error:
+        return str(error)
+    return ""
 
 
 @pytest.fixture(scope="module")
@@ -42,46 +80,78 @@ def _agreement(ns, ratio, detach: bool) -> float:
     return (with_ratio @ plain / (with_ratio.norm() * plain.norm())).item()
 
 
-def _own_group_only(ns, delta_fn, draws: int) -> bool:
+def _own_group_only(ns, delta_fn, draws: int, mode: str = "normalized", only_next: bool = False) -> bool:
+    """Exercise 2's solution, with the wrong answers as switches: one draw, another mode, only the next prompt
+    redrawn."""
     generator = torch.Generator().manual_seed(0)
     draw = lambda: torch.randint(0, 6, (4, 6), generator=generator).float()  # noqa: E731
     for _ in range(draws):
         rewards = draw()
         for prompt in range(rewards.shape[0]):
-            others = draw()
+            others = rewards.clone() if only_next else draw()
+            if only_next:
+                others[(prompt + 1) % len(rewards)] = draw()[0]
             others[prompt] = rewards[prompt]
-            if not torch.equal(delta_fn(rewards, "normalized")[prompt], delta_fn(others, "normalized")[prompt]):
+            if not torch.equal(delta_fn(rewards, mode)[prompt], delta_fn(others, mode)[prompt]):
                 return False
     return True
 
 
-def _stays_put(ns, make_reference, before_of_policy: bool) -> bool:
+def _stays_put(ns, make_reference, yardstick: str) -> bool:
+    """Exercise 3's solution (`yardstick="reference"`), and two wrong ones: the reference compared with the policy's
+    outputs from before the step, or with the stepped policy's."""
     task, response_log_probs = ns["task"], ns["response_log_probs"]
     policy = ns["Policy"](task.vocab_size, 3, task.response_length, generator=torch.Generator().manual_seed(5))
     reference = make_reference(policy)
-    before = (policy if before_of_policy else reference)(task.prompts).detach().clone()
+    before = (policy if yardstick == "policy before" else reference)(task.prompts).detach().clone()
     optimizer = torch.optim.Adam(policy.parameters(), lr=0.1)
     optimizer.zero_grad()
     (-response_log_probs(policy(task.prompts), torch.zeros(3, 1, 3, dtype=torch.long)).mean()).backward()
     optimizer.step()
+    if yardstick == "stepped policy":
+        return not torch.equal(reference(task.prompts), policy(task.prompts))
     return torch.equal(reference(task.prompts), before)
 
 
 @pytest.mark.slow
-def test_lesson_05s_checks_catch_a_ratio_without_detach_a_single_draw_and_the_policy_as_the_yardstick(lesson05):
-    """Exercise 1: old log-probs that keep their gradient; exercise 2: one draw of rewards; exercise 3: outputs
-    compared with the policy's before the step instead of the reference's."""
+def test_lesson_05s_checks_catch_each_wrong_check(lesson05):
+    """Exercise 1: old log-probs that keep their gradient. Exercise 2: one draw of rewards; mode "centered" (bug 4
+    lives in the normalized mode only, as a real delta function's bug would); only the next prompt redrawn.
+    Exercise 3: outputs compared with the policy's before the step; the reference compared with the stepped policy
+    (it differs from it, yet moves with it: a copy sharing the embedding)."""
     ns = lesson05
-    cases = [("agrees_with_the_lab", _agreement, True, False), ("flags_the_broken_std", _own_group_only, 20, 1),
-             ("flags_the_live_reference", _stays_put, False, True)]
-    for check, answer, right, wrong in cases:
-        assert not fails(ns[check], lambda x, a=answer, v=right: a(ns, x, v)), check
-        assert fails(ns[check], lambda x, a=answer, v=wrong: a(ns, x, v)), check
+    right = [("agrees_with_the_lab", lambda x: _agreement(ns, x, True)),
+             ("flags_the_broken_std", lambda x: _own_group_only(ns, x, 20)),
+             ("flags_the_live_reference", lambda x: _stays_put(ns, x, "reference"))]
+    wrong = [("agrees_with_the_lab", lambda x: _agreement(ns, x, False)),
+             ("flags_the_broken_std", lambda x: _own_group_only(ns, x, 1)),
+             ("flags_the_broken_std", lambda x: _own_group_only(ns, x, 20, mode="centered")),
+             ("flags_the_broken_std", lambda x: _own_group_only(ns, x, 20, only_next=True)),
+             ("flags_the_live_reference", lambda x: _stays_put(ns, x, "policy before")),
+             ("flags_the_live_reference", lambda x: _stays_put(ns, x, "stepped policy"))]
+    for check, answer in right:
+        assert not fails(ns[check], answer), check
+    for check, answer in wrong:
+        assert fails(ns[check], answer), check
+    assert not _own_group_only(ns, copy.copy(ns["broken"](4)), 20)  # the bug itself is still caught
 
 
 @pytest.mark.slow
-def test_lesson_09s_checks_catch_log_of_sigmoid_and_the_naive_optimum_and_lesson_07_takes_three_digits():
-    ns = runpy.run_path(str(NOTEBOOKS / "09_dpo.py"))
+def test_lesson_07_takes_three_digits_rounded_or_cut_off_and_nothing_further():
+    """The text says three digits are enough: 0.167 and 0.166 (2/12 = 0.1666...) pass; 0.165, 0.168, 0.16 and
+    0.25 (the leave-one-out scale 1/C) do not."""
+    scale = cells_of("07_length_bias", "policy = AutoregressivePolicy(", "varying = updates_against_grad_j(",
+                     "grad_j = X.expectation_gradient(",
+                     "def test_centered_scale")["test_centered_scale"]
+    for right in (2 / 12, 0.167, 0.166):
+        assert not fails(scale, right), right
+    for wrong in (0.165, 0.168, 0.16, 0.25):
+        assert fails(scale, wrong), wrong
+
+
+@pytest.mark.slow
+def test_lesson_09s_checks_catch_log_of_sigmoid_the_naive_optimum_and_a_call_of_dpo_loss(monkeypatch):
+    ns = cells_of("09_dpo", "def test_dpo_loss", "def test_optimum")
 
     def h(c, r, rc, rr):
         return (c - rc) - (r - rr)
@@ -91,6 +161,50 @@ def test_lesson_09s_checks_catch_log_of_sigmoid_and_the_naive_optimum_and_lesson
     assert not fails(ns["test_optimum"], lambda p, r, beta: torch.softmax(p.log() + r / beta, dim=-1))
     naive = lambda p, r, beta: p * torch.exp(r / beta) / (p * torch.exp(r / beta)).sum(-1, keepdim=True)  # noqa: E731
     assert fails(ns["test_optimum"], naive)
-    scale = runpy.run_path(str(NOTEBOOKS / "07_length_bias.py"))["test_centered_scale"]
-    assert not fails(scale, 2 / 12) and not fails(scale, 0.167)
-    assert fails(scale, 0.16) and fails(scale, 0.25)
+    calls = "def my_dpo_loss(chosen, rejected, ref_chosen, ref_rejected, beta):\n" \
+            "    return dpo_loss(chosen, rejected, ref_chosen, ref_rejected, beta)[0]\n"
+    assert not fails(ns["test_dpo_loss"], lambda *a: ns["dpo_loss"](*a)[0])  # it does compute the right values
+    assert "CallsTheLab" in run_check_cell("09_dpo", ns, "Exercise 1, the DPO loss", calls, monkeypatch)
+
+
+@pytest.mark.slow
+def test_lesson_10s_sft_check_catches_the_mask_missing_from_the_numerator_and_a_call_of_sft_loss(monkeypatch):
+    """Padded log-probs are 0 in the lab, so a numerator without the mask agreed with the lab there: the check
+    also puts other numbers on the padding, where only a masked numerator agrees."""
+    ns = cells_of("10_before_rl", "def test_sft_loss")
+    test = ns["test_sft_loss"]
+    axes = (-3, -2, -1)
+    assert not fails(test, lambda lp, m: -(lp * m).sum(axes) / m.sum(axes))
+    assert fails(test, lambda lp, m: -lp.sum(axes) / m.sum(axes))  # the mask missing from the numerator
+    assert fails(test, lambda lp, m: -(lp * m).sum(axes) / m[0].numel())  # divided by S x C, not the live tokens
+    calls = "def my_sft_loss(log_probs, mask):\n    return sft_loss(log_probs, mask)\n"
+    assert not fails(test, ns["sft_loss"])  # it does compute the right values
+    assert "CallsTheLab" in run_check_cell("10_before_rl", ns, "Exercise 1, the SFT loss", calls, monkeypatch)
+
+
+@pytest.mark.slow
+def test_lesson_11s_best_of_n_check_rejects_a_call_of_best_of_n_kl(monkeypatch):
+    ns = cells_of("11_reward_models", "for pairs in (16, 256):", "def test_bon_kl")
+    calls = "def my_bon_kl(probs, scores, n):\n    return best_of_n_kl(probs, scores, n)\n"
+    assert not fails(ns["test_bon_kl"], ns["best_of_n_kl"])  # it does compute the right values
+    assert "CallsTheLab" in run_check_cell("11_reward_models", ns, "Exercise 2, best-of-n's KL", calls, monkeypatch)
+
+
+@pytest.mark.slow
+def test_lesson_12s_trl_fields_take_the_booleans_trl_maps_and_reject_the_per_token_beta():
+    """TRL maps scale_rewards=True to "group" and False to "none" (GRPOConfig.__post_init__): both spellings pass.
+    The lab's beta unscaled (TRL's KL term is the loss's aggregation of k3, the lab's C times it) fails."""
+    test = cells_of("12_from_the_lab_to_trl", "def test_trl_fields")["test_trl_fields"]
+    loss_type = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
+
+    def fields(scale, beta_factor):
+        def answer(delta, loss_agg, kl, clip_eps, group_size, steps, max_length):
+            return {"loss_type": loss_type[loss_agg], "scale_rewards": scale[delta],
+                    "beta": kl * (max_length if beta_factor else 1), "epsilon": clip_eps,
+                    "num_generations": group_size, "num_iterations": steps}
+        return answer
+
+    assert not fails(test, fields({"centered": "none", "normalized": "group"}, True))
+    assert not fails(test, fields({"centered": False, "normalized": True}, True))
+    assert fails(test, fields({"centered": True, "normalized": False}, True))
+    assert fails(test, fields({"centered": False, "normalized": True}, False))
