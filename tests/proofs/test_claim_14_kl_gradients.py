@@ -63,20 +63,23 @@ def _response_tokens(table, responses):
 
 
 @settings(deadline=None)
-@given(toy=toys(), G=st.integers(2, 4), beta=st.sampled_from([0.1, 0.7]), mode=st.sampled_from(["raw", "centered"]))
+@given(toy=toys(), G=st.integers(2, 4), beta=st.sampled_from([0.1, 0.7]),
+       mode=st.sampled_from(["raw", "loo", "centered"]))
 def test_claim_14_where_the_penalty_goes_k2_in_the_loss_and_k1_in_the_reward_ascend_j_beta(toy, G, beta, mode):
-    """The expected update of each (estimator, placement) pair, with raw or centered deltas of a group of G:
+    """The expected update of each (estimator, placement) pair, with raw, leave-one-out or centered deltas of a
+    group of G:
 
         loss    (surrogate + beta * k):                    E[update] = s * grad J - beta * E[grad k]
         reward  (deltas of r - beta * sum_pos k, detached): E[update] = s * (grad J - beta * E[k grad log pi])
 
-    with s = 1 for raw deltas and (G-1)/G for centered ones (claim 4), and per pair the direction beta
-    multiplies is: k1 in the loss 0; k2 in the loss grad KL(pi_theta || pi_ref); k3 in the loss
+    with s = 1 for raw and leave-one-out deltas (claim 3) and (G-1)/G for centered ones (claim 4), and per pair the
+    direction beta multiplies is: k1 in the loss 0; k2 in the loss grad KL(pi_theta || pi_ref); k3 in the loss
     grad KL(pi_ref || pi_theta); k1 in the reward grad KL(pi_theta || pi_ref); k2 in the reward
     grad E_pi[k2] - grad KL(pi_theta || pi_ref); k3 in the reward grad KL(pi_theta || pi_ref) - grad KL(pi_ref || pi_theta).
-    So k2 in the loss and k1 in the reward both follow grad J_beta, J_beta = E[r] - beta KL(pi_theta || pi_ref)
-    (k1 in the reward with a group's centered deltas: (G-1)/G grad J_beta, the group's scale also on the
-    penalty); k3 in the loss follows grad (J - beta KL(pi_ref || pi_theta)), the reverse direction.
+    So k1 in the reward follows s grad J_beta, J_beta = E[r] - beta KL(pi_theta || pi_ref), at beta for every mode
+    (the group's scale is also on the penalty), and k2 in the loss s grad J_{beta / s}: J_beta itself for raw and
+    leave-one-out deltas, J_{beta G / (G-1)} for centered ones; k3 in the loss follows
+    s grad (J - (beta / s) KL(pi_ref || pi_theta)), the reverse direction.
 
     The reward placement is computed through `lab.core.kl.penalized_rewards`, the function the training loop
     calls, on every response's table; the loss placement through the estimators' exact expectation.
@@ -89,7 +92,7 @@ def test_claim_14_where_the_penalty_goes_k2_in_the_loss_and_k1_in_the_reward_asc
     log_probs = position_log_probs(toy.policy, toy.prompts)  # float[batch pos vocab], with gradient
     ref_log_probs = position_log_probs(reference.policy, toy.prompts).detach()
     responses = all_responses(toy.vocab_size, toy.length)  # int[n pos]
-    scale = 1.0 if mode == "raw" else (G - 1) / G
+    scale = (G - 1) / G if mode == "centered" else 1.0
     moments = lambda rewards: gradient_moments(toy.policy, toy.prompts, rewards, mode, G, method="values")  # noqa: E731
     grad_j = moments(toy.rewards).grad_j.sum(0)  # float[params]
     directions = _penalty_directions(log_probs, ref_log_probs, toy.policy)

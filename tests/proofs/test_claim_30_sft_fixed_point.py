@@ -95,3 +95,94 @@ def test_claim_30_the_token_mean_over_variable_lengths_keeps_pi_demo_the_per_seq
     (per_sequence,) = torch.autograd.grad(-(demo * z.log_softmax(-1) / lengths).sum(), z)
     assert close(per_sequence, torch.zeros_like(per_sequence))
     assert not close(shifted, demo)  # lengths differ, so the two fixed points do
+
+
+def fresh_batch_weights(demo: torch.Tensor, lengths: torch.Tensor, n: int) -> torch.Tensor:
+    """w(y) = E[1 / (|y| + S_{n-1})], S_{n-1} the summed lengths of n - 1 other demonstrations drawn from pi_demo:
+    float64[responses], from the length distribution convolved n - 1 times."""
+    top = int(lengths.max())
+    of_length = torch.zeros(top + 1, dtype=torch.float64).index_add_(0, lengths.long(), demo)  # P(|y| = l)
+    others = torch.zeros(1, dtype=torch.float64)
+    others[0] = 1.0  # S_0 = 0
+    for _ in range(n - 1):
+        others = torch.nn.functional.pad(others, (0, top)).unsqueeze(0)
+        others = torch.stack([torch.roll(others[0], shift) * of_length[shift] for shift in range(top + 1)]).sum(0)
+    total = torch.arange(len(others), dtype=torch.float64)
+    return torch.stack([(others / (length + total)).sum() for length in lengths.double()])
+
+
+def fixed_point(demo: torch.Tensor, lengths: torch.Tensor, n: int) -> torch.Tensor:
+    """pi_demo(y) E[1 / (|y| + S_{n-1})], renormalised: the fixed point of the token mean over fresh batches of n."""
+    weighted = demo * fresh_batch_weights(demo, lengths, n)
+    return weighted / weighted.sum()
+
+
+def expected_gradient(demo: torch.Tensor, lengths: torch.Tensor, z: torch.Tensor, n: int) -> torch.Tensor:
+    """The gradient in the tabular logits z of E[sft_loss] over every batch of n demonstrations drawn from pi_demo:
+    each batch is one leading index of the lab's `sft_loss`, a response's sequence log-prob on its first token and
+    0 on its other live tokens (the loss sums them), its |y| tokens live in the mask."""
+    z = z.clone().requires_grad_(True)
+    log_pi = z.log_softmax(-1)
+    batches = torch.cartesian_prod(*[torch.arange(len(demo))] * n).view(-1, n)  # int[batches n]
+    width = int(lengths.max())
+    per_token = torch.zeros(len(batches), 1, n, width, dtype=torch.float64)
+    per_token = per_token.index_put((torch.arange(len(batches)).repeat_interleave(n), torch.zeros(len(batches) * n,
+                                     dtype=torch.long), torch.arange(n).repeat(len(batches)),
+                                     torch.zeros(len(batches) * n, dtype=torch.long)), log_pi[batches].flatten())
+    mask = (torch.arange(width) < lengths[batches].unsqueeze(-1)).unsqueeze(1)  # bool[batches 1 n pos]
+    weight = demo[batches].prod(-1)  # P(the batch)
+    (gradient,) = torch.autograd.grad((weight * sft_loss(per_token, mask)).sum(), z)
+    return gradient
+
+
+@given(seed=seeds, n=st.integers(1, 3))
+def test_claim_30_with_fresh_batches_of_variable_length_the_token_means_fixed_point_is_pi_demo_times_e_1_over_count(
+        seed, n):
+    """Fresh batches of n demonstrations from pi_demo, of variable length (`lab.exact.varlen`: vocabulary 2, up to 3
+    tokens), each step's loss the lab's token mean over its batch: the batch's token count |y| + S_{n-1} comes with
+    each demonstration, so the expected gradient vanishes at pi_demo(y) E[1 / (|y| + S_{n-1})], renormalised, not
+    at pi_demo (the mutant: the claim as it stood, "the token mean keeps pi_demo"), unless every length is equal.
+    At n = 1 it is pi_demo(y) / |y|, the per-sequence mean's fixed point. Every batch is enumerated, float64."""
+    policy = make_policy("autoregressive", 2, 2, 3, 3, torch.Generator().manual_seed(seed)).double()
+    lengths = varlen.lengths(policy)
+    demo = demo_distribution(seed, 1, len(lengths))[0]
+    moved = fixed_point(demo, lengths, n)
+    assert close(expected_gradient(demo, lengths, moved.log(), n), torch.zeros_like(demo))
+    assert not close(expected_gradient(demo, lengths, demo.log(), n), torch.zeros_like(demo))
+    if n == 1:
+        assert close(moved, demo / lengths / (demo / lengths).sum())
+
+
+def test_claim_30_on_a_fixed_set_the_token_mean_keeps_the_sets_own_distribution():
+    """The lab's `--loss sft` trains on one set drawn before training: its token count is a constant, so the loss is
+    the set's NLL up to a factor and its fixed point, in the tabular class, is the set's empirical distribution,
+    whatever the lengths. Mutant: the per-sequence mean moves it."""
+    lengths = torch.tensor([1, 2, 3, 3])
+    batch = torch.tensor([0, 0, 1, 2, 3, 3, 3])  # the fixed set: responses by index
+    empirical = torch.bincount(batch, minlength=4).double() / len(batch)
+    z = empirical.log().clone().requires_grad_(True)
+    log_pi = z.log_softmax(-1)
+    per_token = torch.zeros(1, len(batch), 3, dtype=torch.float64).index_put(
+        (torch.zeros(len(batch), dtype=torch.long), torch.arange(len(batch)), torch.zeros(len(batch), dtype=torch.long)),
+        log_pi[batch])
+    mask = torch.arange(3) < lengths[batch].unsqueeze(-1)
+    (gradient,) = torch.autograd.grad(sft_loss(per_token.unsqueeze(0), mask.unsqueeze(0)).sum(), z)
+    assert close(gradient, torch.zeros(4, dtype=torch.float64))
+    z = empirical.log().clone().requires_grad_(True)
+    (mutant,) = torch.autograd.grad(-(z.log_softmax(-1)[batch] / lengths[batch]).mean(), z)
+    assert not close(mutant, torch.zeros(4, dtype=torch.float64))
+
+
+def test_claim_30_fresh_batches_fixed_point_approaches_pi_demo_as_the_batch_grows():
+    """The claim's numbers: demonstrations that emit each of 5 tokens and EOS uniformly, up to 4 tokens (the
+    lecture's autoregressive space, 781 responses; a policy with zero logits), KL(pi_demo || fixed point) is 0.157,
+    0.031, 0.0059 and 0.0003 for fresh batches of 1, 2, 4 and 16. The fixed point's formula is the one the enumeration
+    above proves. Mutant: a fixed point of pi_demo(y) / |y| at every n stays at 0.157."""
+    uniform = make_policy("autoregressive", 5, 3, 4, 10, torch.Generator().manual_seed(0), 0.0).double()
+    with torch.no_grad():
+        demo = varlen.all_probs(uniform, torch.tensor([[0, 1, 2]]))[0]
+    lengths = varlen.lengths(uniform)
+    assert close(demo, (1 / 6) ** lengths.double())  # 1/6 per token drawn, EOS or not
+    values = [float(kl(demo, fixed_point(demo, lengths, n).log())) for n in (1, 2, 4, 16)]
+    assert [round(v, d) for v, d in zip(values, (3, 3, 4, 4))] == [0.157, 0.031, 0.0059, 0.0003]
+    assert round(float(kl(demo, (demo / lengths / (demo / lengths).sum()).log())), 3) == 0.157

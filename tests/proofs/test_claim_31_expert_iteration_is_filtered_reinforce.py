@@ -81,3 +81,62 @@ def test_claim_31_with_a_fixed_normaliser_filtered_imitation_is_reinforce_with_a
     affine = close(a * toy.rewards[0] + b, passes)  # F = a R + b: then grad P = a grad E[R]
     if not affine and float(grad_p.norm()) > 1e-6:
         assert not close(reinforce, grad_p)
+
+
+def batch_factors(p_pass: list[float], G: int, length: int) -> list[float]:
+    """c_b = (G / L) E[1 / (1 + B_b + K_others)] per prompt, B_b ~ Bin(G - 1, p_b) the rest of its own group kept,
+    K_others ~ sum of Bin(G, p_b') the other prompts' kept responses: the lab's loss divides by the batch's kept
+    tokens, all prompts together."""
+    def binomial(n, p):
+        return [math.comb(n, k) * p**k * (1 - p)**(n - k) for k in range(n + 1)]
+
+    factors = []
+    for b, p in enumerate(p_pass):
+        others = [1.0]  # the distribution of the other prompts' kept count, one prompt convolved in at a time
+        for q in p_pass[:b] + p_pass[b + 1:]:
+            summed = [0.0] * (len(others) + G)
+            for j, a in enumerate(others):
+                for k, w in enumerate(binomial(G, q)):
+                    summed[j + k] += a * w
+            others = summed
+        factors.append(G / length * sum(wb * wk / (1 + kb + kk) for kb, wb in enumerate(binomial(G - 1, p))
+                                        for kk, wk in enumerate(others)))
+    return factors
+
+
+@given(seed=seeds, threshold=st.sampled_from([1.0, 2.0, 3.0]))
+def test_claim_31_in_a_batch_of_prompts_each_prompt_gets_its_own_factor_from_the_batchs_kept_tokens(seed, threshold):
+    """Two prompts, G = 2 responses each, every pair of groups enumerated: the lab's loss averages over the kept
+    tokens of the whole batch, so E[grad loss] = -sum_b c_b grad P_b(R >= tau), c_b = (G / L) E[1 / (1 + B_b +
+    K_others)] (`batch_factors`), one factor per prompt, and the update is not a multiple of grad sum_b P_b. Mutant:
+    the one-prompt factor (G / L) E[1 / (1 + B_b)] for each prompt, the claim as it stood, fails wherever a prompt's
+    responses can pass."""
+    toy = make_toy(seed, vocab_size=2, length=2, batch=2)
+    G, responses = 2, all_responses(toy.vocab_size, toy.length)  # int[n pos]
+    probs = all_log_probs(toy.policy, toy.prompts).exp().detach()  # float[batch n]
+    passes = (toy.rewards >= threshold).double()
+    p_pass = (probs * passes).sum(-1)
+    grads = [flat_grad((all_log_probs(toy.policy, toy.prompts)[b].exp() * passes[b]).sum(), toy.policy) for b in (0, 1)]
+    groups = torch.cartesian_prod(*[torch.arange(len(responses))] * G)  # int[n^G G]: one prompt's group
+    both = torch.stack(torch.meshgrid(torch.arange(len(groups)), torch.arange(len(groups)), indexing="ij"), -1)
+    index = torch.stack([groups[both.view(-1, 2)[:, b]] for b in (0, 1)], 1)  # int[combos batch G]
+    token = toy.policy(toy.prompts).log_softmax(-1)  # float[batch pos vocab], with gradient
+    positions = torch.arange(toy.length)
+    per_token = torch.stack([token[b][positions, responses[index[:, b]]] for b in (0, 1)], 1)  # float[combos batch G pos]
+    keep = at_least(torch.stack([toy.rewards[b][index[:, b]] for b in (0, 1)], 1), threshold)  # float[combos batch G]
+    weight = torch.stack([probs[b][index[:, b]].prod(-1) for b in (0, 1)], 1).prod(-1)  # P(the two groups)
+    expected = flat_grad((weight * sft_loss(per_token, None, keep)).sum(), toy.policy)
+    factors = batch_factors([float(p) for p in p_pass], G, toy.length)
+    assert close(expected, -(factors[0] * grads[0] + factors[1] * grads[1]))
+    one_prompt = [G / toy.length * sum(math.comb(G - 1, k) * float(p)**k * (1 - float(p))**(G - 1 - k) / (1 + k)
+                                       for k in range(G)) for p in p_pass]
+    if min(float(p) for p in p_pass) > 1e-9 and max(float(g.norm()) for g in grads) > 1e-6:
+        assert not close(expected, -(one_prompt[0] * grads[0] + one_prompt[1] * grads[1]))
+
+
+def test_claim_31_the_batch_factors_of_the_claims_example():
+    """The claim's numbers: two prompts passing with probabilities 0.38 and 0.952, G = L = 2: c = 0.315 and 0.399
+    (`batch_factors`, which the enumeration above proves), against the one-prompt formula's 0.810 and 0.524."""
+    factors = batch_factors([0.38, 0.952], 2, 2)
+    assert [round(c, 3) for c in factors] == [0.315, 0.399]
+    assert [round(2 / 2 * (1 - p / 2), 3) for p in (0.38, 0.952)] == [0.81, 0.524]

@@ -73,14 +73,19 @@ def test_claim_32_best_of_n_kl_is_at_most_log_n_minus_n_minus_1_over_n(seed, siz
     assert n > 1 or abs(kl) < 1e-12
 
 
-def test_claim_32_the_bound_is_approached_when_no_response_carries_much_probability():
+def test_claim_32_the_bound_is_approached_when_no_score_level_carries_much_probability():
     """Uniform pi over m responses with distinct scores: KL(p_n || pi) rises to log n - (n-1)/n as m grows
-    (within 1e-3 at m = 2000), strictly below it. Mutant: the bound log n, which Gao et al.'s
-    formula corrects, is not approached (it stays more than (n-1)/n - 1e-3 above the KL)."""
+    (within 1e-3 at m = 2000), strictly below it. What matters is the score levels, not the responses: the same
+    2000 responses, each as light, on two levels of 1000 are two heavy levels, and the KL stays at most log 2.
+    Mutants: the bound log n, which Gao et al.'s formula corrects, is not approached (it stays more than
+    (n-1)/n - 1e-3 above the KL); "approached when no response carries much probability" fails on the two levels."""
     m = 2000
     probs = torch.full((1, m), 1.0 / m, dtype=torch.float64)
     scores = torch.arange(m, dtype=torch.float64).unsqueeze(0)
+    two_levels = (scores >= m / 2).double()
     for n in (2, 4, 16, 64):
         kl = float(best_of_n_kl(probs, scores, n))
         assert 0 < kl_bound(n) - kl < 1e-3
         assert math.log(n) - kl > (n - 1) / n - 1e-3
+        heavy = float(best_of_n_kl(probs, two_levels, n))
+        assert heavy <= math.log(2) + 1e-12 and kl_bound(n) - heavy > 0.05
