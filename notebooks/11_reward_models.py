@@ -227,15 +227,15 @@ print(f"GRPO, beta = 0: alpha = {rl_fit['alpha']:.3f}, beta = {rl_fit['beta']:.3
       f"{rl_fit['peak_d']:.2f} (the mean curve peaks at d = {rl_curve_d[peak + 1]:.2f}); RMS residual "
       f"{rl_fit['rms']:.3f} against a straight line's {rl_fit['line_rms']:.3f}")
 assert fit["rms"] < fit["line_rms"] and rl_fit["rms"] < rl_fit["line_rms"] and rl_fit["peak_d"] < rl_curve_d[peak + 1]
-assert f"{rl_d[0, :, peak].mean():.2f} {rl_d[0, :, -1].mean():.2f}" == "1.63 2.18" and 0.35 < falls[0.0].estimate < 0.45
+assert 1.2 < rl_d[0, :, -1].mean() / rl_d[0, :, peak].mean() < 1.5 and 0.35 < falls[0.0].estimate < 0.45
 
 # %% [markdown]
 # Both forms fit better than a straight line (the residuals above), and neither locates its peak. The
 # best-of-n form's fitted peak lies past the exact one: on 125 responses per prompt and a few reward levels
 # the curve flattens where the quadratic keeps bending. The RL form's lies before it: once the runs pass
-# the peak, the gold falls by about 0.4 while d grows only from 1.63 to 2.18 (section 3's first row), a
-# steep drop that `d (alpha - beta log d)` can only meet by bending down early. The forms summarise the
-# curves without locating their peaks.
+# the peak, the gold falls by about 0.4 while d grows by only about a third (section 3's first row: d at the
+# peak epoch and at the end), a steep drop that `d (alpha - beta log d)` can only meet by bending down early.
+# The forms summarise the curves without locating their peaks.
 # `lab.experiments.overoptimisation.run_overoptimisation` repeats this over seeds, three proxies, three KL
 # weights and DPO on each proxy's own pairs, and `lab.experiments.overoptimisation_section` decides Gao et
 # al.'s claims with rules that can fail (`lab reproduce` writes them into RESULTS.md).

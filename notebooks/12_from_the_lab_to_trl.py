@@ -84,7 +84,7 @@ assert trl_defaults["beta"] == 0.0 and trl_defaults["loss_type"] == "dapo" and c
 # `scale_rewards="group"` is `--delta normalized`. TRL's defaults are not the lab's: `beta=0.0` (no KL
 # term at all, and no reference model is loaded) and `loss_type="dapo"` (every token of the generation
 # batch counted once: on one process with one micro-batch it divides like `"bnpo"`, the lab's
-# `token-mean`); a TRL run that sets neither has no penalty, whatever the recipe's beta. The last four
+# `token-mean`); a TRL run that does not set `beta` has no KL penalty at all. The last four
 # lines make TRL's optimizer the lab's: a constant learning rate (TRL decays it linearly by default), no
 # gradient clipping (TRL clips at 1.0), and float32 (TRL's `bf16=None` means bf16 autocast wherever the
 # device supports it; the exact lens would read a different model).
