@@ -32,10 +32,10 @@ instead of spinning, so that `--threads 2` beside another busy process does not 
 PUBLIC = {
     "ConfigError": "lab.training.config",
     "DeltaMode": "lab.core.modes",
-    "LossMode": "lab.core.losses",
     "Policy": "lab.policies.factorized",
     "PolicyStack": "lab.policies.factorized",
     "TrainConfig": "lab.training.config",
+    "TrainingLoss": "lab.core.modes",
     "compute_deltas": "lab.core.deltas",
     "compute_loss": "lab.core.losses",
     "k1": "lab.core.kl",

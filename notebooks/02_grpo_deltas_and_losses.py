@@ -45,7 +45,8 @@ import torch
 
 import lab.core.losses
 from lab.core.deltas import REWARD_MODES, compute_deltas
-from lab.core.losses import LossMode, compute_loss
+from lab.core.losses import SURROGATES, compute_loss
+from lab.core.modes import TrainingLoss
 from lab.policies.factorized import Policy
 from lab.training.config import TrainConfig
 from lab.training.train import train
@@ -281,15 +282,15 @@ clip_eps = 0.2
 rho_grid = torch.linspace(0.3, 1.8, 301, dtype=torch.float64)
 fig, axes = plt.subplots(2, 2, figsize=(10, 6), sharex=True)
 for column, delta in enumerate((+1.0, -1.0)):
-    for mode in LossMode:
+    for mode in SURROGATES:
         # one token per grid point: a leading axis of 301, then batch = trial = pos = 1
         log_probs = rho_grid.log().reshape(-1, 1, 1, 1).requires_grad_(True)
         old_log_probs = torch.zeros_like(log_probs)
         deltas = torch.full((len(rho_grid), 1, 1), delta, dtype=torch.float64)
         loss = compute_loss(log_probs, deltas, mode, old_log_probs, clip_eps)  # float[301]
         (gradient,) = torch.autograd.grad(loss.sum(), log_probs)
-        style = dict(label=mode.value, lw=2.5 if mode is LossMode.clipped else 1.2,
-                     ls="--" if mode is LossMode.naive else "-")
+        style = dict(label=mode.value, lw=2.5 if mode is TrainingLoss.clipped else 1.2,
+                     ls="--" if mode is TrainingLoss.naive else "-")
         axes[0, column].plot(rho_grid, -loss.detach(), **style)
         axes[1, column].plot(rho_grid, -gradient.flatten(), **style)
     for row in range(2):
@@ -421,7 +422,7 @@ assert abs(naive - unclipped) < 1e-5 * naive and broken == 0.0
 
 # %%
 reuse = [TrainConfig(epochs=1, steps=60, delta="centered", loss=mode, clip_eps=clip_eps)
-         for mode in LossMode]
+         for mode in SURROGATES]
 records = train(task, reuse)
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
 for run, config in enumerate(reuse):
@@ -463,7 +464,7 @@ assert longer.final("pg_loss")[0] < 5 * records.final("pg_loss")[0]
 # same seed, lands on the same parameters, up to float rounding.
 
 # %%
-one_step = train(task, [TrainConfig(epochs=1, steps=1, delta="centered", loss=mode) for mode in LossMode])
+one_step = train(task, [TrainConfig(epochs=1, steps=1, delta="centered", loss=mode) for mode in SURROGATES])
 for name, value in one_step.state.items():
     spread = (value - value[0]).abs().max().item()
     print(f"{name:>9}: max difference between the three runs after one step = {spread:.1e}")

@@ -135,3 +135,26 @@ def test_there_is_no_second_package_and_no_import_finder():
     """The console entry point lives in lab.cli; `lab` installs no import hook for old module names."""
     assert not (ROOT / "lab_console").exists()
     assert "meta_path" not in (ROOT / "lab" / "__init__.py").read_text()
+
+
+def test_a_tables_functions_exist_and_live_in_a_layer_its_module_may_import():
+    """A table of modes (`lab.core.choices.Table`: `DeltaMode`, `TrainingLoss`) names each entry's functions by
+    `Ref` ("module:function", imported on first call so that the table loads without torch). The import graph
+    above cannot see those names, so each is held to the same rule here: it resolves to a function, in a module
+    of the table's own layer or one to its left."""
+    import dataclasses
+
+    import lab.core.modes as modes
+    from lab.core.choices import Ref, Table
+
+    tables = [v for v in vars(modes).values() if isinstance(v, type) and issubclass(v, Table) and v is not Table]
+    assert {t.__name__ for t in tables} >= {"DeltaMode", "TrainingLoss"}
+    for table in tables:
+        for member in table:
+            refs = [v for f in dataclasses.fields(member.entry) for v in [getattr(member.entry, f.name)]
+                    if isinstance(v, Ref)]
+            assert refs or table.__name__ == "TrainingLoss", member  # a loss of another method has none
+            for ref in refs:
+                target = ref.path.partition(":")[0]
+                assert target in project_modules() and layer(target) <= layer(modes.__name__), (member, ref)
+                assert callable(ref.resolve()), (member, ref)

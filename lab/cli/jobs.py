@@ -19,10 +19,10 @@ import torch
 import typer
 
 from lab.cli.application import USER_ERRORS, fail, output_folder, writing
-from lab.cli.options import cli_message, hashed_name_note, make_task
+from lab.cli.options import cli_message, hashed_name_note, make_task, train_reward
 from lab.files.output_folders import RunFolder
 from lab.policies.interface import PolicyKind
-from lab.training.config import ConfigError, Device, TrainConfig, resolve_device
+from lab.training.config import OPTION_FIELDS, ConfigError, Device, TrainConfig, resolve_device
 from lab.training.divergence import DIVERGED_EXIT_CODE
 from lab.training.lengths import resolve_max_length
 from lab.training.limits import check_memory
@@ -80,6 +80,17 @@ def prepare(command: str, build: Callable[[], tuple[list[TrainConfig], int, Call
     if note:
         typer.echo(note, err=True)
     return Job(points, task, torch_device, folder, options)
+
+
+def config_from_options(given: dict) -> TrainConfig:
+    """The `TrainConfig` of a command's options by name: each option that is a config field (`OPTION_FIELDS`) goes
+    to its field, the reward checked (`train_reward`), `--pairs-from`'s and `--init-from`'s settings read."""
+    folders = ("pairs", "pairs_per_prompt", "preference", "pairs_from", "init_from")
+    fields = {name: given[name] for name in OPTION_FIELDS if name in given and name not in folders}
+    return TrainConfig(**{**fields, "reward": train_reward(fields["reward"])},
+                       **pairs_from_settings(given["pairs_from"], given["pairs"], given["pairs_per_prompt"],
+                                             given["preference"]),
+                       **start_settings(given["init_from"]))
 
 
 def start_settings(init_from: str | None) -> dict:

@@ -14,9 +14,10 @@ from typing import Annotated
 
 import typer
 
-from lab.core.modes import (DeltaMode, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Pairs, PolicyKind,
+from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Pairs, PolicyKind,
                             Preference, Sampler, TrainingLoss)
-from lab.training.config import Demos, Device, TrainConfig
+from lab.core.choices import described
+from lab.training.config import OPTION_FIELDS, Device, TrainConfig
 from lab.training.settings import option, text
 from tasks import LEARNED
 from tasks.sorting_choices import LECTURE_VOCAB_SIZE, REWARD_NAMES
@@ -36,14 +37,8 @@ def train_reward(value: str) -> str:
 
 
 # Options shared by the commands that train. Defaults are the lecture's (TrainConfig).
-DeltaOpt = Annotated[DeltaMode, typer.Option(help="rewards -> deltas: raw, minus the group mean, "
-                                                  "also / group std, group max only, leave-one-out; or gae: "
-                                                  "a learned critic's GAE advantages per token (PPO)")]
-LossOpt = Annotated[TrainingLoss, typer.Option(help="surrogate loss: naive log-prob * delta, ratio * delta, "
-                                                    "PPO-style clipped ratio; or dpo: DPO on preference pairs, "
-                                                    "beta = --kl (> 0), reference frozen at the initial policy; "
-                                                    "sft: the NLL of demonstrations (--demos); expert-iteration: "
-                                                    "the NLL of the policy's own samples that pass --ei-filter")]
+DeltaOpt = Annotated[DeltaMode, typer.Option(help=f"rewards -> deltas: {described(DeltaMode)}")]
+LossOpt = Annotated[TrainingLoss, typer.Option(help=f"what a run minimises: {described(TrainingLoss)}")]
 PairsOpt = Annotated[Pairs | None, typer.Option(help="--loss dpo: online (each group's best vs worst sample) "
                                                      "or offline (one fixed set drawn from pi_ref) [default: online]")]
 PairsPerPromptOpt = Annotated[int | None, typer.Option(help="--pairs offline: pairs drawn per prompt "
@@ -136,9 +131,11 @@ WhitenOpt = Annotated[bool, typer.Option("--whiten-advantages/--no-whiten-advant
 # `lab sweep`: the grid options repeat (--delta raw --delta centered); one value each by default,
 # the one `lab run` uses, which --help shows
 _RUN = TrainConfig()
-DeltasOpt = Annotated[list[DeltaMode] | None, typer.Option("--delta", help="repeatable: deltas to sweep",
+DeltasOpt = Annotated[list[DeltaMode] | None, typer.Option("--delta", help="repeatable: deltas to sweep (what each "
+                                                                                "does: lab run's help)",
                                                            show_default=_RUN.delta.value)]
-LossesOpt = Annotated[list[TrainingLoss] | None, typer.Option("--loss", help="repeatable: losses to sweep",
+LossesOpt = Annotated[list[TrainingLoss] | None, typer.Option("--loss", help="repeatable: losses to sweep (what each "
+                                                                                "is: lab run's help)",
                                                           show_default=_RUN.loss.value)]
 RewardsOpt = Annotated[list[str] | None, typer.Option("--reward", metavar="[" + "|".join(TRAIN_REWARDS) + "]",
                                                       help="repeatable: rewards to sweep (learned:PATH: a reward "
@@ -258,20 +255,14 @@ CLI_NAMES = {
     "the number of held-out prompts": "--heldout", "the prompt seed": "--prompt-seed",
     "kl (beta)": "--kl (beta)",
 }
-FIELD_NAMES = ("group_size", "clip_eps", "kl_period", "kl_estimator", "kl_in", "init_scale", "entropy_coef", "max_length", "loss_agg",
-               "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
-               "epochs", "steps", "lr", "dim", "seed", "delta", "loss",
-               "reward", "kl", "pairs_per_prompt", "dpo_loss", "ipo_logps", "max_grad_norm", "demo_noise", "reward_threshold")
-"""TrainConfig fields that are `lab run` options (underscores become dashes)."""
 
 
 def cli_message(message: str) -> str:
     """A library error as a command-line user should read it: `--group-size`, not `group_size`."""
-    for words, option in CLI_NAMES.items():
-        message = re.sub(rf"(?<![-\w]){re.escape(words)}(?= must)", option, message, flags=re.I)
-    for name in FIELD_NAMES:  # multi-word fields anywhere; one-word ones only where they start a clause
-        option = "--" + name.replace("_", "-")
+    for words, typed in CLI_NAMES.items():
+        message = re.sub(rf"(?<![-\w]){re.escape(words)}(?= must)", typed, message, flags=re.I)
+    for name in OPTION_FIELDS:  # multi-word fields anywhere; one-word ones only where they start a clause
         pattern = (rf"(?<![-\w]){name}\b" if "_" in name else
                    rf"(^|(?<=: )|(?<=needs )|(?<=unknown )){name}(?= must| is| '| [><=])")
-        message = re.sub(pattern, option, message)
+        message = re.sub(pattern, "--" + option(name), message)
     return message

@@ -54,7 +54,6 @@ from lab.cli.options import (
     PromptsOpt,
     QuietOpt,
     TrainRewardOpt,
-    train_reward,
     SamplerOpt,
     StepsOpt,
     VocabOpt,
@@ -63,7 +62,7 @@ from lab.cli.options import (
 )
 from lab.cli.progress import run_with_progress
 from lab.files.output_folders import write_json_atomic, write_text_atomic
-from lab.training.config import Device, TrainConfig
+from lab.training.config import OPTION_FIELDS, Device, TrainConfig
 from lab.training.settings import name_parts
 from tasks.sorting_choices import LECTURE_VOCAB_SIZE
 
@@ -138,6 +137,9 @@ def run(
 ) -> None:
     """Train one run and write config.json, metrics.csv, samples.txt, summary.json, policy.pt and curves.png.
 
+    (The options are one signature because Typer reads a command's options off its parameters; every option that is
+    a `TrainConfig` field has the field's name and goes to the config by it: `config_from_options`.)
+
     \b
     Exit codes: 0 done; 2 a mistake in the input (one line, nothing written);
     3 the run diverged: a loss or parameter became inf/NaN (one line saying where;
@@ -145,11 +147,12 @@ def run(
       no policy.pt); 1 writing failed (full disk: nothing written); 130 interrupted
       (Ctrl-C); 143 terminated (SIGTERM): the partial output removed as for Ctrl-C.
     """
+    given = dict(locals())  # the options by name: a config field's option has the field's name
     load_torch()  # torch and the modules that compute load here, not for `lab run --help`
     import numpy as np
 
-    from lab.cli.jobs import (config_header, pairs_from_settings, prepare, prompt_options, report_divergence,
-                              reward_settings, start_settings, write_folder)
+    from lab.cli.jobs import (config_from_options, config_header, prepare, prompt_options, report_divergence,
+                              reward_settings, write_folder)
     from lab.files.run_text import metrics_csv, samples_text
     from lab.policies import policy_from_state
     from lab.policies.factorized import save_policy
@@ -158,17 +161,7 @@ def run(
     options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
 
     def build():
-        config = TrainConfig(epochs=epochs, steps=steps, group_size=group_size, lr=lr, seed=seed, sampler=sampler,
-                             dim=dim, reward=train_reward(reward), delta=delta, loss=loss, clip_eps=clip_eps, kl=kl,
-                             kl_period=kl_period, kl_estimator=kl_estimator, kl_in=kl_in, init_scale=init_scale, entropy_coef=entropy_coef,
-                             policy=policy, max_length=max_length, loss_agg=loss_agg, dpo_loss=dpo_loss,
-                             ipo_logps=ipo_logps, **pairs_from_settings(pairs_from, pairs, pairs_per_prompt, preference),
-                             critic_lr=critic_lr, gae_lambda=gae_lambda, cliprange_value=cliprange_value,
-                             critic_warmup=critic_warmup, whiten_advantages=whiten_advantages,
-                             temperature=temperature, max_grad_norm=max_grad_norm, demos=demos,
-                             demo_noise=demo_noise, demos_from=demos_from, ei_filter=ei_filter,
-                             reward_threshold=reward_threshold, **start_settings(init_from))
-        config, = reward_settings([config])
+        config, = reward_settings([config_from_options(given)])
         return [config], 1, lambda: default_run_name(config, options)
 
     job = prepare("run", build, options, device, out, force, quiet)
@@ -226,17 +219,10 @@ def run(
 
 def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.device) -> str:
     """A `lab run` command line that reproduces this run exactly."""
-    settings = {k: v for k, v in config.to_dict().items() if k in RUN_OPTIONS and v is not None}
+    settings = {k: v for k, v in config.to_dict().items() if k in OPTION_FIELDS and v is not None}
     if config.pairs_from is not None:  # the folder's pairs are counted and judged: these two do not apply
         settings = {k: v for k, v in settings.items() if k not in ("pairs_per_prompt", "preference")}
     args = [(f"--{'' if v else 'no-'}{k.replace('_', '-')}" if isinstance(v, bool) else f"--{k.replace('_', '-')} {v}")
             for k, v in {**settings, **prompt_options}.items() if k != "prompts"]
     return f"lab run --prompts '{prompt_options['prompts']}' " + " ".join(args) + f" --device {device.type}"
 
-
-RUN_OPTIONS = ("delta", "loss", "reward", "kl", "kl_period", "kl_estimator", "kl_in", "clip_eps", "epochs", "steps", "group_size",
-               "lr", "dim", "init_scale", "entropy_coef", "seed", "sampler", "policy", "max_length", "loss_agg",
-               "pairs", "pairs_per_prompt", "pairs_from", "preference", "dpo_loss", "ipo_logps",
-               "critic_lr", "gae_lambda", "cliprange_value", "critic_warmup", "whiten_advantages", "temperature",
-               "max_grad_norm", "demos", "demo_noise", "demos_from", "ei_filter", "reward_threshold", "init_from")
-"""TrainConfig fields that `lab run` exposes as options."""

@@ -65,7 +65,7 @@ from lab.cli.progress import run_with_progress
 from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.files.table_format import TableFormat
 from lab.core.modes import DeltaMode
-from lab.training.config import ConfigError, Device, TrainConfig
+from lab.training.config import SWEPT_FIELDS, ConfigError, Device, TrainConfig
 from lab.training.bounds import shown
 from lab.training.settings import name_parts, shared_and_swept, table_fields
 from tasks.sorting_choices import LECTURE_VOCAB_SIZE
@@ -144,6 +144,9 @@ def sweep(
     """Train a grid of settings x seeds as batched runs; write config.json, metrics_step.parquet,
     metrics_epoch.parquet (or .csv), summary.csv and curves.png.
 
+    (The options are one signature because Typer reads a command's options off its parameters; each repeatable one
+    is a `TrainConfig` field marked `swept` and names a grid axis by the field's name: `SWEPT_FIELDS`.)
+
     \b
     A run that diverges (inf/NaN loss or parameters) is frozen where it diverged and left out of
     the means; summary.csv and the table count such runs per setting. Exit codes: 0 done (also
@@ -151,6 +154,7 @@ def sweep(
     in the input (one line, nothing written); 1 writing failed; 130 interrupted (Ctrl-C);
     143 terminated (SIGTERM).
     """
+    options_given = dict(locals())  # the options by name: a config field's option has the field's name
     torch = load_torch()  # torch and the modules that compute load here, not for `lab sweep --help`
     from lab.cli.jobs import (config_header, prepare, prompt_options, report_divergence, reward_settings,
                               start_settings, write_folder)
@@ -158,11 +162,7 @@ def sweep(
     from lab.files.tables import write_tables
     from lab.training.limits import check_threads
 
-    given = {"delta": delta, "loss": loss, "reward": reward, "kl": kl,
-             "clip_eps": clip_eps, "lr": lr, "group_size": group_size, "init_scale": init_scale,
-             "entropy_coef": entropy_coef, "loss_agg": loss_agg, "pairs": pairs, "preference": preference,
-             "dpo_loss": dpo_loss, "ipo_logps": ipo_logps, "gae_lambda": gae_lambda, "temperature": temperature,
-             "max_grad_norm": max_grad_norm, "kl_estimator": kl_estimator, "kl_in": kl_in}
+    given = {name: options_given[name] for name in SWEPT_FIELDS}  # the grid's axes, each a repeatable option
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once

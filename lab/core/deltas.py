@@ -10,6 +10,9 @@ For one prompt's group of G rewards r_1..r_G (axis `trial`):
     gae         delta_i = r_i, the return, from which the training loop's learned critic makes one
                 advantage per token (GAE, `lab.core.gae`, `lab.training.critic`): no group needed
 
+Each mode is a function here named by its entry in the `DeltaMode` table (`lab.core.modes`), which also says whether
+it needs a group and a critic.
+
 Conventions (docs/conventions.md lists how implementations differ):
 - `std` is Bessel-corrected (divides by G - 1) by default, as in the lecture and
   `torch.std`; pass `unbiased=False` for the population std of the GRPO chapter.
@@ -17,7 +20,7 @@ Conventions (docs/conventions.md lists how implementations differ):
 - A group whose rewards are all equal carries no signal: every baseline mode
   gives exact zeros there (set explicitly, since the float mean of equal values
   can differ from them by rounding), never NaN.
-- A group of one has no baseline: `centered`, `normalized` and `loo` refuse it.
+- A group of one has no baseline: the modes whose entry `needs_group` (`centered`, `normalized`, `loo`) refuse it.
 - `gae` is not a function of the rewards alone: its advantages need a critic. Its deltas are the
   returns; exact analyses of the group modes (`lab.exact.estimators`) take `REWARD_MODES` and refuse it.
 """
@@ -28,40 +31,34 @@ import torch
 from torch import Tensor
 
 from lab.core.choices import parse_choice
-from lab.core.modes import NEEDS_CRITIC, NEEDS_GROUP, DeltaMode
+from lab.core.modes import DeltaMode
 
 
-def _centered(rewards: Tensor) -> Tensor:
+def raw(rewards: Tensor, std_eps: float, unbiased: bool) -> Tensor:
+    return rewards
+
+
+def centered(rewards: Tensor, std_eps: float, unbiased: bool) -> Tensor:
     return rewards - rewards.mean(dim=-1, keepdim=True)
 
 
-def _normalized(rewards: Tensor, std_eps: float, unbiased: bool) -> Tensor:
+def normalized(rewards: Tensor, std_eps: float, unbiased: bool) -> Tensor:
     std = rewards.std(dim=-1, keepdim=True, correction=1 if unbiased else 0)
-    return _centered(rewards) / (std + std_eps)
+    return centered(rewards, std_eps, unbiased) / (std + std_eps)
 
 
-def _max(rewards: Tensor) -> Tensor:
+def group_max(rewards: Tensor, std_eps: float, unbiased: bool) -> Tensor:
     best = rewards.amax(dim=-1, keepdim=True)
     return torch.where(rewards == best, rewards, torch.zeros_like(rewards))
 
 
-def _leave_one_out(rewards: Tensor) -> Tensor:
+def leave_one_out(rewards: Tensor, std_eps: float, unbiased: bool) -> Tensor:
     group_size = rewards.shape[-1]
     others_mean = (rewards.sum(dim=-1, keepdim=True) - rewards) / (group_size - 1)
     return rewards - others_mean
 
 
-DELTA_FUNCTIONS = {
-    DeltaMode.raw: lambda rewards, std_eps, unbiased: rewards,
-    DeltaMode.centered: lambda rewards, std_eps, unbiased: _centered(rewards),
-    DeltaMode.normalized: _normalized,
-    DeltaMode.max: lambda rewards, std_eps, unbiased: _max(rewards),
-    DeltaMode.loo: lambda rewards, std_eps, unbiased: _leave_one_out(rewards),
-    DeltaMode.gae: lambda rewards, std_eps, unbiased: rewards,  # the return; the critic's GAE comes after
-}
-"""The one dispatch table: mode -> f(rewards float[... trial], std_eps, unbiased)."""
-
-REWARD_MODES = tuple(m for m in DeltaMode if m not in NEEDS_CRITIC)
+REWARD_MODES = tuple(m for m in DeltaMode if not m.entry.needs_critic)
 """The modes that are functions of a group's rewards (what the exact estimator moments cover)."""
 
 
@@ -82,13 +79,13 @@ def compute_deltas(
     `normalized` only; see the module docstring for the conventions.
     """
     mode = parse_mode(mode)
-    if mode in NEEDS_GROUP and rewards.shape[-1] < 2:
+    if mode.entry.needs_group and rewards.shape[-1] < 2:
         raise ValueError(f"delta mode {mode.value!r} needs a group of at least 2 responses per prompt, "
                          f"got group size {rewards.shape[-1]}; use raw or max for G = 1")
     if not rewards.is_floating_point():
         rewards = rewards.float()
-    deltas = DELTA_FUNCTIONS[mode](rewards, std_eps, unbiased)
-    if mode in NEEDS_GROUP:
+    deltas = mode.entry.formula(rewards, std_eps, unbiased)  # the mode's entry in the DeltaMode table
+    if mode.entry.needs_group:
         constant = rewards.amax(dim=-1, keepdim=True) == rewards.amin(dim=-1, keepdim=True)
         deltas = deltas.masked_fill(constant, 0.0)
     return deltas

@@ -1,55 +1,130 @@
 """The lab's modes: the `str` enums its options choose from, one definition each, without torch.
 
-    DeltaMode (--delta)                  its functions: DELTA_FUNCTIONS in lab.core.deltas
-    TrainingLoss (--loss)                its method: METHOD_OF in lab.training.config
+    DeltaMode (--delta)                  a table (lab.core.choices.Table): each member's entry names its formula
+    TrainingLoss (--loss)                a table: each member's entry names its method, surrogate, clip metrics
+    Method                               the training methods (lab.training.methods.METHODS)
     LossAgg (--loss-agg)                 AGGREGATIONS in lab.core.aggregation
     DPOLoss, Preference, Pairs           DPO_LOSSES in lab.core.dpo; lab.training.dpo, preference_pairs
     IPOLogps (--ipo-logps)               lab.training.dpo (pair_lengths)
     KLEstimator, KLPlacement             ESTIMATORS in lab.core.kl; lab.training.runs
-    Filter (--ei-filter)                 lab.training.supervised
+    Demos (--demos), Filter (--ei-filter) lab.training.supervised
     PolicyKind (--policy)                POLICIES in lab.policies
     Sampler (--sampler)                  SAMPLERS in lab.policies.sampling
     RewardModelSize (lab reward-model)   SIZES in lab.training.reward_model
 
 They live here, apart from the math that dispatches on them, so that the `lab` command builds its options
-(`lab --help`, `lab run --help`) without loading torch (tests/cli/test_help_imports.py).
+(`lab --help`, `lab run --help`) without loading torch (tests/cli/test_help_imports.py). A new delta mode or loss is
+its formula (a function in lab/core), its entry below and its test: the options, their help, the config's checks
+and the training loop read everything else off the entry.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
-
-class DeltaMode(str, Enum):
-    """How rewards become deltas."""
-
-    raw = "raw"
-    centered = "centered"
-    normalized = "normalized"
-    max = "max"
-    loo = "loo"
-    gae = "gae"
+from lab.core.choices import Ref, Table
 
 
-NEEDS_GROUP = frozenset({DeltaMode.centered, DeltaMode.normalized, DeltaMode.loo})
+@dataclass(frozen=True)
+class Delta:
+    """What a delta mode is: `formula(rewards float[... trial], std_eps, unbiased) -> deltas float[... trial]`."""
+
+    name: str
+    help: str
+    """its line in `--delta`'s help"""
+    formula: Ref
+    needs_group: bool = False
+    """its baseline needs G >= 2, and a group of equal rewards gets exact zeros (`lab.core.deltas.compute_deltas`)"""
+    needs_critic: bool = False
+    """its advantages come from a learned critic (`lab.training.critic`), not from the rewards alone: its deltas
+    are the returns, and exact analyses of the group modes leave it out (`lab.core.deltas.REWARD_MODES`)"""
+
+
+class DeltaMode(Table):
+    """How rewards become deltas (`--delta`)."""
+
+    raw = Delta("raw", "the reward itself", Ref("lab.core.deltas:raw"))
+    centered = Delta("centered", "minus the group mean", Ref("lab.core.deltas:centered"), needs_group=True)
+    normalized = Delta("normalized", "minus the group mean, over the group std", Ref("lab.core.deltas:normalized"),
+                       needs_group=True)
+    max = Delta("max", "the reward where it is the group's maximum, else 0", Ref("lab.core.deltas:group_max"))
+    loo = Delta("loo", "minus the mean of the group's other rewards (leave-one-out)",
+                Ref("lab.core.deltas:leave_one_out"), needs_group=True)
+    gae = Delta("gae", "a learned critic's GAE advantages, one per token (PPO)", Ref("lab.core.deltas:raw"),
+                needs_critic=True)
+
+
+NEEDS_GROUP = frozenset(m for m in DeltaMode if m.entry.needs_group)
 """Modes whose baseline needs at least two responses per prompt."""
 
-NEEDS_CRITIC = frozenset({DeltaMode.gae})
+NEEDS_CRITIC = frozenset(m for m in DeltaMode if m.entry.needs_critic)
 """Modes whose advantages come from a learned critic (`lab.training.critic`), not from the rewards alone."""
 
 
-class TrainingLoss(str, Enum):
-    """What a run minimises (`--loss`): one of the surrogates of `lab.core.losses` (`LossMode`, on deltas), `dpo`,
-    the loss on preference pairs of `lab.core.dpo`, or the negative log-likelihood of responses (`lab.core.sft`) on
-    demonstrations (`sft`) or on the policy's own filtered samples (`expert-iteration`). The training loop
-    dispatches on its method (`lab.training.methods`)."""
+class Method(str, Enum):
+    """The training methods (`lab.training.methods.METHODS`); each `--loss` belongs to one (its entry's `method`)."""
 
-    naive = "naive"
-    unclipped = "unclipped"
-    clipped = "clipped"
+    policy_gradient = "policy-gradient"
     dpo = "dpo"
     sft = "sft"
     expert_iteration = "expert-iteration"
+
+
+PPO_CLIP = Ref("lab.core.losses:ppo_clip_fractions")
+"""PPO's clip metrics: the fractions of live tokens whose clipped term has no gradient, by side."""
+
+
+@dataclass(frozen=True)
+class Loss:
+    """What a `--loss` is. For a policy-gradient loss:
+
+        surrogate(log_probs, token_deltas, old_log_probs, mask, **settings) -> per-token loss float[... batch trial pos]
+        clip_metrics(ratio, side, mask, **settings) -> (low, high) fractions of live tokens, float[...]
+
+    log_probs, old_log_probs float[... batch trial pos] (old: None unless `needs_old`; constants), token_deltas
+    float[... batch trial 1] (one per response) or float[... batch trial pos] (one per token: GAE), mask
+    bool[... batch trial pos] of the live tokens or None (every position live); ratio = exp(l - l_old) float[...
+    batch trial pos] (1 on padding), side the deltas shaped as token_deltas. A ratio per sequence (GSPO) is the
+    surrogate's own reduction over `mask`. `settings` are the `TrainConfig` fields the two functions read, each a
+    float or float[...] per leading index (a batch's runs). The loop aggregates the per-token loss
+    (`lab.core.aggregation`) and adds the KL term and the entropy bonus.
+    """
+
+    name: str
+    method: Method
+    help: str
+    """its line in `--loss`'s help"""
+    surrogate: Ref | None = None
+    needs_old: bool = False
+    """its surrogate reads the sampling policy's log-probs (a ratio)"""
+    clip_metrics: Ref | None = None
+    """the `clip_*fraction` step metrics (None: NaN, no clip applies)"""
+    clips: bool = False
+    """the loss itself clips, so its clip fraction is what it cut (a run's figure shows it)"""
+    settings: tuple[str, ...] = ()
+    """the `TrainConfig` fields the surrogate and the clip metrics read (per run)"""
+
+
+PG = Method.policy_gradient
+
+
+class TrainingLoss(Table):
+    """What a run minimises (`--loss`). The training loop dispatches on the entry's method (`lab.training.methods`);
+    a policy-gradient loss's surrogate and clip metrics are its entry's functions (`lab.core.losses.compute_loss`)."""
+
+    naive = Loss("naive", PG, "-log-prob x delta (REINFORCE)", Ref("lab.core.losses:naive"),
+                 clip_metrics=PPO_CLIP, settings=("clip_eps",))
+    unclipped = Loss("unclipped", PG, "-ratio x delta", Ref("lab.core.losses:unclipped"), needs_old=True,
+                     clip_metrics=PPO_CLIP, settings=("clip_eps",))
+    clipped = Loss("clipped", PG, "PPO's -min(ratio x delta, clip(ratio, 1 - eps, 1 + eps) x delta), eps = "
+                   "--clip-eps", Ref("lab.core.losses:clipped"), needs_old=True, clip_metrics=PPO_CLIP, clips=True,
+                   settings=("clip_eps",))
+    dpo = Loss("dpo", Method.dpo, "DPO on preference pairs, beta = --kl (> 0), the reference frozen at the initial "
+               "policy")
+    sft = Loss("sft", Method.sft, "the NLL of demonstrations (--demos)")
+    expert_iteration = Loss("expert-iteration", Method.expert_iteration,
+                            "the NLL of the policy's own samples that pass --ei-filter")
 
 
 class LossAgg(str, Enum):
@@ -104,6 +179,14 @@ class KLPlacement(str, Enum):
 
     loss = "loss"
     reward = "reward"
+
+
+class Demos(str, Enum):
+    """Where SFT's demonstrations come from (`--demos`, `lab.training.supervised`)."""
+
+    optimal = "optimal"
+    noisy = "noisy"
+    policy = "policy"
 
 
 class Filter(str, Enum):

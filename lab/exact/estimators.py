@@ -35,7 +35,8 @@ import torch
 from einops import einsum
 from torch import Tensor, nn
 
-from lab.core.deltas import NEEDS_CRITIC, DeltaMode, compute_deltas, parse_mode
+from lab.core.deltas import DeltaMode, compute_deltas, parse_mode
+from lab.core.modes import NEEDS_CRITIC
 from lab.exact.enumeration import ExactLimits, LIMITS, Reward, all_probs, all_responses, reward_table, score_matrix
 
 

@@ -26,9 +26,10 @@ import numpy as np
 import torch
 
 from lab.exact.stuck import Endings, judge_endings
-from lab.core.deltas import NEEDS_CRITIC
-from lab.core.losses import TrainingLoss
-from lab.training.config import KL_DEFAULTS, SHARED_FIELDS, ConfigError, TrainConfig
+from lab.core.modes import NEEDS_CRITIC
+from lab.core.modes import TrainingLoss
+from lab.training.config import SHARED_FIELDS, SWEPT_FIELDS, ConfigError, TrainConfig
+from lab.training.config_checks import DPO_DEFAULTS, KL_DEFAULTS
 from lab.experiments.intervals import Interval, mean_interval, wilson_interval
 from lab.experiments.work import Stages, batch_work
 from lab.training.records import Records
@@ -37,23 +38,11 @@ from lab.training.train import train
 from tasks import Task
 from tasks import OPTIMAL_TOLERANCE
 
-GRID_FIELDS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
-               "loss_agg", "temperature", "kl_estimator", "kl_in")
-"""TrainConfig fields a sweep may vary (each a repeatable `lab sweep` option); DPO's and the critic's come after
-them. The tables' columns are read off the runs' configs (`lab.training.settings.table_fields`). A DPO point
-keeps the KL options' defaults (its beta is no penalty), and is kept once."""
-
-DPO_GRID_FIELDS = ("pairs", "preference", "dpo_loss", "ipo_logps")
-"""The grid fields of --loss dpo (`ipo_logps`: of its --dpo-loss ipo points only)."""
-
-CLIP_GRID_FIELDS = ("max_grad_norm",)
-"""Gradient clipping's limit (`--max-grad-norm`): a column of a sweep's tables only when some run clips."""
-
-SUPERVISED_FIELDS = ("demos", "ei_filter")
-"""SFT's demonstration source and expert iteration's filter: columns of a sweep's tables only when some run has one."""
-
-CRITIC_GRID_FIELDS = ("gae_lambda",)
-"""The critic's fields a sweep may vary (`--delta gae` points only)."""
+DPO_GRID_FIELDS = tuple(name for name in SWEPT_FIELDS if name in DPO_DEFAULTS)
+"""The grid fields of --loss dpo (`ipo_logps`: of its --dpo-loss ipo points only). The grid's axes are the fields
+`SWEPT_FIELDS` marks (each a repeatable `lab sweep` option); the tables' columns are read off the runs' configs
+(`lab.training.settings.table_fields`). A DPO point keeps the KL options' defaults (its beta is no penalty), and is
+kept once."""
 
 
 def check_seeds(seeds: int) -> None:
@@ -71,10 +60,9 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
     kept once.
     """
     check_seeds(seeds)
-    sweepable = GRID_FIELDS + DPO_GRID_FIELDS + CRITIC_GRID_FIELDS + CLIP_GRID_FIELDS
-    unknown = set(grid) - set(sweepable)
+    unknown = set(grid) - set(SWEPT_FIELDS)
     if unknown:
-        raise ConfigError(f"cannot sweep over {', '.join(sorted(unknown))}; choose from: {', '.join(sweepable)}")
+        raise ConfigError(f"cannot sweep over {', '.join(sorted(unknown))}; choose from: {', '.join(SWEPT_FIELDS)}")
     names = list(grid)
     for name in names:
         values = list(grid[name])

@@ -29,7 +29,7 @@ def plot_run(records: Records, path: Path, run: int = 0, title: str | None = Non
     panels = ["loss", "reward"]
     if config.kl > 0:
         panels.append("kl")
-    if config.loss.value == "clipped":
+    if config.loss.entry.clips:  # the loss's own clip fraction: what it cut
         panels.append("clip")
     fig = Figure(figsize=(4.2 * len(panels), 3.4))
     axes = fig.subplots(1, len(panels), squeeze=False)

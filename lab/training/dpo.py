@@ -166,9 +166,6 @@ class DPOSetup:
     def reference_period(self, kl_period: int) -> int:
         return 0  # frozen at the start, whatever `kl_period` says
 
-    def clip_eps(self, settings: RunSettings) -> None:
-        return None  # DPO has no ratio clip and no deltas: its clip fractions are NaN, not counted against deltas
-
     def start_epoch(self, epoch, kind, shared: TrainConfig) -> None:
         """Offline: the fixed set, drawn from pi_ref (the reference, frozen at the start) before the first epoch."""
         if self.offline and epoch.index == 0:

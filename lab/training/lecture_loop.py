@@ -85,6 +85,8 @@ def compute_log_probs(prompts, responses, model):
 def compute_loss(log_probs, deltas, mode, old_log_probs=None, eps=0.01):
     if mode == "naive":
         return -einsum(log_probs, deltas, "batch trial pos, batch trial -> batch trial pos").mean()
+    if mode not in ("unclipped", "clipped"):
+        raise ValueError(f"the lecture loop knows the naive, unclipped and clipped losses, not {mode!r}")
     ratios = torch.exp(log_probs - old_log_probs)
     unclipped = einsum(ratios, deltas, "batch trial pos, batch trial -> batch trial pos")
     if mode == "unclipped":
@@ -116,7 +118,7 @@ def lecture_train(config: TrainConfig = TrainConfig()) -> list[dict]:
             with torch.no_grad():
                 ref_log_probs = compute_log_probs(prompts, responses, ref_model)
         old_log_probs = None
-        if loss_mode in ("unclipped", "clipped"):
+        if config.loss.entry.needs_old:
             with torch.no_grad():
                 old_log_probs = compute_log_probs(prompts, responses, model)
         for step in range(config.steps):

@@ -26,7 +26,7 @@ from torch import Tensor
 from lab.core.aggregation import kl_term
 from lab.core.kl import ESTIMATORS
 from lab.core.losses import compute_loss
-from lab.training.config import Method
+from lab.core.modes import Method
 from lab.training.dpo import DPOSetup
 from lab.training.supervised import ExpertIteration, SFT
 
@@ -69,7 +69,8 @@ class Loop:
 
 
 class PolicyGradient:
-    """GRPO and its relatives (`--loss naive | unclipped | clipped`): the surrogate on the groups' deltas."""
+    """GRPO and its relatives (the `--loss`es whose entry's method is policy-gradient): the surrogate on the groups'
+    deltas."""
 
     tracks_optimum = False
     tracks_progress = False
@@ -82,9 +83,6 @@ class PolicyGradient:
 
     def reference_period(self, kl_period: int) -> int:
         return kl_period
-
-    def clip_eps(self, settings) -> Tensor | None:
-        return settings.clip_eps
 
     def start_epoch(self, epoch: Epoch, kind, shared) -> None:
         pass
@@ -112,10 +110,12 @@ def step_loss(kind, parameters: list[Tensor], settings, groups, log_probs: Tenso
     """The surrogate and the minimised loss (+ beta * the KL term - c_H * the entropy bonus), float[run] each."""
     mask, horizon, s = groups.mask, kind.max_length, settings  # horizon: C of the aggregations, the cap
     per_token = groups.token_deltas is not None  # some run's critic gives one advantage per token
+    names = list(s.loss_settings)  # what the runs' losses read (their entries' settings), float[run] each
     pg_loss = s.loss_groups.apply(
-        lambda key, lp, d, old, eps, m: compute_loss(lp, d, key[0], old, eps, key[1], m, horizon, per_token),
-        log_probs, groups.deltas if groups.token_deltas is None else groups.token_deltas, old_log_probs,
-        s.clip_eps, mask)
+        lambda key, lp, d, old, m, *values: compute_loss(lp, d, key[0], old, agg=key[1], mask=m, horizon=horizon,
+                                                         per_token=per_token, **dict(zip(names, values))),
+        log_probs, groups.deltas if groups.token_deltas is None else groups.token_deltas, old_log_probs, mask,
+        *(s.loss_settings[name] for name in names))
     return pg_loss, with_penalties(kind, parameters, settings, pg_loss, log_probs, ref_log_probs, mask)
 
 

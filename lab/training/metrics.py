@@ -19,7 +19,6 @@ computes is one `BlockMetrics` (`FIXED_LENGTH_METRICS`, `LIVE_TOKEN_METRICS`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -28,7 +27,6 @@ from torch import Tensor
 
 from lab.exact.enumeration import exact_kl
 from lab.core.kl import kl_estimate
-from lab.core.losses import clip_fractions_from_ratios
 from lab.policies.sampling import entropy_from_log_softmax
 
 TOKEN_AXES = (-3, -2, -1)  # batch trial pos
@@ -44,46 +42,43 @@ def block_epochs(epochs: int, tokens_per_epoch: int) -> int:
     return max(1, min(epochs, METRIC_BLOCK_TOKENS // tokens_per_epoch))
 
 
+ClipMetrics = Callable[[Tensor, Tensor, Tensor | None], tuple[Tensor, Tensor]]
+"""(ratio float[step epoch run batch trial pos], side float[epoch run batch trial 1 or pos], mask or None) -> each
+run's (low, high) clip fractions float[step epoch run], by its loss's entry (`lab.training.runs.clip_metrics`)."""
+
+
 def step_metrics(log_probs: Tensor, old_log_probs: Tensor, ref_log_probs: Tensor, log_softmax: Tensor,
-                 ref_log_softmax: Tensor, deltas: Tensor, clip_eps: Tensor | None) -> dict[str, Tensor]:
+                 ref_log_softmax: Tensor, deltas: Tensor, clip: ClipMetrics) -> dict[str, Tensor]:
     """Every computed step metric of a block of epochs at fixed length, each float[step epoch run].
 
     log_probs float[step epoch run batch trial pos] (each measured before its step's update),
     log_softmax float[step epoch run batch pos vocab]; the epochs' old_log_probs, ref_log_probs
     float[epoch run batch trial pos], ref_log_softmax float[epoch run batch pos vocab] and deltas
     float[epoch run batch trial] (or float[epoch run batch trial pos]: GAE's advantages, one per token).
-    clip_eps None: the loss has no ratio clip and no deltas (DPO), the clip fractions are NaN.
+    `clip`: each run's clip fractions by its loss (NaN where its loss has none: DPO, SFT).
     """
     kl = kl_estimate(log_probs, ref_log_probs)  # k3
     # a KL is >= 0; float rounding can leave -1e-8 where the policies agree
     kl_exact = exact_kl(log_softmax, ref_log_softmax).sum(dim=-1).mean(dim=-1).clamp_min(0)  # float[step epoch run]
     rho = (log_probs - old_log_probs).exp_()  # lab.core.losses.ratios
-    if clip_eps is None:
-        low = high = torch.full_like(kl, math.nan)
-    else:
-        low, high = clip_fractions_from_ratios(rho, deltas, clip_eps, per_token=deltas.dim() == old_log_probs.dim())
+    low, high = clip(rho, deltas if deltas.dim() == old_log_probs.dim() else deltas.unsqueeze(-1), None)
     entropy = entropy_from_log_softmax(log_softmax).mean(dim=(-2, -1))
     return dict(kl=kl, kl_exact=kl_exact, ratio_mean=rho.mean(dim=(-3, -2, -1)), ratio_max=rho.amax(dim=(-3, -2, -1)),
                 clip_fraction=low + high, clip_low_fraction=low, clip_high_fraction=high, entropy=entropy)
 
 
 def live_step_metrics(log_probs: Tensor, entropy: Tensor, old: Tensor, ref: Tensor, mask: Tensor,
-                      deltas: Tensor, clip_eps: Tensor | None) -> dict[str, Tensor]:
+                      deltas: Tensor, clip: ClipMetrics) -> dict[str, Tensor]:
     """Token metrics over live tokens, float[step epoch run], from log_probs and each position's entropy
     float[step epoch run batch trial pos] (`lab.policies.ar_fused.ar_log_probs`), and the epochs' old, ref
     float[epoch run batch trial pos], mask bool[epoch run batch trial pos], deltas float[epoch run batch trial]
     (or one per token, float[epoch run batch trial pos])."""
     live = mask.to(log_probs.dtype)
     tokens = live.sum(dim=TOKEN_AXES)
-    rho = (log_probs - old).exp() * live  # padding: exp(0 - 0) = 1, counted as 0
+    ratio = (log_probs - old).exp()  # padding: exp(0 - 0) = 1
+    rho = ratio * live  # counted as 0
     kl = kl_estimate(log_probs, ref)  # k3(0, 0) = 0 on padding
-    if clip_eps is None:  # no ratio clip and no deltas (DPO)
-        low = high = torch.full_like(kl, math.nan)
-    else:
-        eps = clip_eps.reshape(-1, 1, 1, 1)
-        side = deltas if deltas.dim() == old.dim() else deltas.unsqueeze(-1)
-        low = ((rho < 1 - eps) & (side < 0) & mask).sum(dim=TOKEN_AXES) / tokens
-        high = ((rho > 1 + eps) & (side > 0) & mask).sum(dim=TOKEN_AXES) / tokens
+    low, high = clip(ratio, deltas if deltas.dim() == old.dim() else deltas.unsqueeze(-1), mask)
     entropy = entropy * live
     return dict(kl=kl,
                 ratio_mean=rho.sum(dim=TOKEN_AXES) / tokens, ratio_max=rho.amax(dim=TOKEN_AXES),
@@ -99,15 +94,15 @@ class BlockMetrics(NamedTuple):
     keep_epoch: Callable[..., dict[str, Tensor]]
     """(old_log_probs, ref_log_probs, the reference's second output, mask or None, deltas, responses) -> tensors
     to keep"""
-    compute: Callable[[dict[str, Tensor], dict[str, Tensor], Tensor], dict[str, Tensor]]
-    """(kept per step float[step epoch ...], kept per epoch float[epoch ...], clip_eps) -> float[step epoch run]"""
+    compute: Callable[[dict[str, Tensor], dict[str, Tensor], ClipMetrics], dict[str, Tensor]]
+    """(kept per step float[step epoch ...], kept per epoch float[epoch ...], clip) -> float[step epoch run]"""
     from_log_softmax: bool
     """True: the groups' log-probs can be read off the kept log-softmaxes, so the step's forward pass need only
     cover what its loss reads (a DPO batch: its pairs; the step hands None for the groups' log-probs); False:
     the forward pass must cover the groups"""
 
 
-def _fixed_length_metrics(step: dict[str, Tensor], epoch: dict[str, Tensor], clip_eps: Tensor | None):
+def _fixed_length_metrics(step: dict[str, Tensor], epoch: dict[str, Tensor], clip: ClipMetrics):
     # the old log-probs are the first step's (its policy is the sampling policy); without the step's own
     # log-probs (a DPO step's forward pass covered its pairs), the groups' are gathers from the log-softmaxes,
     # equal to the fused node's own gather; the reference's always come from its log-softmax
@@ -117,7 +112,7 @@ def _fixed_length_metrics(step: dict[str, Tensor], epoch: dict[str, Tensor], cli
         log_probs = step["log_softmax"].gather(-1, index.expand(step["log_softmax"].shape[0], *index.shape))
     ref = epoch["ref_log_softmax"].gather(-1, index)  # float[epoch run batch pos trial]
     return step_metrics(log_probs.mT, log_probs[0].mT, ref.mT, step["log_softmax"], epoch["ref_log_softmax"],
-                        epoch["deltas"], clip_eps)
+                        epoch["deltas"], clip)
 
 
 FIXED_LENGTH_METRICS = BlockMetrics(
@@ -137,8 +132,8 @@ LIVE_TOKEN_METRICS = BlockMetrics(
     keep_step=lambda log_probs, entropy: dict(log_probs=log_probs, entropy=entropy),
     keep_epoch=lambda old, ref, ref_entropy, mask, deltas, responses: dict(
         old=old, ref=ref, mask=mask, deltas=deltas),
-    compute=lambda step, epoch, clip_eps: live_step_metrics(
-        step["log_probs"], step["entropy"], epoch["old"], epoch["ref"], epoch["mask"], epoch["deltas"], clip_eps),
+    compute=lambda step, epoch, clip: live_step_metrics(
+        step["log_probs"], step["entropy"], epoch["old"], epoch["ref"], epoch["mask"], epoch["deltas"], clip),
     from_log_softmax=False,
 )
 """The autoregressive policy: means over live tokens, each position's entropy from the fused node; its
@@ -150,7 +145,7 @@ class StepMetricBlock:
 
         block.add_step(step, log_probs, aux, loss=..., pg_loss=...)   every optimizer step (recorded: float[run])
         block.end_epoch(old_log_probs, ref_log_probs, ref_aux, mask, deltas, responses)
-        if block.full or last epoch:  values = block.flush(clip_eps)   # float[(epoch step) run] each
+        if block.full or last epoch:  values = block.flush(clip)   # float[(epoch step) run] each
 
     `aux` is the fused log-prob node's second output; `metrics` (one per policy kind) says what is kept.
     """
@@ -181,9 +176,9 @@ class StepMetricBlock:
         return len(self.per_epoch) == self.epochs
 
     @torch.no_grad()
-    def flush(self, clip_eps: Tensor | None) -> dict[str, Tensor]:
-        """The collected epochs' step metrics, float[(epoch step) run] each; then start a new block.
-        clip_eps None: the clip fractions do not apply (DPO) and are NaN."""
+    def flush(self, clip: ClipMetrics) -> dict[str, Tensor]:
+        """The collected epochs' step metrics, float[(epoch step) run] each; then start a new block. `clip`: each
+        run's clip fractions by its loss (NaN where none apply: DPO, SFT)."""
         epochs = len(self.per_epoch)
 
         def by_step(part: int, name: str) -> Tensor:  # float[step epoch ...]
@@ -192,7 +187,7 @@ class StepMetricBlock:
         recorded, kept = self.per_step[0][0]
         per_epoch = {name: torch.stack([d[name] for d in self.per_epoch]) for name in self.per_epoch[0]}
         values = {name: by_step(0, name) for name in recorded}
-        values.update(self.metrics.compute({name: by_step(1, name) for name in kept}, per_epoch, clip_eps))
+        values.update(self.metrics.compute({name: by_step(1, name) for name in kept}, per_epoch, clip))
         self._clear()
         return {name: value.transpose(0, 1).flatten(0, 1) for name, value in values.items()}
 

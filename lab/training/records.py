@@ -17,7 +17,7 @@ from lab.training.lengths import LENGTH_METRICS
 
 STEP_METRICS = {
     "loss": "the minimised loss: surrogate + beta * KL (its value is not progress; the reward is)",
-    "pg_loss": "the surrogate alone (naive / unclipped / clipped)",
+    "pg_loss": "the surrogate alone (the --loss's per-token loss, aggregated)",
     "kl": "k3 estimate of KL(pi_theta || pi_ref) per sequence: summed over positions, averaged over the "
           "epoch's samples (recorded also when beta = 0). On an epoch's first step the samples come from "
           "pi_theta itself and k3 is unbiased; on later steps they are stale (drawn from pi_old), so `kl` is "
@@ -32,11 +32,12 @@ STEP_METRICS = {
                   "verl's `actor/ppo_kl` come from these ratios: a KL between the sampling and the current "
                   "policy, not to the reference",
     "ratio_max": "largest pi_theta / pi_old over tokens",
-    "clip_fraction": "tokens whose clipped term has no gradient: ratio > 1 + eps with delta > 0, or "
-                     "ratio < 1 - eps with delta < 0 (a token whose delta is 0 never counts), as if eps "
-                     "applied in every loss mode (TRL `clip_ratio/region_mean`, verl `actor/pg_clipfrac`; "
-                     "CleanRL's `clipfrac` differs: |ratio - 1| > eps whatever the delta's sign). Empty for DPO, "
-                     "whose loss has no ratio clip and no deltas",
+    "clip_fraction": "the loss's clip metrics (its entry's `clip_metrics`, lab.core.modes), low + high; PPO's "
+                     "(naive, unclipped, clipped): tokens whose clipped term has no gradient, ratio > 1 + eps with "
+                     "delta > 0, or ratio < 1 - eps with delta < 0 (a token whose delta is 0 never counts), as if "
+                     "eps applied in every such loss (TRL `clip_ratio/region_mean`, verl `actor/pg_clipfrac`; "
+                     "CleanRL's `clipfrac` differs: |ratio - 1| > eps whatever the delta's sign). Empty for DPO and "
+                     "the supervised losses, which have no ratio clip and no deltas",
     "clip_low_fraction": "ratio < 1 - eps with delta < 0 (TRL `clip_ratio/low_mean`; not verl's "
                          "`actor/pg_clipfrac_lower`, which counts dual-clip events: delta < 0 and ratio "
                          "above clip_ratio_c = 3)",

@@ -11,6 +11,7 @@ training loop (`lab.training.train`) takes them from `RunSettings`, and hands it
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -49,8 +50,8 @@ class RunSettings(NamedTuple):
     """float[run]"""
     beta: Tensor
     """float[run], the KL weight"""
-    clip_eps: Tensor
-    """float[run]"""
+    loss_settings: dict[str, Tensor]
+    """the settings the runs' losses read (their entries' `settings`: `clip_eps`, ...), float[run] each"""
     any_kl: bool
     """whether some run has the KL in its loss"""
     kl_runs: Tensor | None
@@ -66,6 +67,8 @@ class RunSettings(NamedTuple):
     delta_groups: RunGroups
     loss_groups: RunGroups
     """grouped by (loss mode, aggregation)"""
+    loss_kinds: RunGroups
+    """grouped by loss alone (whose clip metrics a run reports)"""
     entropy_coef: Tensor
     """float[run], c_H"""
     bonus_runs: Tensor
@@ -79,7 +82,9 @@ class RunSettings(NamedTuple):
         kl_list = [r for r, c in enumerate(configs) if c.kl > 0 and c.kl_in is KLPlacement.loss]
         reward_list = [r for r, c in enumerate(configs) if c.kl > 0 and c.kl_in is KLPlacement.reward]
         return cls(
-            lr=per_run("lr"), beta=per_run("kl"), clip_eps=per_run("clip_eps"), any_kl=bool(kl_list),
+            lr=per_run("lr"), beta=per_run("kl"), any_kl=bool(kl_list),
+            loss_settings={name: per_run(name) for name in dict.fromkeys(n for c in configs
+                                                                          for n in c.loss.entry.settings)},
             kl_runs=None if len(kl_list) == len(configs) else torch.tensor(kl_list, device=device, dtype=torch.long),
             kl_agg_groups=RunGroups([(configs[r].loss_agg, configs[r].kl_estimator) for r in kl_list], device)
             if kl_list else None,
@@ -89,10 +94,35 @@ class RunSettings(NamedTuple):
             reward_groups=RunGroups([c.reward for c in configs], device),
             delta_groups=RunGroups([c.delta for c in configs], device),
             loss_groups=RunGroups([(c.loss, c.loss_agg) for c in configs], device),
+            loss_kinds=RunGroups([c.loss for c in configs], device),
             entropy_coef=per_run("entropy_coef"),
             bonus_runs=torch.tensor([r for r, c in enumerate(configs) if c.entropy_coef > 0], device=device,
                                     dtype=torch.long),
         )
+
+
+def clip_metrics(settings: RunSettings, ratio: Tensor, side: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Each run's clip fractions (low, high) by its loss's entry (`clip_metrics`; NaN where it has none: DPO, SFT),
+    float[step epoch run] each: ratio float[step epoch run batch trial pos], side float[epoch run batch trial 1 or
+    pos], mask bool[epoch run batch trial pos] or None (`lab.training.metrics.ClipMetrics`)."""
+    def of(loss, runs: Tensor | None) -> tuple[Tensor, Tensor]:
+        def pick(t: Tensor | None, axis: int) -> Tensor | None:
+            return t if runs is None or t is None else t.index_select(axis, runs)
+
+        entry = loss.entry
+        if entry.clip_metrics is None:
+            nan = ratio.new_full(pick(ratio, 2).shape[:3], math.nan)
+            return nan, nan
+        values = {name: pick(settings.loss_settings[name], 0) for name in entry.settings}
+        return entry.clip_metrics(pick(ratio, 2), pick(side, 1), pick(mask, 1), **values)
+
+    groups = settings.loss_kinds.groups
+    if len(groups) == 1:  # the common case: no gather
+        return of(groups[0][0], None)
+    low, high = ratio.new_full(ratio.shape[:3], math.nan), ratio.new_full(ratio.shape[:3], math.nan)
+    for loss, runs in groups:
+        low[:, :, runs], high[:, :, runs] = of(loss, runs)
+    return low, high
 
 
 def records_of(configs: list[TrainConfig], prompts: Tensor, optimum: Tensor, step_log: dict[str, list[Tensor]],

@@ -19,13 +19,9 @@ from enum import Enum
 
 from lab.core.modes import NEEDS_CRITIC
 from tasks import LEARNED
-from lab.training.config import DPO_DEFAULTS, SHARED_FIELDS, SUPERVISED_DEFAULTS, TrainConfig
+from lab.training.config import ALWAYS_COLUMNS, LEADING, SHARED_FIELDS, TrainConfig
+from lab.training.config_checks import DPO_DEFAULTS, SUPERVISED_DEFAULTS
 
-LEADING = ("delta", "loss", "reward")
-"""The fields a default name starts with, by value alone (`raw-naive-inclusion-ordering`); DPO has no delta."""
-ALWAYS_COLUMNS = ("delta", "loss", "reward", "kl", "clip_eps", "lr", "group_size", "init_scale", "entropy_coef",
-                  "loss_agg")
-"""The settings every sweep table carries as a column, whatever their values (the tables' first columns)."""
 FAMILY_COLUMNS = ((TrainConfig.is_dpo.fget, ("pairs", "preference", "dpo_loss")),
                   (lambda config: config.delta in NEEDS_CRITIC, ("gae_lambda",)),
                   (lambda config: config.max_grad_norm is not None, ("max_grad_norm",)),

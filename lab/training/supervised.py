@@ -21,7 +21,8 @@ from torch import Tensor
 import lab.policies as P
 from lab.core.modes import Filter
 from lab.core.sft import at_least, group_best
-from lab.training.config import Demos, TrainConfig
+from lab.core.modes import Demos
+from lab.training.config import TrainConfig
 from lab.training.epoch_tokens import EpochTokens
 from lab.training.preference_pairs import pair_generators
 from lab.training.runs import RunGroups
@@ -66,9 +67,6 @@ class Supervised:
 
     def reference_period(self, kl_period: int) -> int:
         return 0  # the initial policy: kl_exact is the KL to where the run started
-
-    def clip_eps(self, settings) -> None:
-        return None  # no ratio clip and no deltas: the clip fractions are NaN
 
     def sample_marks(self) -> None:
         return None

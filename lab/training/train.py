@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from collections.abc import Callable, Sequence
 
 import torch
@@ -54,7 +55,7 @@ from lab.training.methods import Epoch, Loop
 from lab.training.metrics import StepMetricBlock, block_epochs
 from lab.training.optim import RunAdam
 from lab.training.records import STEP_METRICS, Records
-from lab.training.runs import RunSettings
+from lab.training.runs import RunSettings, clip_metrics
 from tasks import Task
 
 
@@ -112,7 +113,7 @@ def train(
             tracker.record(kind)
         stop = guard.all_diverged  # nothing left to train
         if block.full or index == shared.epochs - 1 or stop:
-            for name, values in block.flush(method.clip_eps(settings)).items():  # float[(epoch step) run]
+            for name, values in block.flush(partial(clip_metrics, settings)).items():  # float[(epoch step) run]
                 step_log[name].append(values)
         keep_greedy(history, kind, prompts, eval_prompts)
         if progress is not None:

@@ -18,6 +18,7 @@ import torch
 from typer.testing import CliRunner
 
 from lab.cli.commands import app
+from lab.core.deltas import REWARD_MODES
 from lab.exact.diagnose import DiagnoseConfig, format_table, gradient_diagnostics, objective_summary
 from lab.exact.enumeration import ExactLimits
 from lab.exact.estimators import gradient_moments
@@ -44,8 +45,7 @@ def lecture():
 def test_rows_give_exact_scale_and_angle_of_every_mode(lecture):
     task, policy = lecture
     rows = gradient_diagnostics(policy, task, "inclusion-ordering", group_sizes=(2, 3, 5))
-    assert [(r.delta, r.group_size) for r in rows] == [(m, G) for m in ("raw", "centered", "normalized", "max", "loo")
-                                                       for G in (2, 3, 5)]
+    assert [(r.delta, r.group_size) for r in rows] == [(m.value, G) for m in REWARD_MODES for G in (2, 3, 5)]
     for row in rows:
         assert row.samples == 0 and row.method in ("closed", "values")
         if row.delta in ("raw", "loo"):

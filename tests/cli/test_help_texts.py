@@ -3,6 +3,7 @@
     reproduce: its fewest seeds (in its help) is the lecture's seed + 1; by default it writes
                runs/reproduce-<N>seeds, never the tracked figures/ unless told `--out figures`
     run, sweep: the exit codes in their help include 143 (SIGTERM)
+    run: `--delta` and `--loss` list every mode with its entry's help, read off the tables (`lab.core.modes`)
     bench --threads N: every figure it prints at N threads, the lecture-style loop's too
 """
 
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 
 from lab.cli import app
 from lab.cli.reproduce_command import MIN_SEEDS
+from lab.core.modes import DeltaMode, TrainingLoss
 from lab.experiments.reproduce import LECTURE_SEED
 
 
@@ -100,3 +102,14 @@ def test_reproduces_progress_reaches_its_end_only_once_the_figures_are_written(t
     total = 3.0 + rep.figures_work(6)
     assert seen == [(3.0, total), (total, total)] and written == [1]
     assert (tmp_path / "out" / "RESULTS.md").read_text() == "results"
+
+
+def test_run_help_lists_every_delta_mode_and_loss_with_its_tables_help():
+    """The choices and what each does come from the entries, not from prose: every member's `name: help` is in
+    `lab run --help`, in the table's order (a mode added to the table shows with no other edit)."""
+    text = help_text("run")
+    for table in (DeltaMode, TrainingLoss):
+        lines = [f"{m.value}: {' '.join(m.entry.help.split())}" for m in table]
+        places = [text.find(line) for line in lines]
+        assert -1 not in places, [line for line, at in zip(lines, places) if at < 0]
+        assert places == sorted(places), table

@@ -95,8 +95,8 @@ def test_the_default_is_the_labs_earlier_normaliser_bit_for_bit(seed, loss):
     old = torch.randn(2, 3, 4, 3, generator=g)  # run batch trial pos
     log_probs = old + 0.05 * torch.randn(2, 3, 4, 3, generator=g)
     deltas = torch.randn(2, 3, 4, generator=g)
-    from lab.core.losses import LOSS_FUNCTIONS, parse_mode
-    per_token = LOSS_FUNCTIONS[parse_mode(loss)](log_probs, deltas.unsqueeze(-1), old, 0.02)
+    from lab.core.losses import parse_mode
+    per_token = parse_mode(loss).entry.surrogate(log_probs, deltas.unsqueeze(-1), old, None, clip_eps=0.02)
     assert torch.equal(compute_loss(log_probs, deltas, loss, old, 0.02), per_token.mean(dim=(-3, -2, -1)))
     assert torch.equal(kl_term(k3(log_probs, old)), kl_estimate(log_probs, old))
 

@@ -15,7 +15,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lab.core.losses import LOSS_FUNCTIONS, LossMode, clip_fractions, compute_loss, ratios
+from lab.core.losses import SURROGATES, clip_fractions, compute_loss, parse_mode, ratios
+from lab.core.modes import TrainingLoss
 
 
 def reference_loss_and_grad(mode: str, l: list, d: list, old: list, eps: float) -> tuple[float, list]:
@@ -54,7 +55,7 @@ def loss_inputs(draw):
     return log_probs, old, deltas
 
 
-@pytest.mark.parametrize("mode", list(LossMode))
+@pytest.mark.parametrize("mode", list(SURROGATES))
 @given(inputs=loss_inputs(), clip_eps=st.sampled_from([0.01, 0.1, 0.3]))
 def test_loss_value_and_gradient_match_the_formula(mode, inputs, clip_eps):
     """compute_loss and its gradient equal the formulas of lab/core/losses.py; leading axes are kept."""
@@ -71,14 +72,14 @@ def test_loss_value_and_gradient_match_the_formula(mode, inputs, clip_eps):
         torch.testing.assert_close(log_probs.grad[index], torch.tensor(grad, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("mode", [LossMode.unclipped, LossMode.clipped])
+@pytest.mark.parametrize("mode", [TrainingLoss.unclipped, TrainingLoss.clipped])
 def test_ratio_modes_without_old_log_probs_are_an_error(mode):
     with pytest.raises(ValueError, match=f"{mode.value!r} needs old_log_probs"):
         compute_loss(torch.zeros(1, 2, 3), torch.zeros(1, 2), mode)
     compute_loss(torch.zeros(1, 2, 3), torch.zeros(1, 2), "naive")  # naive needs none
 
 
-@pytest.mark.parametrize("mode", [LossMode.unclipped, LossMode.clipped])
+@pytest.mark.parametrize("mode", [TrainingLoss.unclipped, TrainingLoss.clipped])
 def test_old_log_probs_never_receive_gradient(mode):
     """Claim 10 (docs/claims.md): the old policy is frozen; even an old tensor that requires grad gets none."""
     g = torch.Generator().manual_seed(0)
@@ -95,12 +96,12 @@ def test_at_theta_old_all_three_losses_have_the_naive_gradient():
     base = -2 * torch.rand(3, 5, 4, generator=g, dtype=torch.float64)
     deltas = torch.randn(3, 5, generator=g, dtype=torch.float64)
     grads = {}
-    for mode in LossMode:
+    for mode in SURROGATES:
         log_probs = base.clone().requires_grad_(True)
         compute_loss(log_probs, deltas, mode, old_log_probs=base, clip_eps=0.01).backward()
         grads[mode] = log_probs.grad
-    torch.testing.assert_close(grads[LossMode.unclipped], grads[LossMode.naive])
-    torch.testing.assert_close(grads[LossMode.clipped], grads[LossMode.naive])
+    torch.testing.assert_close(grads[TrainingLoss.unclipped], grads[TrainingLoss.naive])
+    torch.testing.assert_close(grads[TrainingLoss.clipped], grads[TrainingLoss.naive])
 
 
 @pytest.mark.parametrize("rho, delta, has_gradient", [
@@ -136,7 +137,7 @@ def test_clip_fractions_ignore_tokens_whose_delta_is_zero_but_count_them_in_the_
     assert cleanrl == 1.0 != (low + high).item()
     zero = torch.zeros(1, 4)
     assert [f.item() for f in clip_fractions(log_probs, old, zero, 0.1)] == [0.0, 0.0]
-    for mode in LossMode:  # and indeed none of these tokens moves any loss
+    for mode in SURROGATES:  # and indeed none of these tokens moves any loss
         lp = log_probs.clone().requires_grad_()
         compute_loss(lp, zero, mode, old, 0.1).backward()
         assert (lp.grad == 0).all(), mode
@@ -148,14 +149,14 @@ def test_clipped_is_never_above_unclipped_and_equal_inside_the_band(inputs, clip
     and where every ratio lies inside the band both losses have the same value and gradient."""
     log_probs, old, deltas = inputs
     rho = ratios(log_probs, old)
-    clipped = LOSS_FUNCTIONS[LossMode.clipped](log_probs, deltas.unsqueeze(-1), old, clip_eps)
-    unclipped = LOSS_FUNCTIONS[LossMode.unclipped](log_probs, deltas.unsqueeze(-1), old, clip_eps)
+    clipped = TrainingLoss.clipped.entry.surrogate(log_probs, deltas.unsqueeze(-1), old, None, clip_eps=clip_eps)
+    unclipped = TrainingLoss.unclipped.entry.surrogate(log_probs, deltas.unsqueeze(-1), old, None, clip_eps=clip_eps)
     assert (clipped >= unclipped).all()  # losses are minus the surrogates
     inside = (rho - 1).abs() <= clip_eps
     torch.testing.assert_close(clipped[inside], unclipped[inside])
     if inside.all():
         values, grads = [], []
-        for mode in (LossMode.clipped, LossMode.unclipped):
+        for mode in (TrainingLoss.clipped, TrainingLoss.unclipped):
             lp = log_probs.clone().requires_grad_(True)
             loss = compute_loss(lp, deltas, mode, old, clip_eps)
             loss.sum().backward()
@@ -200,12 +201,23 @@ def test_per_run_clip_eps_broadcasts_over_the_leading_run_axis():
         assert low[r] == low_r and high[r] == high_r
 
 
-@pytest.mark.parametrize("mode", list(LossMode))
+@pytest.mark.parametrize("mode", list(SURROGATES))
 def test_mode_may_be_the_enum_or_its_name(mode):
     g = torch.Generator().manual_seed(5)
     log_probs, old, deltas = -torch.rand(2, 3, 2, generator=g), -torch.rand(2, 3, 2, generator=g), torch.randn(2, 3)
     assert torch.equal(compute_loss(log_probs, deltas, mode, old), compute_loss(log_probs, deltas, mode.value, old))
-    assert set(LOSS_FUNCTIONS) == set(LossMode)
+
+
+def test_the_surrogates_are_the_policy_gradient_losses_and_others_are_refused():
+    """Every policy-gradient `--loss` has a surrogate (the table's entry); `dpo`, `sft` and `expert-iteration` are
+    losses of other methods, refused by name, and an unknown name lists the choices."""
+    assert SURROGATES == tuple(m for m in TrainingLoss if m.entry.method.value == "policy-gradient")
+    assert {m.value for m in SURROGATES} == {"naive", "unclipped", "clipped"}
+    for other in ("dpo", "sft", "expert-iteration"):
+        with pytest.raises(ValueError, match=f"loss '{other}' is a .* loss, not a surrogate of deltas"):
+            parse_mode(other)
+    with pytest.raises(ValueError, match="unknown loss mode 'ppo'; choose one of: naive, unclipped, clipped, dpo"):
+        parse_mode("ppo")
 
 
 def test_unknown_loss_mode_lists_the_choices():

@@ -8,11 +8,11 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli.commands import app
-from lab.training.config import OMITTED_AT_DEFAULT, ConfigError, TrainConfig
+from lab.training.config import ALWAYS_COLUMNS, OMITTED, ConfigError, TrainConfig
 from lab.experiments.intervals import mean_interval, t_quantile, wilson_interval
 from lab.training.records import INDEX_COLUMNS, STEP_METRICS
 from lab.files.run_text import format_value
-from lab.experiments.sweep import GRID_FIELDS, build_grid, optimal_everywhere, run_sweep, summarise
+from lab.experiments.sweep import build_grid, optimal_everywhere, run_sweep, summarise
 from lab.files.tables import read_table
 from lab.training.train import train
 from tasks.sorting import make_task
@@ -99,9 +99,9 @@ def test_a_sweeps_seed_3_run_equals_lab_run_seed_3(tmp_path):
     steps = read_table(tmp_path / "sweep" / "metrics_step.parquet")
     epochs = read_table(tmp_path / "sweep" / "metrics_epoch.parquet")
     run_rows = _rows((tmp_path / "run" / "metrics.csv").read_text())
-    assert {"run", "seed", *(f"config_{n}" for n in GRID_FIELDS if n not in OMITTED_AT_DEFAULT)} <= \
+    assert {"run", "seed", *(f"config_{n}" for n in ALWAYS_COLUMNS)} <= \
         set(steps) & set(epochs)
-    for name in OMITTED_AT_DEFAULT:  # only a sweep with some run off their default carries them
+    for name in OMITTED:  # only a sweep with some run off their default carries them
         assert f"config_{name}" not in set(steps)
     assert len(steps["run"]) == 2 * 4 * 6 * 3 and len(epochs["run"]) == 2 * 4 * 6
     mine = (steps["seed"] == 3) & (steps["config_delta"] == "centered")

@@ -6,11 +6,15 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli.commands import app
-from lab.training.config import TrainConfig
+from lab.training.config import ALWAYS_COLUMNS, TrainConfig
 from lab.training.records import EPOCH_METRICS, INDEX_COLUMNS, STEP_METRICS
-from lab.experiments.sweep import GRID_FIELDS, build_grid, run_sweep
+from lab.experiments.sweep import build_grid, run_sweep
 from lab.files.tables import epoch_table, read_table, step_table, table_names, write_tables
 from tasks.sorting import make_task
+
+
+GRID_FIELDS = (*ALWAYS_COLUMNS, "temperature", "kl_estimator", "kl_in")
+"""Settings the tables below carry as columns (every run's, whatever the grid)."""
 
 
 @pytest.fixture(scope="module")

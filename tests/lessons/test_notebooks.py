@@ -28,6 +28,7 @@ from pathlib import Path
 
 import jupytext
 import nbformat
+import psutil
 import pytest
 from ipykernel.kernelspec import install as install_kernelspec
 from jupyter_client import KernelManager
@@ -192,12 +193,19 @@ def kernel_specs(tmp_path_factory):
 def execute(notebook, kernel_specs, timeout_s: float) -> None:
     """Run every cell in a fresh kernel from `kernel_specs`; the whole run must fit in `timeout_s`."""
     deadline = time.monotonic() + timeout_s
-    NotebookClient(
-        notebook,
-        km=KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=kernel_specs),
-        timeout_func=lambda cell: max(1, int(deadline - time.monotonic())),
-        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},  # run from notebooks/, as Jupyter would
-    ).execute()
+    kernel = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=kernel_specs)
+    try:
+        NotebookClient(
+            notebook,
+            km=kernel,
+            timeout_func=lambda cell: max(1, int(deadline - time.monotonic())),
+            resources={"metadata": {"path": str(NOTEBOOK_DIR)}},  # run from notebooks/, as Jupyter would
+        ).execute()
+    finally:
+        # nbclient shuts down only a kernel manager it made itself: one passed in keeps its kernel (about 300 MB
+        # each) alive until the test process ends, so a whole run would hold one per lesson
+        if kernel.has_kernel:
+            kernel.shutdown_kernel(now=True)
 
 
 def test_the_kernel_is_the_interpreter_running_the_tests(kernel_specs):
@@ -205,6 +213,8 @@ def test_the_kernel_is_the_interpreter_running_the_tests(kernel_specs):
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import sys; print(sys.executable)")])
     execute(notebook, kernel_specs, NOTEBOOK_TIMEOUT_S)
     assert notebook.cells[0].outputs[0]["text"].strip() == sys.executable
+    kernels = [p for p in psutil.Process().children(recursive=True) if "ipykernel_launcher" in " ".join(p.cmdline())]
+    assert not kernels, "execute() left its kernel running: a whole run would hold one per lesson"
 
 
 def output_text(cell) -> str:

@@ -11,11 +11,13 @@ import pytest
 import torch
 
 from lab.core.kl import k3
+from lab.core.losses import ppo_clip_fractions
 from lab.exact.enumeration import sequence_kl
 from lab.policies import policy_from_state
 from lab.policies.factorized import Policy
 from lab.training.config import TrainConfig
 from lab.training.metrics import FIXED_LENGTH_METRICS, LIVE_TOKEN_METRICS, StepMetricBlock
+from lab.training.runs import RunSettings, clip_metrics
 from lab.training.train import train
 from tasks.sorting import make_task
 
@@ -99,7 +101,7 @@ def test_block_metrics_are_the_plain_per_step_means_over_live_tokens():
                                   ratio_max=rho.max(), clip_low_fraction=low, clip_high_fraction=high,
                                   clip_fraction=low + high, entropy=entropy, loss=loss[r]))
         block.end_epoch(old, ref, None, mask, deltas, None)  # the responses: read only at fixed length
-    values = block.flush(eps)  # float[(epoch step) run]
+    values = block.flush(lambda ratio, side, mask: ppo_clip_fractions(ratio, side, mask, eps))  # [(epoch step) run]
     for i, expected in enumerate(plain):
         epoch_step, r = divmod(i, runs)
         for name, value in expected.items():
@@ -140,9 +142,29 @@ def test_fixed_length_block_metrics_are_the_plain_per_step_means(given):
                                   entropy=-(p * ls[r]).sum(-1).mean()))
         block.end_epoch(torch.full_like(ref, float("nan")), torch.full_like(ref, float("nan")), ref_ls, None,
                         deltas, responses)
-    values = block.flush(eps)  # float[(epoch step) run]
+    values = block.flush(lambda ratio, side, mask: ppo_clip_fractions(ratio, side, mask, eps))  # [(epoch step) run]
     assert float(values["ratio_max"].max()) > 1.5 and float(values["clip_fraction"].max()) > 0.2  # not all at 1
     for i, expected in enumerate(plain):
         epoch_step, r = divmod(i, runs)
         for name, value in expected.items():
             torch.testing.assert_close(values[name][epoch_step, r], value, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_each_run_reports_its_own_losss_clip_metrics_in_a_mixed_batch():
+    """`clip_metrics` groups a batch's runs by loss and calls each loss's entry (`Loss.clip_metrics`) on its runs
+    only: in a batch of naive and clipped runs with different eps, every run's fractions are those of PPO's function
+    on that run alone. Mutant: computing every run with the first run's eps makes the clipped run's fractions
+    differ."""
+    g = torch.Generator().manual_seed(2)
+    configs = [TrainConfig(loss="naive", clip_eps=0.05), TrainConfig(loss="clipped", clip_eps=0.3),
+               TrainConfig(loss="naive", clip_eps=0.2)]
+    settings = RunSettings.of(configs, torch.device("cpu"))
+    assert len(settings.loss_kinds.groups) == 2  # the gather path
+    ratio = (0.4 * torch.randn(2, 3, 3, 4, 5, 3, generator=g)).exp()  # float[step epoch run batch trial pos]
+    side = torch.randn(3, 3, 4, 5, 1, generator=g)
+    low, high = clip_metrics(settings, ratio, side, None)
+    for r, config in enumerate(configs):
+        alone = ppo_clip_fractions(ratio[:, :, r], side[:, r], None, config.clip_eps)
+        torch.testing.assert_close((low[:, :, r], high[:, :, r]), alone, rtol=0, atol=0)
+    mutant = ppo_clip_fractions(ratio, side, None, 0.05)
+    assert not torch.equal(mutant[0][:, :, 1] + mutant[1][:, :, 1], low[:, :, 1] + high[:, :, 1])

@@ -12,7 +12,8 @@ import torch
 from lab.training.config import ConfigError, TrainConfig
 from lab.core.deltas import DeltaMode
 from lab.training.lengths import EMPTY_WHEN_NONE
-from lab.core.losses import LossMode
+from lab.core.losses import SURROGATES
+from lab.core.modes import TrainingLoss
 from lab.policies.factorized import Policy
 from lab.training.records import EPOCH_METRICS, METRIC_COLUMNS, STEP_METRICS
 from lab.files.run_text import metrics_csv
@@ -50,7 +51,7 @@ def assert_ratio_one_on_first_steps(records, steps):
     assert (records.step_metrics["ratio_max"][:, ::steps] == 1.0).all()
 
 
-@pytest.mark.parametrize("loss", list(LossMode))
+@pytest.mark.parametrize("loss", list(SURROGATES))
 @pytest.mark.parametrize("delta", list(DeltaMode))
 def test_every_delta_and_loss_combination_trains(delta, loss):
     """A short run of every delta x loss moves every parameter; all metrics are finite."""
@@ -59,7 +60,7 @@ def test_every_delta_and_loss_combination_trains(delta, loss):
     records = train(task, config)
     assert_trained_and_finite(task, records, config)
     assert_ratio_one_on_first_steps(records, config.steps)
-    if loss is not LossMode.naive:  # later steps reuse the batch: ratios move away from 1
+    if loss is not TrainingLoss.naive:  # later steps reuse the batch: ratios move away from 1
         assert (records.step_metrics["ratio_mean"][:, 1:config.steps] != 1.0).all()
 
 
@@ -236,7 +237,7 @@ def test_config_defaults_are_the_lectures():
     naive, clip 0.01, kl 0, kl period 10."""
     c = TrainConfig()
     assert (c.epochs, c.steps, c.group_size, c.lr, c.seed, c.dim, c.reward, c.delta, c.loss, c.clip_eps, c.kl,
-            c.kl_period) == (100, 10, 10, 1e-3, 5, 10, "inclusion-ordering", DeltaMode.raw, LossMode.naive,
+            c.kl_period) == (100, 10, 10, 1e-3, 5, 10, "inclusion-ordering", DeltaMode.raw, TrainingLoss.naive,
                              0.01, 0.0, 10)
     assert TrainConfig.from_dict(c.to_dict()) == c
     with pytest.raises(ConfigError, match="unknown config fields: colour"):
