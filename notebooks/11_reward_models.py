@@ -206,7 +206,10 @@ assert RL_EPOCHS / 6 < peak + 1 < RL_EPOCHS / 3
 # is read off these same runs, so they describe the fall rather than test it). The penalty shrinks the
 # fall: the larger beta, the less gold is given back, and each beta's runs end where the exact theory
 # puts them, at the gold of pi*_beta (the dotted lines). The KL penalty does not stop the climb past the
-# peak, because pi*_beta itself lies past it; it decides how far past. How much gold a KL budget buys
+# peak, because pi*_beta itself lies past it; it decides how far past. This is one proxy, fitted on one
+# draw of pairs from one pi_0, and the five seeds vary only the sampling: another draw gives another proxy,
+# whose fall may be larger, smaller or absent within 300 epochs (the lab's over-optimisation experiment,
+# `lab.experiments.overoptimisation`, repeats the whole chain over seeds). How much gold a KL budget buys
 # before the fall, and how fast it is lost after, is what Gao et al.'s curves summarise.
 #
 # ## 4. Gao et al.'s curves
