@@ -164,6 +164,8 @@ def sweep(
 
     given = {name: options_given[name] for name in SWEPT_FIELDS}  # the grid's axes, each a repeatable option
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
+    if not given["kl_estimator"]:
+        grid["kl_estimator"] = [None]  # each point the estimator of its placement (build_grid: k1 in the reward)
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once
     columns = [name for name, values in grid.items() if len(values) > 1 or given[name]]
@@ -201,6 +203,10 @@ def sweep(
                                                      pairs_per_prompt=pairs_per_prompt, pairs_from=pairs_from,
                                                      **supervised))
 
+    from lab.training.objective import objective, unbounded_warning
+
+    if any(not o.bounded for o in (objective(c, job.task.prompts.shape[-1]) for c in configs) if o is not None):
+        typer.echo(unbounded_warning(), err=True)  # k3 in the reward (claim 35)
     from lab.experiments.bench import sweep_threads
 
     previous_threads = torch.get_num_threads()

@@ -103,7 +103,9 @@ class TrainConfig:
     """where the penalty goes: `loss`, beta * the estimator added to the loss (verl `use_kl_loss`, TRL's GRPO), or
     `reward`, each response's reward becomes r - beta * its summed estimator, detached, before the deltas (verl
     `use_kl_in_reward`, PPO-RLHF; the `reward` metrics stay the task's). Claim 14: k2 in the loss and k1 in the
-    reward follow grad KL(pi_theta || pi_ref); k3 in the loss grad KL(pi_ref || pi_theta). Left out of `to_dict`
+    reward follow grad KL(pi_theta || pi_ref); k3 in the loss grad KL(pi_ref || pi_theta); k3 in the reward an
+    objective unbounded above (claim 35: `lab run` and `lab sweep` name k1 for the reward when no estimator is
+    given, and warn about k3 there; lab.training.objective names what each setting ascends). Left out of `to_dict`
     at loss"""
     kl_period: int = setting(10, shared=True)
     """refresh the reference every this many epochs; 0 = freeze it once at the start"""
