@@ -45,9 +45,26 @@ class Verdict:
     needed: float
 
     def text(self, digits: int = 3) -> str:
-        """`**holds** (detectable 0.120, needs 0.200)`: the answer with the design's reach beside it."""
-        reach = "exact" if self.detectable == 0 and self.interval.n == 0 else f"detectable {self.detectable:.{digits}g}"
+        """`**holds** (detectable 0.12, needs 0.2)`: the answer with the design's reach beside it."""
+        reach = "exact" if self.interval.n == 0 else f"detectable {self.detectable:.{digits}g}"
         return f"**{self.answer}** ({reach}, needs {self.needed:.{digits}g})"
+
+
+def cells(verdict: Verdict, numbers: str | None = None, digits: int = 3) -> str:
+    """A RESULTS.md row's last three cells: `| interval | detectable / needs | **answer** |` (`numbers` replaces
+    the interval's text where a section shows it otherwise)."""
+    detectable = "out of reach" if math.isinf(verdict.detectable) else f"{verdict.detectable:.{digits}g}"
+    reach = "exact (no seeds)" if verdict.interval.n == 0 else f"{detectable} / {verdict.needed:.{digits}g}"
+    return f"| {numbers or verdict.interval.text(digits)} | {reach} | **{verdict.answer}** |"
+
+
+def pair(a, seeds_a, b, seeds_b) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b) float[run] each, matched by seed: what the paired rules take from two settings that ran the same
+    seeds (in any order); a ValueError where the seeds differ or repeat."""
+    seeds_a, seeds_b = [int(s) for s in seeds_a], [int(s) for s in seeds_b]
+    if len(set(seeds_a)) < len(seeds_a) or sorted(seeds_a) != sorted(seeds_b):
+        raise ValueError("paired settings must run the same distinct seeds")
+    return (np.asarray(a, dtype=float)[np.argsort(seeds_a)], np.asarray(b, dtype=float)[np.argsort(seeds_b)])
 
 
 def differences(a, b=None) -> np.ndarray:
