@@ -89,29 +89,34 @@ def detectable_shift(d, level: float = LEVEL, power: float = POWER) -> float:
     return float(optimize.brentq(reach, 0.0, 20 * se * (critical + 3), xtol=1e-12 * se))
 
 
-def _sign(d, margin: float, effect: float, level: float) -> Verdict:
+def _sign(d, margin: float, effect: float, level: float, refute: float | None = None) -> Verdict:
     interval, detect = mean_interval(d, level), detectable_shift(d, level)
     if interval.low > margin:
         answer = HOLDS
-    elif interval.high < margin + effect:
+    elif interval.high < (margin + effect if refute is None else refute):
         answer = FAILS  # the interval rules out an effect as large as the one asked about
     else:
         answer = UNDERPOWERED if detect > effect else INCONCLUSIVE
     return Verdict(answer, interval, detect, effect)
 
 
-def above(a, b=None, *, effect: float, margin: float = 0.0, level: float = LEVEL) -> Verdict:
-    """"mean(a - b) > margin", judged against an effect of interest `effect` > 0 (module docstring)."""
+def above(a, b=None, *, effect: float, margin: float = 0.0, refute: float | None = None,
+          level: float = LEVEL) -> Verdict:
+    """"mean(a - b) > margin", judged against an effect of interest `effect` > 0 (module docstring): does not hold
+    where the interval lies below `refute` (default margin + effect; a non-inferiority claim, "a reaches b within
+    m", passes margin = refute = -m and effect m: the design must see the distance from no difference to -m)."""
     if not effect > 0:
         raise ValueError(f"effect must be > 0, got {effect}")
-    return _sign(differences(a, b), margin, effect, level)
+    return _sign(differences(a, b), margin, effect, level, refute)
 
 
-def below(a, b=None, *, effect: float, margin: float = 0.0, level: float = LEVEL) -> Verdict:
-    """"mean(a - b) < margin": `above` of the negated differences; the interval reported in a - b's units."""
+def below(a, b=None, *, effect: float, margin: float = 0.0, refute: float | None = None,
+          level: float = LEVEL) -> Verdict:
+    """"mean(a - b) < margin": `above` of the negated differences (refute default margin - effect); the interval
+    reported in a - b's units."""
     if not effect > 0:
         raise ValueError(f"effect must be > 0, got {effect}")
-    flipped = _sign(-differences(a, b), -margin, effect, level)
+    flipped = _sign(-differences(a, b), -margin, effect, level, None if refute is None else -refute)
     i = flipped.interval
     return Verdict(flipped.answer, Interval(-i.estimate, -i.high, -i.low, i.n), flipped.detectable, effect)
 

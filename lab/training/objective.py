@@ -46,7 +46,8 @@ class Objective:
     def line(self) -> str:
         """One line for a summary or a RESULTS.md row."""
         beta = "no constant beta'" if self.beta_prime is None else f"beta' = {self.beta_prime:.4g}"
-        return f"ascends {self.text}, {beta}, reference {self.reference}"
+        ascends = "" if self.text.startswith("DPO") else "ascends "  # DPO's text says what it has, not an objective
+        return f"{ascends}{self.text}, {beta}, reference {self.reference}"
 
     def to_dict(self) -> dict:
         return {"objective": self.text, "beta_prime": self.beta_prime, "reference": self.reference,

@@ -193,8 +193,8 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     assert "E[r] - 0.05 KL(pi_ref || pi)" in dpo_part and "converged" in dpo_part
     assert "beta' 0.05 (beta 0.015), pi_0 (frozen)" in dpo_part  # matched beta': a KL in the loss at beta' s / C
     assert "aim at" not in dpo_part and "same optimum" not in dpo_part
-    assert len(verdicts(before_rl_part)) == 7
-    assert set(verdicts(before_rl_part)) <= {"holds", "does not hold", "inconclusive"}
+    assert len(verdicts(before_rl_part)) == 8
+    assert set(verdicts(before_rl_part)) <= set(ANSWERS)
     assert len(verdicts(rm_part)) == 3 + 2 + 3 + 2 + 2 * 3  # bon, sizes, beta, GRPO's budget, DPO against GRPO
     assert set(verdicts(rm_part)) <= {"holds", "does not hold", "inconclusive"}
     assert "DPO on its pairs, beta 0.05" in rm_part and "(the trained runs' after every epoch" in rm_part

@@ -94,6 +94,18 @@ def test_a_stuck_share_of_ten_percent_cannot_fail_at_twenty_seeds():
     assert fewest == 35 and v.share_above(0, 35, share=0.1).answer == v.FAILS
 
 
+@pytest.mark.parametrize("n", SEED_COUNTS)
+def test_a_non_inferiority_claim_reaches_every_answer(n):
+    """"a reaches b within m" (`above` with margin = refute = -m, effect m): a planted difference of 0 holds with a
+    tight spread, -2m does not hold, -m/2 straddling with a wide spread is underpowered. Mutant: refute left at its
+    default (margin + effect = 0) turns a difference of -m/2 seen tightly into "does not hold", though it is within
+    m; the tight -m/2 case holds here."""
+    m = 0.25
+    rule = lambda mean, spread: v.above(*planted(n, mean, spread), margin=-m, refute=-m, effect=m).answer  # noqa: E731
+    assert rule(0.0, spread_for(n, 0.02)) == v.HOLDS and rule(-m / 2, spread_for(n, 0.02)) == v.HOLDS
+    assert rule(-2 * m, spread_for(n, 0.02)) == v.FAILS and rule(-m / 2, spread_for(n, 1.0)) == v.UNDERPOWERED
+
+
 def test_stopped_fails_on_slow_significant_growth():
     """The issue's offline Bradley-Terry DPO numbers: growth of the sampled KL over the late window +0.82 with a
     paired interval [0.27, 1.37] at 20 seeds: the old rule (+-10% of a level near 11) said "stopped"; `stopped`
