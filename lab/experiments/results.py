@@ -82,16 +82,26 @@ def _setting_text(experiment, overrides: dict) -> str:
     return ", ".join(f"{n}={overrides.get(n, '')}" for n in experiment.names)
 
 
+def _objective_text(records, run: int) -> str:
+    """What a KL'd run ascends and at which beta' (lab.training.objective), or '-' without a penalty."""
+    from lab.training.objective import objective
+
+    ascends = objective(records.configs[run], records.prompts.shape[1])
+    return "-" if ascends is None else ascends.line()
+
+
 def _experiment_table(records, experiment, groups, lecture_runs) -> list[str]:
     final, optimal = records.final(experiment.metric), optimal_everywhere(records)
     kl, with_kl = final_kl(records), "kl" in experiment.names
     lines = [f"| setting | final {experiment.metric.replace('_', ' ')} [95% t] | seed 5, the lecture's draw | "
-             "optimal on every prompt [95% Wilson] |" + (" exact KL to the reference, last period: median [quartiles] over seeds |" if with_kl else ""),
-             "| --- | --- | --- | --- |" + (" --- |" if with_kl else "")]
+             "optimal on every prompt [95% Wilson] |" + (" exact KL to the reference, last period: median [quartiles] "
+                                                        "over seeds | objective ascended |" if with_kl else ""),
+             "| --- | --- | --- | --- |" + (" --- | --- |" if with_kl else "")]
     for overrides, runs, lecture_run in zip(experiment.settings, groups, lecture_runs):
         lines.append(f"| {_setting_text(experiment, overrides)} | {mean_interval(final[runs]).text(3)} | "
                      f"{final[lecture_run]:.3f} | {_fraction(wilson_interval(int(optimal[runs].sum()), len(runs)))} |"
-                     + (f" {median_quartiles(kl[runs]).text(4)} |" if with_kl else ""))
+                     + (f" {median_quartiles(kl[runs]).text(4)} | {_objective_text(records, runs[0])} |"
+                        if with_kl else ""))
     return lines
 
 
