@@ -178,6 +178,14 @@ class KLEstimator(str, Enum):
     k3 = "k3"
 
 
+class Optimizer(str, Enum):
+    """Which optimizer steps the policy (`optimizer`, no CLI option): Adam, whose step is lr m / sqrt(v) whatever the
+    gradient's scale, or plain SGD, whose step scales with the gradient (lab.training.optim.OPTIMIZERS)."""
+
+    adam = "adam"
+    sgd = "sgd"
+
+
 class KLPlacement(str, Enum):
     """Where the KL penalty goes (`--kl-in`): verl's `use_kl_loss` (loss) or `use_kl_in_reward` (reward)."""
 

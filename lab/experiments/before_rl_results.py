@@ -4,7 +4,8 @@
     stage 2   SFT (optimal, noisy), expert iteration (reward >= THRESHOLD), GRPO (centered, clipped), at the lecture's
               init and at init scale 0.1 (SFT noisy and GRPO), GRPO + KL and DPO from the random start and from
               each seed's own SFT start (the start is the reference), the lecture's GRPO with and without
-              --max-grad-norm 1.0, and a setting that diverges without clipping, with and without
+              --max-grad-norm 1.0, and a setting that diverges without clipping, with and without, under Adam and
+              under plain SGD
     measured  after the last epoch: the exact expected reward and KL to the run's initial policy (sums over the 125
               responses of each prompt), greedy accuracy, success (the greedy response optimal on every prompt),
               samples drawn from the policy to train on, optimizer steps
@@ -21,9 +22,9 @@ smallest effect the design detects at 80% power):
 - "an SFT reference is better than the raw one" (the lab's reference is the run's start, so start and reference
   change together): `above`, from SFT minus from random, final exact E[r], per method.
 - "clipping the gradient at 1.0 keeps a diverging setting finite": `below`, diverged (1 or 0 per seed) with clipping
-  minus without, effect of interest 1/2 of the seeds. Under Adam the first step is lr sign(g) whatever the gradient's
-  norm, so clipping cannot keep this setting's first steps small: the design can answer "does not hold" but hardly
-  "holds" (issue 35); a setting where it can matter is left to come.
+  minus without, effect of interest 1/2 of the seeds; under Adam and under plain SGD. Adam's first step is
+  lr sign(g) whatever the gradient's norm, so there clipping cannot keep the first steps small and the verdict can
+  hardly hold; SGD's step scales with the gradient, where clipping can matter (issue 35).
 """
 
 from __future__ import annotations
@@ -51,7 +52,11 @@ CLIP = 1.0
 """--max-grad-norm of the clipped settings (TRL's and verl's default)."""
 DIVERGING = dict(lr=1.0, kl=1.0, kl_period=0)
 """A setting that diverges without clipping: a large step with a strong penalty to a frozen reference (its k3
-overflows); clipping acts on the gradient, so whether it helps is what the verdict decides."""
+overflows); clipping acts on the gradient, so whether it helps is what the verdict decides. Under Adam it cannot:
+the first step is lr sign(g) whatever the gradient's norm (tests/training/test_optimizers.py)."""
+DIVERGING_SGD = dict(optimizer="sgd", lr=0.3, kl=1.0, kl_period=0)
+"""The same penalty under plain SGD, whose step scales with the gradient: k3's gradient, pi_ref / pi per token,
+grows without bound as a token's probability falls, and clipping the gradient's norm bounds the step."""
 
 EXPLORING_INIT = 0.1
 """The init scale of the second arm: a flat policy that explores, where GRPO sorts (the exploration section)."""
@@ -72,6 +77,8 @@ SETTINGS = (
     ("GRPO, clipped at 1.0", dict(GRPO, max_grad_norm=CLIP)),
     ("diverging setting", dict(GRPO, **DIVERGING)),
     ("diverging setting, clipped at 1.0", dict(GRPO, **DIVERGING, max_grad_norm=CLIP)),
+    ("diverging setting, SGD", dict(GRPO, **DIVERGING_SGD)),
+    ("diverging setting, SGD, clipped at 1.0", dict(GRPO, **DIVERGING_SGD, max_grad_norm=CLIP)),
 )
 """(label, overrides of the lecture's settings); `start` = from the run's own seed's SFT start (its noisy SFT policy)."""
 INDEX = {label: i for i, (label, _) in enumerate(SETTINGS)}
@@ -170,14 +177,15 @@ def before_rl_markdown(records, groups: list[list[int]], seeds: int) -> list[str
         rows.append((f"an SFT reference is better than the raw one ({method}; start and reference together)",
                      "final E[r], SFT start minus random start, above 0",
                      v.above(*paired(reward, f"{method}, SFT start", f"{method}, random start"), effect=REACH)))
-    off = g("diverging setting")
-    free = wilson_interval(int(diverged[off].sum()), len(off))
-    setting = ", ".join(f"{name} {value}" for name, value in DIVERGING.items())
-    rows.append((f"clipping the gradient at {CLIP} keeps a diverging setting finite ({setting}; without clipping "
-                 f"{free.estimate:.0%} [{free.low:.0%}, {free.high:.0%}] diverge)",
-                 "diverged seeds, clipped minus not, below 0; effect of interest half the seeds",
-                 v.below(*paired(diverged.astype(float), "diverging setting, clipped at 1.0", "diverging setting"),
-                         effect=0.5)))
+    for name, overrides in (("diverging setting", DIVERGING), ("diverging setting, SGD", DIVERGING_SGD)):
+        off = g(name)
+        free = wilson_interval(int(diverged[off].sum()), len(off))
+        setting = ", ".join(f"{key} {value}" for key, value in overrides.items())
+        rows.append((f"clipping the gradient at {CLIP} keeps a diverging setting finite "
+                     f"({'Adam, ' if 'optimizer' not in overrides else ''}{setting}; without clipping "
+                     f"{free.estimate:.0%} [{free.low:.0%}, {free.high:.0%}] diverge)",
+                     "diverged seeds, clipped minus not, below 0; effect of interest half the seeds",
+                     v.below(*paired(diverged.astype(float), f"{name}, clipped at 1.0", name), effect=0.5)))
     lecture = _paired(records, reward, g("GRPO, clipped at 1.0"), g("GRPO"))
     fraction = records.step_metrics["grad_clipped"][g("GRPO, clipped at 1.0")].mean()
     out += ["", f"On the lecture's settings clipping at {CLIP} clips {fraction:.0%} of the steps and changes the final "

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from lab.core.choices import ConfigError
 from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Method,
-                            Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
+                            Optimizer, Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
 from lab.training.config_checks import check_config
 
 if TYPE_CHECKING:
@@ -113,6 +113,9 @@ class TrainConfig:
     """added to the group std in `normalized` deltas (the lecture's 1e-5)"""
     std_unbiased: bool = setting(True, shared=True, option=False)
     """Bessel-corrected group std (the lecture, torch.std) rather than the population std"""
+    optimizer: Optimizer = setting(Optimizer.adam, shared=True, option=False, omit=('adam',))
+    """what steps the policy: Adam (the lecture's, TRL's, verl's) or plain SGD, whose step scales with the gradient
+    (lab.training.optim); left out of `to_dict` at adam"""
     adam_betas: tuple[float, float] = setting((0.9, 0.999), shared=True, option=False)
     """Adam's moment decay rates (torch defaults)"""
     adam_eps: float = setting(1e-8, shared=True, option=False)

@@ -15,7 +15,7 @@ import math
 
 from lab.core.choices import ConfigError, parse_choice
 from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Method,
-                            Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
+                            Optimizer, Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
 
 DPO_DEFAULTS = {"pairs": Pairs.online, "pairs_per_prompt": 16, "preference": Preference.argmax,
                 "dpo_loss": DPOLoss.sigmoid, "ipo_logps": IPOLogps.sum}
@@ -42,7 +42,7 @@ def default_estimator(placement, loss=TrainingLoss.naive) -> KLEstimator:
 
 
 MODES = (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind),
-         ("loss_agg", LossAgg), ("kl_estimator", KLEstimator), ("kl_in", KLPlacement))
+         ("loss_agg", LossAgg), ("kl_estimator", KLEstimator), ("kl_in", KLPlacement), ("optimizer", Optimizer))
 """The fields given as a mode's name or member, parsed to the member."""
 
 POSITIVE_INTEGERS = ("epochs", "steps", "group_size", "dim", "sample_every")

@@ -193,7 +193,7 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     assert "E[r] - 0.05 KL(pi_ref || pi)" in dpo_part and "converged" in dpo_part
     assert "beta' 0.05 (beta 0.015), pi_0 (frozen)" in dpo_part  # matched beta': a KL in the loss at beta' s / C
     assert "aim at" not in dpo_part and "same optimum" not in dpo_part
-    assert len(verdicts(before_rl_part)) == 8
+    assert len(verdicts(before_rl_part)) == 9
     assert set(verdicts(before_rl_part)) <= set(ANSWERS)
     # per proxy: bon's share, bon from pi_0 and from a peaked pi_0; the optimum path; GRPO without a penalty; then
     # the KL weights against none; DPO against GRPO per set of pairs and beta
