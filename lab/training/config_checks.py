@@ -15,7 +15,7 @@ import math
 
 from lab.core.choices import ConfigError, parse_choice
 from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Pairs,
-                            PolicyKind, Preference, Sampler, TrainingLoss)
+                            PolicyKind, Preference, Sampler, TrainingLoss, DType)
 
 DPO_DEFAULTS = {"pairs": Pairs.online, "pairs_per_prompt": 16, "preference": Preference.argmax,
                 "dpo_loss": DPOLoss.sigmoid, "ipo_logps": IPOLogps.sum}
@@ -27,7 +27,7 @@ SUPERVISED_DEFAULTS = {"demos": Demos.optimal, "demo_noise": 0.2, "ei_filter": F
 KL_DEFAULTS = {"kl_estimator": KLEstimator.k3, "kl_in": KLPlacement.loss}
 """Where the KL penalty goes and which estimator it uses, by default: k3 in the loss (TRL's GRPO, verl's default)."""
 
-MODES = (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind),
+MODES = (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind), ("dtype", DType),
          ("loss_agg", LossAgg), ("kl_estimator", KLEstimator), ("kl_in", KLPlacement))
 """The fields given as a mode's name or member, parsed to the member."""
 
