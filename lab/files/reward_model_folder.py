@@ -84,6 +84,8 @@ def read_reward_model(folder: str | Path, option: str = "--reward") -> RewardMod
     config = read_json(folder / "config.json", where)
     if not isinstance(config, dict):
         raise ValueError(f"{where}: its config.json is not a JSON object")
+    if not isinstance(read_json(folder / "summary.json", where), dict):  # not used, but parsed as every file is
+        raise ValueError(f"{where}: its summary.json is not a JSON object")
     vocab = _field(config, where, "task", "vocab_size", low=1, high=2**31 - 1)
     length = _field(config, where, "response_space", "response_length", low=1, high=LIMITS.max_responses)
     eos = _field(config, where, "response_space", "eos", kind=(int, None))
