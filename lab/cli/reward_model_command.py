@@ -35,9 +35,9 @@ def _check(name: str, ok: bool, allowed: str, value) -> None:
 
 def default_name(settings: dict, defaults: dict) -> str:
     """reward-model-<each setting that differs, as typed, glued to its value>-seed<k> (`lab run`'s scheme)."""
-    from lab.training.settings import option, text
+    from lab.training.settings import folder_label, option, text
 
-    parts = [option(k) + (Path(v).name if k == "from_run" else text(v)) for k, v in settings.items()
+    parts = [option(k) + (folder_label(v) if k == "from_run" else text(v)) for k, v in settings.items()
              if k != "seed" and v != defaults.get(k)]
     return "-".join(["reward-model", *parts, f"seed{settings['seed']}"])
 
