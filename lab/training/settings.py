@@ -36,6 +36,10 @@ FOLDER_HASH_CHARACTERS = 8
 a chance of about n**2 / 2**33 among n of them."""
 UNNAMED = ("init_sha256", "reward_sha256", "pairs_sha256")
 """Settings a name never shows (the sha256 of what a folder setting read: config.json records it)."""
+TABLED_SHARED = ("kl_period", "critic_warmup", "pairs_per_prompt", "demo_noise", "demos_from", "init_from")
+"""Settings every run of a batch shares (`SHARED_FIELDS`) that are a method's choice, not a batch's shape or schedule:
+like any other setting, a `config_<field>` column where some run sets them apart from the default (they are in the
+folder's name, so they are in its tables)."""
 METHOD_DEFAULTS = {**DPO_DEFAULTS, **SUPERVISED_DEFAULTS}
 """What a DPO or supervised run takes for its settings when not given: defaults for a name too."""
 
@@ -142,7 +146,7 @@ def table_fields(configs: Sequence[TrainConfig]) -> list[str]:
     """The settings a sweep's tables carry as `config_<field>` columns: `ALWAYS_COLUMNS`, a family's
     (`FAMILY_COLUMNS`) where one run belongs to it, then every other scalar field whose runs differ, or that some
     run sets apart from its default and that is not a batch's shape or schedule shared by every run
-    (`SHARED_FIELDS`: in config.json's "base")."""
+    (`SHARED_FIELDS`, but for `TABLED_SHARED`: in config.json's "base")."""
     settings, kind = dict(applied(configs)), type(configs[0])
     fields = list(ALWAYS_COLUMNS)
     for member, family in FAMILY_COLUMNS:
@@ -150,7 +154,9 @@ def table_fields(configs: Sequence[TrainConfig]) -> list[str]:
             fields += family
     for name, values in settings.items():
         scalar = all(not isinstance(v, list) for v in values)
-        shared = name in SHARED_FIELDS and len(values) == 1
+        shared = name in SHARED_FIELDS and name not in TABLED_SHARED and len(values) == 1
+        if name in UNNAMED:  # a sha256 of what a folder setting read: config.json records it
+            continue
         if name not in fields and scalar and (len(values) > 1 or (differs(name, values, kind) and not shared)):
             fields.append(name)
     return fields
