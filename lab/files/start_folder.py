@@ -54,8 +54,8 @@ def start_mismatches(folder: str | Path, config, task, option: str = "--init-fro
     for words, option_name, have, need in (
             ("vocabulary size", "--vocab-size", start.vocab_size, wanted.vocab_size),
             ("prompt length", "--prompt-length / --prompts", start.prompt_length, wanted.prompt_length),
-            ("response length" if kind == "factorized" else "max length", "--max-length", start.response_length,
-             wanted.response_length),
+            *([] if kind == "factorized" else  # its response length is its prompt length: that line says it
+              [("max length", "--max-length", start.response_length, wanted.response_length)]),
             ("width", "--dim", state["embedding"].shape[-1], config.dim)):
         if have != need:
             lines.append(f"{option} {folder}: its policy has {words} {have}, these settings need {need} "
