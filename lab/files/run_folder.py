@@ -65,6 +65,8 @@ def read_run(folder, option: str = "--from-run", marked: bool = True) -> LabRun:
         raise ValueError(f"{where}: its config.json must be an object (lab run writes one)")
     if marked and not isinstance(config.get("config"), dict):
         raise ValueError(f"{where}: its config.json has no \"config\" object with the run's settings")
+    if marked:
+        _run_task(folder / "config.json", config)
     return LabRun(folder, option, config, summary)
 
 
@@ -170,6 +172,10 @@ def _run_task(path: Path, data) -> dict:
     if not task["prompts"] or not all(isinstance(row, list) and row and all(
             isinstance(t, int) and not isinstance(t, bool) for t in row) for row in task["prompts"]):
         raise ValueError(f"{path}: \"task\".\"prompts\" must be a non-empty list of non-empty integer lists")
+    if any(not 0 <= t < task["vocab_size"] for row in task["prompts"] for t in row):
+        raise ValueError(f"{path}: \"task\".\"prompts\" tokens must lie in 0..{task['vocab_size'] - 1}")
+    if len({len(row) for row in task["prompts"]}) > 1:
+        raise ValueError(f"{path}: \"task\".\"prompts\" must all have one length")
     return task
 
 

@@ -221,3 +221,34 @@ def test_a_policy_pt_that_is_not_finite_or_not_the_runs_is_one_line(reader, dama
     rewrite_mark(folder)
     one_line(read(reader, folder), 2, "policy.pt", fragment)
     assert os.listdir(empty_cwd) == []
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_file_where_a_folder_is_read_is_one_line(reader, tmp_path, empty_cwd):
+    """Kind before content: a file named where a folder is read is refused as not a folder."""
+    (tmp_path / "file").write_text("the user's")
+    one_line(read(reader, tmp_path / "file"), 2, "not a folder")
+    assert (tmp_path / "file").read_text() == "the user's" and os.listdir(empty_cwd) == []
+
+
+CONFIG_DAMAGE = {
+    "no config object": (lambda data: {k: v for k, v in data.items() if k != "config"}, '"config"'),
+    "a prompt token outside the vocabulary": (lambda data: {**data, "task": {**data["task"], "prompts": [[9, 1, 0]]}},
+                                              "must lie in 0..4"),
+    "prompts of two lengths": (lambda data: {**data, "task": {**data["task"], "prompts": [[1, 0, 2], [1, 0]]}},
+                               "one length"),
+}
+
+
+@pytest.mark.parametrize("reader", [r for r, (_, kind) in READERS.items() if kind == "run"])
+@pytest.mark.parametrize("damage", CONFIG_DAMAGE)
+def test_a_run_config_json_of_the_wrong_shape_under_a_rewritten_mark_is_one_line(reader, damage, sources, tmp_path,
+                                                                                 empty_cwd):
+    """A run's config.json edited (no "config", a prompt token outside the vocabulary, prompts of two lengths) and the
+    mark rewritten: every run reader names config.json and the field."""
+    folder = copy_of(sources, "run", tmp_path)
+    edit, fragment = CONFIG_DAMAGE[damage]
+    (folder / "config.json").write_text(json.dumps(edit(json.loads((folder / "config.json").read_text()))))
+    rewrite_mark(folder)
+    one_line(read(reader, folder), 2, "config.json", fragment)
+    assert os.listdir(empty_cwd) == []
