@@ -252,3 +252,25 @@ def test_a_run_config_json_of_the_wrong_shape_under_a_rewritten_mark_is_one_line
     rewrite_mark(folder)
     one_line(read(reader, folder), 2, "config.json", fragment)
     assert os.listdir(empty_cwd) == []
+
+
+PARSERS = ("torch.load(", "json.loads(", "csv.reader(", "csv.DictReader(")
+READER_MODULES = {
+    "lab/files/lab_folders.py", "lab/files/run_folder.py", "lab/files/start_folder.py",
+    "lab/files/reward_model_folder.py",  # the readers, one per kind of folder
+    "lab/files/output_folders.py", "lab/figures/figure_files.py",  # the marks (checked for soundness there)
+    "lab/training/kinds.py", "lab/training/preference_pairs.py",  # after the command's reader: policy.pt, pairs.csv
+    "lab/policies/__init__.py",  # load_policy: the Python API's, for a policy.pt the user names
+    "lab/cli/options.py", "tasks/sorting.py",  # a --prompts JSON list typed on the command line, not a file
+}
+
+
+def test_only_the_readers_parse_a_folders_files():
+    """One reader per kind of folder, so that a new command cannot read a folder unchecked: no other module of the
+    lab parses JSON, CSV or a torch file (a new `json.loads` in a command module fails this test)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    parsing = {str(path.relative_to(root)) for pattern in ("lab/**/*.py", "tasks/**/*.py") for path in root.glob(pattern)
+               if any(parser in path.read_text() for parser in PARSERS)}
+    assert parsing <= READER_MODULES, sorted(parsing - READER_MODULES)
