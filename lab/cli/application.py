@@ -135,7 +135,8 @@ class OneLineErrors(TyperGroup):
             if type(e).__name__ == "NoArgsIsHelpError":  # bare `lab`: the help, as usual
                 typer.echo(e.format_message())
                 sys.exit(0)
-            typer.echo(f"Error: {choice_message(e) or other_name_message(e) or e.format_message()}", err=True)
+            message = choice_message(e) or other_name_message(e) or e.format_message()  # one mismatch a line
+            typer.echo("\n".join(f"Error: {line}" for line in message.splitlines() or [""]), err=True)
             sys.exit(e.exit_code)
         except typer.Abort as e:
             if isinstance(e.__context__, KeyboardInterrupt):  # Ctrl-C while click parsed the line

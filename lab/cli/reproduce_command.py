@@ -54,9 +54,10 @@ def reproduce(
                          for e in rep.EXPERIMENTS for o in e.settings}.values())
         check_memory(settings, 5, 3, 3, 0, torch_device, f"the reproduction ({len(settings)} settings x {shown(seeds)} "
                      "seeds)", seeds=seeds, advice="lower --seeds")
-        check_writable(out / "RESULTS.md", temporary=False)  # first: a name too long fails any other look at it
+        check_writable(out, temporary=False)  # first: a name too long fails any other look at it
         files = OutputFiles(out, "reproduce")
-        files.check(rep.output_names())
+        files.check(rep.output_names())  # --out a file: named as given, not as OUT/RESULTS.md
+        check_writable(out / "RESULTS.md", temporary=False)  # the longest path it writes fits too
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
     load("figures")

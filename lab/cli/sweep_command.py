@@ -166,6 +166,8 @@ def sweep(
 
     given = {name: options_given[name] for name in SWEPT_FIELDS}  # the grid's axes, each a repeatable option
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
+    if pairs_from is not None and not given["pairs"]:  # as in lab run: --pairs-from implies --pairs offline
+        grid["pairs"] = ["offline"]
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once
     columns = [name for name, values in grid.items() if len(values) > 1 or given[name]]

@@ -129,11 +129,13 @@ def test_a_folder_that_is_not_a_finished_lab_run_is_refused(tmp_path, starts, mo
     assert sorted(os.listdir(tmp_path)) == ([] if damage == "no folder" else ["copy"])
 
 
-def test_the_default_folder_name_shows_the_start_folders_name_not_its_path_or_hash(tmp_path, starts, monkeypatch):
+def test_the_default_folder_name_shows_the_start_folders_name_and_a_hash_of_where_it_is(tmp_path, starts, monkeypatch):
+    """Its own name, then 8 hex digits of the sha256 of its resolved path (issue 34: `a/run` and `b/run` apart)."""
     monkeypatch.chdir(tmp_path)
     for command in (["run"], ["sweep", "--seeds", "1"]):
         result = CliRunner().invoke(app, [*command, *SHORT, "--init-from", str(starts / "factorized")])
         assert result.exit_code == 0, result.output
     names = sorted(os.listdir(tmp_path / "runs"))
-    assert names == ["raw-naive-inclusion-ordering-epochs2-steps2-init-fromfactorized-seed5",
-                     "sweep-raw-naive-inclusion-ordering-epochs2-steps2-init-fromfactorized-1seeds"]
+    label = "factorized-" + hashlib.sha256(os.fsencode(os.path.realpath(starts / "factorized"))).hexdigest()[:8]
+    assert names == [f"raw-naive-inclusion-ordering-epochs2-steps2-init-from{label}-seed5",
+                     f"sweep-raw-naive-inclusion-ordering-epochs2-steps2-init-from{label}-1seeds"]
