@@ -17,6 +17,7 @@ import typer
 from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Pairs, PolicyKind,
                             Preference, Sampler, TrainingLoss)
 from lab.core.choices import described
+from lab.core.modes import DType
 from lab.training.config import OPTION_FIELDS, Device, TrainConfig
 from lab.training.settings import option, text
 from tasks import LEARNED
@@ -117,6 +118,8 @@ PolicyOpt = Annotated[PolicyKind, typer.Option(help="the lecture's factorised po
 MaxLengthOpt = Annotated[int | None, typer.Option(help="autoregressive: cap on response tokens, EOS included "
                                                        "(default: prompt length + 2)")]
 LossAggOpt = Annotated[LossAgg, typer.Option(help="how per-token losses are averaged (verl's loss_agg_mode)")]
+DTypeOpt = Annotated[DType, typer.Option(help="float32 (fast; last bits depend on the CPU's kernels) or float64 "
+                                              "(exact to about 1e-12 on every machine and batch shape)")]
 DeviceOpt = Annotated[Device, typer.Option(help="auto takes CUDA when present")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="replace an existing output folder")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="no progress bar and no summary line")]

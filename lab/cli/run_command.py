@@ -18,6 +18,7 @@ from lab.cli.options import (
     ClipOpt,
     DeltaOpt,
     DeviceOpt,
+    DTypeOpt,
     DPOLossOpt,
     IPOLogpsOpt,
     DimOpt,
@@ -130,6 +131,7 @@ def run(
     vocab_size: VocabOpt = LECTURE_VOCAB_SIZE,
     heldout: HeldoutOpt = 0,
     prompt_seed: PromptSeedOpt = 0,
+    dtype: DTypeOpt = DEFAULTS.dtype,
     device: DeviceOpt = Device.auto,
     out: Annotated[Path | None, typer.Option(help="run folder (default runs/<settings>-seed<k>)")] = None,
     force: ForceOpt = False,
@@ -220,7 +222,11 @@ def run(
                        f"{summary['final_d']:.3f}")
         if ascends is not None:
             typer.echo(f"--kl {config.kl:g}: {ascends.line()}")
-        typer.echo(f"final mean reward {summary['final_mean_reward']:.3f} / {summary['optimum']:g}, "
+        # against a learned reward the mean is on the proxy's scale: the last line gives the gold too, exactly
+        gold = (f" (proxy), gold {summary['final_gold_reward_exact']:.3f} / "
+                f"{float(job.task.optimum(job.task.rewards[config.reward].gold_name).mean()):g} exactly"
+                if "final_gold_reward_exact" in summary else "")
+        typer.echo(f"final mean reward {summary['final_mean_reward']:.3f} / {summary['optimum']:g}{gold}, "
                    f"greedy accuracy {accuracy:.0%} ({round(accuracy * len(job.task.prompts))}/{len(job.task.prompts)} "
                    f"prompts sorted), {records.seconds:.2f} s -> {job.folder.out}")
 

@@ -20,6 +20,7 @@ from lab.cli.options import (
     IPOLogpsListOpt,
     DeltasOpt,
     DeviceOpt,
+    DTypeOpt,
     DimOpt,
     EntropyCoefsOpt,
     TemperaturesOpt,
@@ -134,6 +135,7 @@ def sweep(
     vocab_size: VocabOpt = LECTURE_VOCAB_SIZE,
     heldout: HeldoutOpt = 0,
     prompt_seed: PromptSeedOpt = 0,
+    dtype: DTypeOpt = DEFAULTS.dtype,
     device: DeviceOpt = Device.auto,
     out: Annotated[Path | None, typer.Option(help="sweep folder (default runs/sweep-<grid>-<N>seeds)")] = None,
     table_format: Annotated[TableFormat, typer.Option(
@@ -166,9 +168,12 @@ def sweep(
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
     if not given["kl_estimator"]:
         grid["kl_estimator"] = [None]  # each point the estimator of its placement (build_grid: k1 in the reward)
+    if pairs_from is not None and not given["pairs"]:  # as in lab run: --pairs-from implies --pairs offline
+        grid["pairs"] = ["offline"]
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once
     columns = [name for name, values in grid.items() if len(values) > 1 or given[name]]
+    columns += ["dtype"] if dtype is not DEFAULTS.dtype else []  # a float64 sweep says so in summary.csv
     options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
     critic = dict(critic_lr=critic_lr, cliprange_value=cliprange_value, critic_warmup=critic_warmup,
                   whiten_advantages=whiten_advantages)  # the --delta gae points' only
@@ -177,7 +182,7 @@ def sweep(
 
     def make_base() -> TrainConfig:  # the settings every run of the sweep shares
         return TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler,
-                           policy=policy, max_length=max_length, **start_settings(init_from))
+                           policy=policy, max_length=max_length, dtype=dtype, **start_settings(init_from))
 
     def build():
         check_threads(threads)

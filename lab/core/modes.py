@@ -11,6 +11,7 @@
     PolicyKind (--policy)                POLICIES in lab.policies
     Sampler (--sampler)                  SAMPLERS in lab.policies.sampling
     RewardModelSize (lab reward-model)   SIZES in lab.training.reward_model
+    DType (--dtype)                      the runs' floating-point type (lab.training.kinds, runs, groups)
 
 They live here, apart from the math that dispatches on them, so that the `lab` command builds its options
 (`lab --help`, `lab run --help`) without loading torch (tests/cli/test_help_imports.py). A new delta mode or loss is
@@ -228,3 +229,16 @@ class RewardModelSize(str, Enum):
     small = "small"
     medium = "medium"
     large = "large"
+
+
+class DType(str, Enum):
+    """The floating-point type a run trains in (`--dtype`): its parameters, Adam state, rewards, deltas and losses."""
+
+    float32 = "float32"
+    float64 = "float64"
+
+    @property
+    def torch(self):
+        import torch  # here: the config loads without torch
+
+        return getattr(torch, self.value)

@@ -4,7 +4,8 @@
 
 Runs that share every `SHARED_FIELDS` value (group size, epochs, ...) train
 together in one call of `lab.training.train.train`; a seed's run is the same alone or
-inside a sweep, so batching changes speed, never results. The summary gives,
+inside a sweep (in float64 to about 1e-13; in float32 to its rounding, which a near-tie can grow:
+docs/reproducibility.md), so batching changes speed, not results. The summary gives,
 per grid point, the final mean reward with a Student-t 95% interval over seeds
 and the fraction of runs whose greedy response is optimal on every training
 prompt with a Wilson 95% interval (`lab.experiments.intervals`), both over the runs that did not diverge;

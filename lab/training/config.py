@@ -27,8 +27,8 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from lab.core.choices import ConfigError
-from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Method,
-                            Optimizer, Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
+from lab.core.modes import (DeltaMode, DType, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg,
+                            Method, Optimizer, Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
 from lab.training.config_checks import check_config
 
 if TYPE_CHECKING:
@@ -172,6 +172,11 @@ class TrainConfig:
     """sampling temperature T: responses drawn from softmax(logits / T), and the loss's (and the reference's)
     log-probs taken at the same T, as verl's rollout and actor do (lab.training.kinds); 1 = the plain policy.
     Left out of `to_dict` at 1, so the files of a run without it are unchanged"""
+    dtype: DType = setting(DType.float32, shared=True, column=10)
+    """the floating-point type the run trains in: `float32` (fast; its last bits depend on the CPU's kernels, so a
+    sampled token can flip between machines), or `float64` for exactness (results agree across machines and
+    batch shapes to about 1e-12; docs/reproducibility.md). Both start from the same float32 draws of the
+    parameters, so a float64 run is the float32 run computed more exactly"""
     max_grad_norm: float | None = setting(None, omit=(None,), swept=True)
     """clip each run's gradient to this global L2 norm over all its policy parameters before each Adam step (TRL
     `max_grad_norm`, verl `grad_clip`; lab.training.clipping); None = off"""

@@ -111,7 +111,9 @@ def sample_groups(kind: Kind, settings: RunSettings, shared: TrainConfig, critic
     with torch.no_grad():
         responses = kind.sample()  # int[run batch trial pos]
         mask = kind.live_tokens(responses)
-        rewards = settings.reward_groups.apply(lambda name, y: kind.rewards[name](kind.prompts, y), responses)
+        # in the run's dtype: a float64 run makes its deltas in float64 (the task's rewards are float32)
+        rewards = settings.reward_groups.apply(lambda name, y: kind.rewards[name](kind.prompts, y),
+                                               responses).to(shared.dtype.torch)
         # what the deltas (and a critic's returns) are made from: the task's rewards, KL-penalised where asked
         shaped = rewards if policies is None else reward_penalty(kind, settings, rewards, responses, mask, *policies)
         deltas = settings.delta_groups.apply(  # float[run batch trial]

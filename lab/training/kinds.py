@@ -121,7 +121,7 @@ class Factorized(TemperedStack):
         self.max_length = task.response_length
         self.entries = task.response_length  # per response and step, to size the metric blocks
         self.policy = PolicyStack(task.vocab_size, self.prompts.shape[1], task.response_length, shared.dim,
-                                  generators, [c.init_scale for c in configs])
+                                  generators, [c.init_scale for c in configs], shared.dtype.torch)
         start_from(self.policy, shared.init_from)
         sampler_groups = RunGroups([c.sampler for c in configs], device)
         # each sampler draws for its own runs, each run from its own generator (lab.policies.sampling)
@@ -212,7 +212,8 @@ class Autoregressive(TemperedStack):
         self.prompts = task.prompts.to(device)  # int[batch pos]
         self.max_length = resolve_max_length(shared, self.prompts.shape[1])
         self.policy = P.make_stack(shared.policy, task.vocab_size, self.prompts.shape[1], self.max_length,
-                                   shared.dim, generators, [c.init_scale for c in configs])
+                                   shared.dim, generators, [c.init_scale for c in configs],
+                                   shared.dtype.torch)
         start_from(self.policy, shared.init_from)
         self.eos = P.ops_of(self.policy).eos(self.policy)
         self.entries = self.max_length * (self.eos + 1)  # per response and step, to size the metric blocks

@@ -77,7 +77,7 @@ class RunSettings(NamedTuple):
     @classmethod
     def of(cls, configs: Sequence[TrainConfig], device: torch.device) -> RunSettings:
         def per_run(name: str) -> Tensor:
-            return torch.tensor([getattr(c, name) for c in configs], device=device, dtype=torch.float32)
+            return torch.tensor([getattr(c, name) for c in configs], device=device, dtype=configs[0].dtype.torch)
 
         kl_list = [r for r, c in enumerate(configs) if c.kl > 0 and c.kl_in is KLPlacement.loss]
         reward_list = [r for r, c in enumerate(configs) if c.kl > 0 and c.kl_in is KLPlacement.reward]
@@ -121,7 +121,7 @@ def clip_metrics(settings: RunSettings, ratio: Tensor, side: Tensor, mask: Tenso
         return of(groups[0][0], None)
     low, high = ratio.new_full(ratio.shape[:3], math.nan), ratio.new_full(ratio.shape[:3], math.nan)
     for loss, runs in groups:
-        low[:, :, runs], high[:, :, runs] = of(loss, runs)
+        low[:, :, runs], high[:, :, runs] = (t.to(low.dtype) for t in of(loss, runs))  # a mask's count: float32
     return low, high
 
 
