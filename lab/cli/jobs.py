@@ -121,6 +121,10 @@ def config_from_options(given: dict) -> TrainConfig:
     to its field, the reward checked (`train_reward`), `--pairs-from`'s and `--init-from`'s settings read."""
     folders = ("pairs", "pairs_per_prompt", "preference", "pairs_from", "init_from")
     fields = {name: given[name] for name in OPTION_FIELDS if name in given and name not in folders}
+    if fields.get("kl_estimator", "") is None:  # not named: the placement's own (k1 in the reward, claim 35)
+        from lab.training.config_checks import default_estimator
+
+        fields["kl_estimator"] = default_estimator(fields["kl_in"], fields["loss"])
     return TrainConfig(**{**fields, "reward": train_reward(fields["reward"])},
                        **pairs_from_settings(given["pairs_from"], given["pairs"], given["pairs_per_prompt"],
                                              given["preference"]),

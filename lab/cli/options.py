@@ -66,8 +66,10 @@ TrainRewardOpt = Annotated[str, typer.Option("--reward", metavar="[" + "|".join(
                                                   "the run; the gold reward is recorded beside it, exactly)")]
 KLOpt = Annotated[float, typer.Option("--kl", help="beta, weight of the KL penalty to the reference (0 = off; k3 in "
                                                    "the loss unless --kl-estimator, --kl-in say otherwise)")]
-KLEstimatorOpt = Annotated[KLEstimator, typer.Option(help="the penalty's per-token KL estimator (verl's "
-                                                          "kl_loss_type: k1 kl, k2 mse, k3 low_var_kl)")]
+KLEstimatorOpt = Annotated[KLEstimator | None, typer.Option(help="the penalty's per-token KL estimator (verl's "
+                                                                 "kl_loss_type: k1 kl, k2 mse, k3 low_var_kl); k3 "
+                                                                 "in the reward has no fixed point (claim 35)",
+                                                            show_default="k3 in the loss, k1 in the reward")]
 KLInOpt = Annotated[KLPlacement, typer.Option(help="where the penalty goes: the loss (verl's use_kl_loss), or the "
                                                    "reward, r - beta * summed estimator before the deltas "
                                                    "(use_kl_in_reward)")]
@@ -147,7 +149,7 @@ KLsOpt = Annotated[list[float] | None, typer.Option("--kl", help="repeatable: KL
                                                     show_default=str(_RUN.kl))]
 KLEstimatorsOpt = Annotated[list[KLEstimator] | None, typer.Option("--kl-estimator", help="repeatable: the "
                                                                   "penalty's KL estimators to sweep",
-                                                                  show_default=_RUN.kl_estimator.value)]
+                                                                  show_default="k3 in the loss, k1 in the reward")]
 KLInsOpt = Annotated[list[KLPlacement] | None, typer.Option("--kl-in", help="repeatable: where the penalty goes "
                                                             "(loss or reward) to sweep",
                                                             show_default=_RUN.kl_in.value)]

@@ -91,7 +91,7 @@ def run(
     reward: TrainRewardOpt = DEFAULTS.reward,
     kl: KLOpt = DEFAULTS.kl,
     kl_period: KLPeriodOpt = DEFAULTS.kl_period,
-    kl_estimator: KLEstimatorOpt = DEFAULTS.kl_estimator,
+    kl_estimator: KLEstimatorOpt = None,
     kl_in: KLInOpt = DEFAULTS.kl_in,
     policy: PolicyOpt = DEFAULTS.policy,
     max_length: MaxLengthOpt = DEFAULTS.max_length,
@@ -168,6 +168,11 @@ def run(
 
     job = prepare("run", build, options, device, out, force, quiet)
     config = job.points[0]
+    from lab.training.objective import objective, unbounded_warning
+
+    ascends = objective(config, job.task.prompts.shape[-1])  # --kl: what the run ascends, at which beta'
+    if ascends is not None and not ascends.bounded:
+        typer.echo(unbounded_warning(), err=True)
     records = run_with_progress(quiet, "training", config.epochs, lambda progress: train(
         job.task, config, device=job.device, progress=progress))
     diverged = records.divergence[0] if records.divergence else None  # (checked by lab.training.train)
@@ -187,6 +192,7 @@ def run(
         # --reward learned:PATH: where the proxy left the gold reward, exactly (lab.training.optimum.ProxyTracker)
         **{f"final_{name}": final(name) for name in ("gold_reward_exact", "proxy_reward_exact", "d")
            if name in records.epoch_metrics},
+        **({"objective": ascends.to_dict()} if ascends is not None else {}),
         "seconds": records.seconds,
         "exploration_exact": records.exploration_exact,
         # --max-grad-norm: the fraction of its optimizer steps whose gradient was clipped
@@ -214,6 +220,8 @@ def run(
             typer.echo(f"exact gold reward {summary['final_gold_reward_exact']:.3f}, proxy "
                        f"{summary['final_proxy_reward_exact']:.3f} at d = sqrt(KL to the start) "
                        f"{summary['final_d']:.3f}")
+        if ascends is not None:
+            typer.echo(f"--kl {config.kl:g}: {ascends.line()}")
         # against a learned reward the mean is on the proxy's scale: the last line gives the gold too, exactly
         gold = (f" (proxy), gold {summary['final_gold_reward_exact']:.3f} / "
                 f"{float(job.task.optimum(job.task.rewards[config.reward].gold_name).mean()):g} exactly"

@@ -168,6 +168,8 @@ def sweep(
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
     if pairs_from is not None and not given["pairs"]:  # as in lab run: --pairs-from implies --pairs offline
         grid["pairs"] = ["offline"]
+    if not given["kl_estimator"]:
+        grid["kl_estimator"] = [None]  # each point the estimator of its placement (build_grid: k1 in the reward)
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once
     columns = [name for name, values in grid.items() if len(values) > 1 or given[name]]
@@ -206,6 +208,10 @@ def sweep(
                                                      pairs_per_prompt=pairs_per_prompt, pairs_from=pairs_from,
                                                      **supervised))
 
+    from lab.training.objective import objective, unbounded_warning
+
+    if any(not o.bounded for o in (objective(c, job.task.prompts.shape[-1]) for c in configs) if o is not None):
+        typer.echo(unbounded_warning(), err=True)  # k3 in the reward (claim 35)
     from lab.experiments.bench import sweep_threads
 
     previous_threads = torch.get_num_threads()

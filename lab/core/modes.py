@@ -40,18 +40,22 @@ class Delta:
     needs_critic: bool = False
     """its advantages come from a learned critic (`lab.training.critic`), not from the rewards alone: its deltas
     are the returns, and exact analyses of the group modes leave it out (`lab.core.deltas.REWARD_MODES`)"""
+    scale: Ref | None = None
+    """s(G): its expected update is s grad J (claims 4, 14), what a KL'd run's beta' divides by
+    (`lab.training.objective`); None where no constant s exists (normalized, max: claims 5, 17; gae)"""
 
 
 class DeltaMode(Table):
     """How rewards become deltas (`--delta`)."""
 
-    raw = Delta("raw", "the reward itself", Ref("lab.core.deltas:raw"))
-    centered = Delta("centered", "minus the group mean", Ref("lab.core.deltas:centered"), needs_group=True)
+    raw = Delta("raw", "the reward itself", Ref("lab.core.deltas:raw"), scale=Ref("lab.core.deltas:unit_scale"))
+    centered = Delta("centered", "minus the group mean", Ref("lab.core.deltas:centered"), needs_group=True,
+                     scale=Ref("lab.core.deltas:centered_scale"))
     normalized = Delta("normalized", "minus the group mean, over the group std", Ref("lab.core.deltas:normalized"),
                        needs_group=True)
     max = Delta("max", "the reward where it is the group's maximum, else 0", Ref("lab.core.deltas:group_max"))
     loo = Delta("loo", "minus the mean of the group's other rewards (leave-one-out)",
-                Ref("lab.core.deltas:leave_one_out"), needs_group=True)
+                Ref("lab.core.deltas:leave_one_out"), needs_group=True, scale=Ref("lab.core.deltas:unit_scale"))
     gae = Delta("gae", "a learned critic's GAE advantages, one per token (PPO)", Ref("lab.core.deltas:raw"),
                 needs_critic=True)
 
@@ -173,6 +177,14 @@ class KLEstimator(str, Enum):
     k1 = "k1"
     k2 = "k2"
     k3 = "k3"
+
+
+class Optimizer(str, Enum):
+    """Which optimizer steps the policy (`optimizer`, no CLI option): Adam, whose step is lr m / sqrt(v) whatever the
+    gradient's scale, or plain SGD, whose step scales with the gradient (lab.training.optim.OPTIMIZERS)."""
+
+    adam = "adam"
+    sgd = "sgd"
 
 
 class KLPlacement(str, Enum):

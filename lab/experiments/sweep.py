@@ -30,7 +30,7 @@ from lab.exact.stuck import Endings, judge_endings
 from lab.core.modes import NEEDS_CRITIC
 from lab.core.modes import TrainingLoss
 from lab.training.config import SHARED_FIELDS, SWEPT_FIELDS, ConfigError, TrainConfig
-from lab.training.config_checks import DPO_DEFAULTS, KL_DEFAULTS
+from lab.training.config_checks import DPO_DEFAULTS, KL_DEFAULTS, default_estimator
 from lab.experiments.intervals import Interval, mean_interval, wilson_interval
 from lab.experiments.work import Stages, batch_work
 from lab.training.records import Records
@@ -86,6 +86,8 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
             settings.update(critic or {})
         else:
             settings.pop("gae_lambda", None)
+        if "kl_estimator" in settings and settings["kl_estimator"] is None:  # not named: the placement's own
+            settings["kl_estimator"] = default_estimator(settings.get("kl_in", base.kl_in), settings.get("loss", base.loss))
         loss = settings.get("loss", base.loss)
         if getattr(loss, "value", loss) == TrainingLoss.dpo.value:
             for name in KL_DEFAULTS:

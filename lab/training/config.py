@@ -27,8 +27,8 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from lab.core.choices import ConfigError
-from lab.core.modes import (DeltaMode, DType, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Method,
-                            Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
+from lab.core.modes import (DeltaMode, Demos, DPOLoss, DType, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg,
+                            Method, Optimizer, Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
 from lab.training.config_checks import check_config
 
 if TYPE_CHECKING:
@@ -103,7 +103,9 @@ class TrainConfig:
     """where the penalty goes: `loss`, beta * the estimator added to the loss (verl `use_kl_loss`, TRL's GRPO), or
     `reward`, each response's reward becomes r - beta * its summed estimator, detached, before the deltas (verl
     `use_kl_in_reward`, PPO-RLHF; the `reward` metrics stay the task's). Claim 14: k2 in the loss and k1 in the
-    reward follow grad KL(pi_theta || pi_ref); k3 in the loss grad KL(pi_ref || pi_theta). Left out of `to_dict`
+    reward follow grad KL(pi_theta || pi_ref); k3 in the loss grad KL(pi_ref || pi_theta); k3 in the reward an
+    objective unbounded above (claim 35: `lab run` and `lab sweep` name k1 for the reward when no estimator is
+    given, and warn about k3 there; lab.training.objective names what each setting ascends). Left out of `to_dict`
     at loss"""
     kl_period: int = setting(10, shared=True)
     """refresh the reference every this many epochs; 0 = freeze it once at the start"""
@@ -111,6 +113,9 @@ class TrainConfig:
     """added to the group std in `normalized` deltas (the lecture's 1e-5)"""
     std_unbiased: bool = setting(True, shared=True, option=False)
     """Bessel-corrected group std (the lecture, torch.std) rather than the population std"""
+    optimizer: Optimizer = setting(Optimizer.adam, shared=True, option=False, omit=('adam',))
+    """what steps the policy: Adam (the lecture's, TRL's, verl's) or plain SGD, whose step scales with the gradient
+    (lab.training.optim); left out of `to_dict` at adam"""
     adam_betas: tuple[float, float] = setting((0.9, 0.999), shared=True, option=False)
     """Adam's moment decay rates (torch defaults)"""
     adam_eps: float = setting(1e-8, shared=True, option=False)

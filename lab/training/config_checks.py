@@ -14,8 +14,8 @@ import dataclasses
 import math
 
 from lab.core.choices import ConfigError, parse_choice
-from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Pairs,
-                            PolicyKind, Preference, Sampler, TrainingLoss, DType)
+from lab.core.modes import (DeltaMode, Demos, DPOLoss, DType, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg,
+                            Method, Optimizer, Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
 
 DPO_DEFAULTS = {"pairs": Pairs.online, "pairs_per_prompt": 16, "preference": Preference.argmax,
                 "dpo_loss": DPOLoss.sigmoid, "ipo_logps": IPOLogps.sum}
@@ -27,8 +27,22 @@ SUPERVISED_DEFAULTS = {"demos": Demos.optimal, "demo_noise": 0.2, "ei_filter": F
 KL_DEFAULTS = {"kl_estimator": KLEstimator.k3, "kl_in": KLPlacement.loss}
 """Where the KL penalty goes and which estimator it uses, by default: k3 in the loss (TRL's GRPO, verl's default)."""
 
+PLACEMENT_ESTIMATORS = {KLPlacement.loss: KLEstimator.k3, KLPlacement.reward: KLEstimator.k1}
+"""The estimator `lab run` and `lab sweep` give each placement when none is named: k3 in the loss (TRL's GRPO, verl's
+GRPO recipe), k1 in the reward (verl's `use_kl_in_reward`, `kl_penalty="kl"`): k3 there has no fixed point (claim 35)."""
+
+
+def default_estimator(placement, loss=TrainingLoss.naive) -> KLEstimator:
+    """The estimator of `PLACEMENT_ESTIMATORS` for a placement (a member or its name); for a loss with no KL penalty
+    (DPO, SFT, expert iteration) the plain default, so that its check names the option that does not apply."""
+    method = parse_choice(TrainingLoss, loss, "loss", ConfigError).entry.method
+    if method is not Method.policy_gradient:
+        return KL_DEFAULTS["kl_estimator"]
+    return PLACEMENT_ESTIMATORS[parse_choice(KLPlacement, placement, "kl_in", ConfigError)]
+
+
 MODES = (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind), ("dtype", DType),
-         ("loss_agg", LossAgg), ("kl_estimator", KLEstimator), ("kl_in", KLPlacement))
+         ("loss_agg", LossAgg), ("kl_estimator", KLEstimator), ("kl_in", KLPlacement), ("optimizer", Optimizer))
 """The fields given as a mode's name or member, parsed to the member."""
 
 POSITIVE_INTEGERS = ("epochs", "steps", "group_size", "dim", "sample_every")

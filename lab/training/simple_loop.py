@@ -58,7 +58,8 @@ def simple_train(task: Task, config: TrainConfig = TrainConfig(),
     prompts, reward = task.prompts, task.reward_fn(config.reward)  # int[batch pos]
     policy = Policy(task.vocab_size, prompts.shape[1], task.response_length, config.dim, generator=generator,
                     init_scale=config.init_scale, dtype=config.dtype.torch)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, betas=config.adam_betas, eps=config.adam_eps)
+    optimizer = (torch.optim.SGD(policy.parameters(), lr=config.lr) if config.optimizer.value == "sgd" else
+                 torch.optim.Adam(policy.parameters(), lr=config.lr, betas=config.adam_betas, eps=config.adam_eps))
     history = {"responses": [], "rewards": [], "deltas": [], "losses": []}
     for epoch in range(config.epochs):
         if reference_due(epoch, config.kl_period):

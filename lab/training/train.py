@@ -53,7 +53,7 @@ from lab.training.divergence import DivergenceGuard
 from lab.training.kinds import KINDS
 from lab.training.methods import Epoch, Loop
 from lab.training.metrics import StepMetricBlock, block_epochs
-from lab.training.optim import RunAdam
+from lab.training.optim import OPTIMIZERS
 from lab.training.records import STEP_METRICS, Records
 from lab.training.runs import RunSettings, clip_metrics
 from tasks import Task
@@ -82,7 +82,7 @@ def train(
     policy, prompts = kind.policy, kind.prompts  # int[batch pos]
     eval_prompts = None if task.eval_prompts is None else task.eval_prompts.to(device)
     parameters = [p for _, p in policy.named_parameters()]  # float[run ...] each
-    optimizer = RunAdam(parameters, settings.lr, shared.adam_betas, shared.adam_eps)
+    optimizer = OPTIMIZERS[shared.optimizer](parameters, settings.lr, shared.adam_betas, shared.adam_eps)
     guard = DivergenceGuard(len(configs), shared.steps, [name for name, _ in policy.named_parameters()])
     tokens_per_epoch = shared.steps * len(configs) * prompts.shape[0] * shared.group_size * kind.entries
     block = StepMetricBlock(shared.steps, block_epochs(shared.epochs, tokens_per_epoch), kind.step_metrics)

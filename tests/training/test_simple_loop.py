@@ -51,6 +51,7 @@ def assert_same_run(task, config):
     dict(delta="loo", loss="clipped", kl=0.5, kl_period=0),
     dict(delta="max", loss="naive", reward="distance", lr=1e-2, group_size=4),
     dict(delta="centered", loss="clipped", init_scale=0.1, entropy_coef=0.05),
+    dict(delta="centered", loss="clipped", optimizer="sgd", lr=0.05, kl=0.2, kl_period=0),
 ], ids=lambda s: "-".join(str(v) for v in s.values()))
 def test_the_fast_loop_draws_the_plain_loops_samples_and_reaches_its_parameters(settings):
     """Every delta and loss mode, a refreshed and a frozen KL reference, the other reward: same samples,
