@@ -55,6 +55,7 @@ from lab.cli.options import (
     QuietOpt,
     TrainRewardOpt,
     SamplerOpt,
+    TaskOpt,
     StepsOpt,
     VocabOpt,
     fitted_name,
@@ -64,7 +65,7 @@ from lab.cli.progress import run_with_progress
 from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.training.config import OPTION_FIELDS, Device, TrainConfig
 from lab.training.settings import name_parts
-from tasks.sorting_choices import LECTURE_VOCAB_SIZE
+from tasks.catalog import DEFAULT_TASK
 
 if TYPE_CHECKING:
     import torch
@@ -87,7 +88,7 @@ def default_run_name(config: TrainConfig, prompt_options: dict | None = None) ->
 def run(
     delta: DeltaOpt = DEFAULTS.delta,
     loss: LossOpt = DEFAULTS.loss,
-    reward: TrainRewardOpt = DEFAULTS.reward,
+    reward: TrainRewardOpt = None,
     kl: KLOpt = DEFAULTS.kl,
     kl_period: KLPeriodOpt = DEFAULTS.kl_period,
     kl_estimator: KLEstimatorOpt = DEFAULTS.kl_estimator,
@@ -124,10 +125,11 @@ def run(
     reward_threshold: RewardThresholdOpt = DEFAULTS.reward_threshold,
     seed: Annotated[int, typer.Option(help="seed of the run's generator (init and sampling)")] = DEFAULTS.seed,
     sampler: SamplerOpt = DEFAULTS.sampler,
+    task: TaskOpt = DEFAULT_TASK,
     prompts: PromptsOpt = "lecture",
     num_prompts: NumPromptsOpt = 3,
     prompt_length: PromptLengthOpt = 3,
-    vocab_size: VocabOpt = LECTURE_VOCAB_SIZE,
+    vocab_size: VocabOpt = None,
     heldout: HeldoutOpt = 0,
     prompt_seed: PromptSeedOpt = 0,
     device: DeviceOpt = Device.auto,
@@ -158,7 +160,7 @@ def run(
     from lab.policies.factorized import save_policy
     from lab.training.train import train
 
-    options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
+    options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed, task)
 
     def build():
         config, = reward_settings([config_from_options(given)])
@@ -214,7 +216,7 @@ def run(
                        f"{summary['final_d']:.3f}")
         typer.echo(f"final mean reward {summary['final_mean_reward']:.3f} / {summary['optimum']:g}, "
                    f"greedy accuracy {accuracy:.0%} ({round(accuracy * len(job.task.prompts))}/{len(job.task.prompts)} "
-                   f"prompts sorted), {records.seconds:.2f} s -> {job.folder.out}")
+                   f"prompts {job.task.solved}), {records.seconds:.2f} s -> {job.folder.out}")
 
 
 def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.device) -> str:

@@ -41,7 +41,7 @@ from lab.training.config import TrainConfig
 from lab.training.lecture_loop import lecture_train
 from lab.training.train import train
 from lab.experiments.work import Tally, batch_work
-from tasks.sorting import make_task
+from tasks.catalog import default_task
 
 SIZES = (1, 10, 100, 500)
 """Sweep sizes R timed by default."""
@@ -221,7 +221,7 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
     turn (round robin); the best time counts. `progress(done, total)` counts work (`bench_work`).
     """
     config = config or TrainConfig()
-    task = with_bench_proxy(make_task(), config) if methods else make_task()
+    task = with_bench_proxy(default_task(), config) if methods else default_task()
     lecture_seconds = lecture_seconds or lecture_baseline(config, repeats=repeats)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -30,7 +30,8 @@ from lab.training.records import Records
 from lab.policies.sampling import Sampler
 from lab.experiments.sweep import run_sweep, sweep_work
 from lab.experiments.work import Stages
-from tasks.sorting import make_task
+from tasks.catalog import default_task, make_named_task
+from tasks.catalog import DEFAULT_TASK
 
 LECTURE = TrainConfig()
 """The lecture's settings: 100 epochs x 10 steps, G = 10, Adam lr 1e-3, inclusion-ordering, naive loss."""
@@ -179,11 +180,11 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                                *(section_work(seeds, base, sweep_work) if before_rl else ()),
                                *([rm_work(seeds, for_base(base))] if overoptimisation else []), after])
     stage = iter(range(len(stages.works)))
-    records = run_sweep(make_task(), configs, device=device, progress=stages(next(stage)))
+    records = run_sweep(default_task(), configs, device=device, progress=stages(next(stage)))
     reproduction = Reproduction(records, seeds, runs, lecture_runs)
     if controls:  # the learning-rate control, the batch effect
         controls_progress = stages(next(stage))
-        reproduction.lr_control, reproduction.batch_effect = c.run_controls(make_task(), reproduction, base, device,
+        reproduction.lr_control, reproduction.batch_effect = c.run_controls(default_task(), reproduction, base, device,
                                                                             controls_progress)
     if length_bias:  # its own batches (other shapes), then its exact numbers (lab.experiments.length_oracle)
         tasks = length_tasks()
@@ -195,13 +196,13 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.critic = run_critic_experiment(seeds, base, device, stages(next(stage)))
     if dpo:
         reproduction.dpo_groups = dpo_groups
-        reproduction.dpo = run_sweep(make_task(), dpo_runs, device=device, progress=stages(next(stage)))
+        reproduction.dpo = run_sweep(default_task(), dpo_runs, device=device, progress=stages(next(stage)))
     if before_rl:
         start_progress = stages(next(stage))
         reproduction.before_rl, reproduction.before_rl_groups = run_before_rl(
-            seeds, base, run_sweep, make_task(), device, stages(next(stage)), start_progress)
+            seeds, base, run_sweep, default_task(), device, stages(next(stage)), start_progress)
     if overoptimisation:
-        reproduction.overoptimisation = run_overoptimisation(make_task(), seeds, for_base(base), stages(next(stage)))
+        reproduction.overoptimisation = run_overoptimisation(default_task(), seeds, for_base(base), stages(next(stage)))
     return reproduction
 
 
@@ -223,7 +224,7 @@ def length_tasks() -> dict:
     """The length-bias experiment's tasks by name: the lecture's, and Dr. GRPO's setting."""
     from lab.experiments.length_bias import DR_GRPO, DR_GRPO_TASK, LECTURE
 
-    return {LECTURE: make_task(), DR_GRPO: make_task(DR_GRPO_TASK["prompts"], vocab_size=DR_GRPO_TASK["vocab_size"])}
+    return {LECTURE: default_task(), DR_GRPO: make_named_task(DEFAULT_TASK, DR_GRPO_TASK["prompts"], DR_GRPO_TASK["vocab_size"])}
 
 
 def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]:
@@ -315,9 +316,7 @@ def exploration_analysis(reproduction: Reproduction, experiment: Experiment, ks:
     """What the exploration figures and RESULTS.md section need, computed once from the records
     (pass@k and maj@k for k = 1..64, `lab.experiments.exploration_results.KS`, unless `ks` = 1..K is given)."""
     from lab.experiments import exploration_results as xr
-    from tasks.sorting import lecture_prompts
-
-    records, prompts = reproduction.records, lecture_prompts()
+    records, prompts = reproduction.records, default_task().prompts
     settings = list(experiment.settings)
     runs = {xr._key(s): reproduction.runs[experiment.name, i] for i, s in enumerate(settings)}
     grid = [s for s in settings if "entropy_coef" not in s]

@@ -304,13 +304,16 @@ def summary_table(summaries: Sequence[SettingSummary], names: Sequence[str]) -> 
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:], *note])
 
 
-def final_endings(records: Records, runs: list[int]) -> Endings:
+def final_endings(records: Records, runs: list[int], task: Task | None = None) -> Endings:
     """Judge the final greedy response of each run in `runs` on each training prompt (`lab.exact.stuck`).
 
-    The runs must share one reward (a name registered in `tasks.sorting`); the vocabulary is the
+    The runs must share one reward (a name `task` registers; None: the lecture's task); the vocabulary is the
     policy's own (its embedding's rows)."""
     names = {records.configs[r].reward for r in runs}
     if len(names) != 1:
         raise ValueError(f"runs with different rewards cannot be judged together: {sorted(names)}")
-    return judge_endings(names.pop(), torch.as_tensor(records.prompts), torch.as_tensor(records.greedy_responses[runs]),
+    from tasks.catalog import default_task
+
+    task = default_task() if task is None else task
+    return judge_endings(task.reward_fn(names.pop()), torch.as_tensor(records.prompts), torch.as_tensor(records.greedy_responses[runs]),
                          torch.as_tensor(records.optimum[runs]), records.state["embedding"].shape[-2])

@@ -107,13 +107,18 @@ def load_learned_reward(found: RewardModelFolder, device=None):
     from lab.exact.varlen import varlen_responses
     from lab.training.learned_reward import LearnedReward
     from lab.training.reward_model import SIZES, RewardMLP
-    from tasks.sorting import REWARDS, variable_length_reward
+    from tasks.catalog import make_named_task
+    from tasks.catalog import DEFAULT_TASK
 
     config, where = found.config, found.where
     vocab, length, eos = config["task"]["vocab_size"], config["response_space"]["response_length"], \
         config["response_space"]["eos"]
     size, gold_name = config["reward_model"]["size"], config["gold_reward"]
-    if size not in SIZES or gold_name not in REWARDS or eos not in (None, vocab):
+    try:  # the task the folder was fitted on (its rewards do not depend on its prompts)
+        task = make_named_task(config["task"].get("name", DEFAULT_TASK))
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"{where}: its config.json names a task there is no file for in tasks/") from None
+    if size not in SIZES or gold_name not in task.rewards or eos not in (None, vocab):
         raise ValueError(f"{where}: its config.json names an unknown size, gold reward or EOS token")
     prompt_length = len(config["task"]["prompts"][0]) if config["task"]["prompts"] else 0
     model = RewardMLP(vocab, prompt_length, length, SIZES[size], torch.Generator().manual_seed(0)).double()
@@ -126,7 +131,7 @@ def load_learned_reward(found: RewardModelFolder, device=None):
     if not all(torch.isfinite(p).all() for p in model.parameters()):
         raise ValueError(f"{where}: its {MODEL_FILE} holds inf or NaN")
     responses = all_responses(vocab, length) if eos is None else varlen_responses(vocab, length)
-    gold = REWARDS[gold_name] if eos is None else variable_length_reward(gold_name, eos)
+    gold = task.reward_for(gold_name, eos)
     learned = LearnedReward(model, responses, gold, gold_name)
     return learned if device is None else learned.to(device)
 
