@@ -70,6 +70,9 @@ class Task:
     """name -> the reward's plain-Python definition on lists (fixed length)."""
     variable_length_references: Mapping[str, Callable[[list, list, int], float]] = field(default_factory=dict)
     """name -> the variable-length reward's plain-Python definition `(prompt, response, eos) -> float`."""
+    correct: str | None = None
+    """a 0/1 reward whose 1 marks a correct answer, where more than the target is one (greedy and exact accuracy);
+    None: a correct answer is the target itself"""
     solved: str = "solved"
     """what a prompt answered by its target is, for a summary line: `3/3 prompts sorted`."""
 

@@ -19,7 +19,8 @@ import torch
 import typer
 
 from lab.cli.application import USER_ERRORS, fail, output_folder, writing
-from lab.cli.options import cli_message, hashed_name_note, make_task, prompt_options, train_reward  # noqa: F401
+from lab.cli import options as option_values
+from lab.cli.options import cli_message, hashed_name_note, make_task, train_reward
 from lab.files.output_folders import RunFolder
 from lab.policies.interface import PolicyKind
 from lab.training.config import OPTION_FIELDS, ConfigError, Device, TrainConfig, resolve_device
@@ -41,6 +42,15 @@ class Job:
     device: torch.device
     folder: RunFolder
     prompt_options: dict
+
+
+def prompt_options(*given) -> dict:
+    """The prompt options as `make_task` takes them and config.json records them (`lab.cli.options.prompt_options`); an
+    unknown --task is one line and exit 2."""
+    try:
+        return option_values.prompt_options(*given)
+    except USER_ERRORS as e:
+        fail(cli_message(str(e)))
 
 
 def check_fits(config: TrainConfig, task: Task) -> None:
