@@ -66,9 +66,6 @@ def validate_prompts(prompts: Tensor, vocab_size: int) -> None:
                          f"got tokens from {low} to {high}")
 
 
-PROMPT_SOURCES = ("lecture", "random")
-
-
 def checked_prompts(prompts, vocab_size: int, eval_prompts=None) -> tuple[Tensor, Tensor | None]:
     """A task's prompts and held-out prompts as int[batch pos] tensors, checked: tokens in 0..vocab_size-1, one
     length (what every task's `make_task` does with what it is given)."""

@@ -53,7 +53,6 @@ LECTURE_VOCAB_SIZE = VOCAB_SIZE
 LECTURE_PROMPTS = [[1, 0, 2], [3, 2, 4], [1, 2, 3]]
 NAME = __name__.rpartition(".")[2]
 """The task's name, its file's (a copy under another name is another task), as a run's config.json records it."""
-TASK_NAME = NAME
 
 BLEND_ORDER_WEIGHT = 0.5
 """Weight of the ordering term in the blended reward (the lecture notes' pseudocode)."""

@@ -8,18 +8,9 @@ from typing import Annotated
 import typer
 
 from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, load, load_torch, writing
-from lab.cli.options import (
-    DimOpt,
-    NumPromptsOpt,
-    PromptLengthOpt,
-    PromptSeedOpt,
-    RewardOpt,
-    TaskOpt,
-    VocabOpt,
-    cli_message,
-    make_task,
-    task_choice,
-    task_reward,
+from lab.cli.options import DimOpt, cli_message
+from lab.cli.task_options import (
+    NumPromptsOpt, PromptLengthOpt, PromptSeedOpt, RewardOpt, TaskOpt, VocabOpt, make_task, task_choice, task_reward,
 )
 from lab.core.modes import DeltaMode
 from tasks.catalog import DEFAULT_TASK, task_facts
@@ -50,7 +41,9 @@ def diagnose(
     """Exact gradient bias (scale along grad J, angle to it) and variance of each delta mode, for G in a list.
 
     The reward: --reward, else the run's own with --from-run, else the task's default. The task: the run's own with
-    --from-run (its config.json), else --task."""
+    --from-run (its config.json), else --task.
+
+    (Its options are one signature because Typer reads a command's options off its parameters.)"""
     torch = load_torch()  # torch and the modules that compute load here, not for `lab diagnose --help`
     from lab.core.deltas import REWARD_MODES
     from lab.exact import diagnose as diagnostics

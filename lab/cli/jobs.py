@@ -19,8 +19,9 @@ import torch
 import typer
 
 from lab.cli.application import USER_ERRORS, fail, output_folder, writing
-from lab.cli import options as option_values
-from lab.cli.options import cli_message, hashed_name_note, make_task, train_reward
+from lab.cli import task_options
+from lab.cli.options import cli_message, hashed_name_note
+from lab.cli.task_options import make_task, train_reward
 from lab.files.output_folders import RunFolder
 from lab.policies.interface import PolicyKind
 from lab.training.config import OPTION_FIELDS, ConfigError, Device, TrainConfig, resolve_device
@@ -45,10 +46,10 @@ class Job:
 
 
 def prompt_options(*given) -> dict:
-    """The prompt options as `make_task` takes them and config.json records them (`lab.cli.options.prompt_options`); an
-    unknown --task is one line and exit 2."""
+    """The prompt options as `make_task` takes them and config.json records them
+    (`lab.cli.task_options.prompt_options`); an unknown --task is one line and exit 2."""
     try:
-        return option_values.prompt_options(*given)
+        return task_options.prompt_options(*given)
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
 

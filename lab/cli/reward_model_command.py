@@ -19,9 +19,11 @@ from typing import Annotated
 import typer
 
 from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, load_torch, output_folder, writing
-from lab.cli.options import (DimOpt, ForceOpt, HeldoutOpt, InitScaleOpt, MaxLengthOpt, NumPromptsOpt, PolicyOpt,
-                             PromptLengthOpt, PromptSeedOpt, PromptsOpt, QuietOpt, RewardOpt, TaskOpt, VocabOpt,
-                             cli_message, prompt_options, task_reward)
+from lab.cli.options import DimOpt, ForceOpt, InitScaleOpt, MaxLengthOpt, PolicyOpt, QuietOpt, cli_message
+from lab.cli.task_options import (
+    HeldoutOpt, NumPromptsOpt, PromptLengthOpt, PromptSeedOpt, PromptsOpt, RewardOpt, TaskOpt, VocabOpt,
+    prompt_options, task_reward,
+)
 from lab.core.modes import Preference, RewardModelSize
 from tasks.catalog import DEFAULT_TASK, task_facts
 
@@ -82,10 +84,12 @@ def reward_model(
     force: ForceOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Fit a reward model on preference pairs labelled by the true reward; --reward learned:FOLDER trains against it."""
+    """Fit a reward model on preference pairs labelled by the true reward; --reward learned:FOLDER trains against it.
+
+    (Its options are one signature because Typer reads a command's options off its parameters.)"""
     load_torch()  # here, not for `lab reward-model --help`
     from lab.cli.jobs import check_fits
-    from lab.cli.options import make_task
+    from lab.cli.task_options import make_task
     from lab.files.start_folder import start_mismatches, start_sha256
     from lab.training.config import ConfigError, TrainConfig
     from lab.training.reward_model import RewardModelConfig

@@ -20,7 +20,8 @@ from typing import Annotated
 import typer
 
 from lab.cli.application import USER_ERRORS, app, fail, load, load_torch, output_folder, writing
-from lab.cli.options import ForceOpt, QuietOpt, RewardOpt, TaskOpt, cli_message, task_reward
+from lab.cli.options import ForceOpt, QuietOpt, cli_message
+from lab.cli.task_options import RewardOpt, TaskOpt, task_reward
 from tasks.catalog import DEFAULT_TASK
 from lab.files.output_folders import write_json_atomic, write_text_atomic
 
@@ -113,7 +114,9 @@ def trl_run(
     force: ForceOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Train a tiny transformer with TRL's GRPOTrainer (or DPOTrainer) on a task (--task); exact metrics every epoch."""
+    """Train a tiny transformer with TRL's GRPOTrainer (or DPOTrainer) on a task (--task); exact metrics every epoch.
+
+    (Its options are one signature because Typer reads a command's options off its parameters.)"""
     load_torch()  # here, not for `lab trl --help`
     try:
         reward = task_reward(reward, task)  # None: the task's default reward

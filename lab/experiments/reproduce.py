@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from lab.training.config import TrainConfig
@@ -30,6 +29,8 @@ from lab.training.records import Records
 from lab.policies.sampling import Sampler
 from lab.experiments.sweep import run_sweep, sweep_work
 from lab.experiments.work import Stages
+from lab.experiments.sections import (BEFORE_RL_FIGURE, CRITIC_FIGURE, DPO_FIGURE, LENGTH_FIGURE,
+                                      OVEROPTIMISATION_FIGURE, section_files)
 from tasks.catalog import default_task, make_named_task
 from tasks.catalog import DEFAULT_TASK
 
@@ -37,11 +38,6 @@ LECTURE = TrainConfig()
 """The lecture's settings: 100 epochs x 10 steps, G = 10, Adam lr 1e-3, inclusion-ordering, naive loss."""
 
 LECTURE_SEED = 5
-LENGTH_FIGURE = "length_bias.png"
-CRITIC_FIGURE = "critic.png"
-DPO_FIGURE = "dpo.png"
-BEFORE_RL_FIGURE = "before_rl.png"
-OVEROPTIMISATION_FIGURE = "overoptimisation.png"
 SEEDS = 20
 KL_WEIGHTS = (0.0, 0.01, 0.1, 1.0)
 """beta values of the KL experiments (0 = no penalty, the reference is still tracked)."""
@@ -239,6 +235,7 @@ def write_figures(reproduction: Reproduction, out: Path,
                   experiments: tuple[Experiment, ...] = EXPERIMENTS, ks: tuple[int, ...] | None = None) -> list[Path]:
     """Every experiment's PNG and RESULTS.md into `out` (an existing folder); returns the paths."""
     from lab.experiments import figures  # matplotlib only where figures are made
+    from lab.experiments.exploration_analysis import exploration_analysis
     from lab.experiments.results import kl_points, results_markdown
 
     records, paths = reproduction.records, []
@@ -268,94 +265,10 @@ def write_figures(reproduction: Reproduction, out: Path,
                                 highlight_runs=reproduction.setting_lecture_runs(experiment) if experiment.panels
                                 else None)
         paths.append(path)
-    if reproduction.length is not None:
-        from lab.experiments.length_figures import plot_length_bias
-
-        paths.append(plot_length_bias(
-            reproduction.length, reproduction.length_pairs, reproduction.length_exact[1], Path(out) / LENGTH_FIGURE,
-            f"Wrong responses' length under 1/|o| and under the constant divisor C; {reproduction.seeds} seeds"))
-    if reproduction.critic is not None:
-        from lab.experiments.critic_figures import plot_critic
-
-        paths.append(plot_critic(reproduction.critic, Path(out) / CRITIC_FIGURE,
-                                 f"PPO's learned critic (gae) against GRPO's group baseline; {reproduction.seeds} "
-                                 "seeds, mean and 95% t-band; inset: late exact error by position"))
     text = results_markdown(reproduction, experiments, analysis)
-    if reproduction.dpo is not None:
-        from lab.experiments.dpo_results import dpo_markdown, plot_dpo
-
-        paths.append(plot_dpo(reproduction.dpo, reproduction.dpo_groups, Path(out) / DPO_FIGURE,
-                              f"GRPO (k3, k2 in the loss; k1 in the reward) and DPO at the same beta; {reproduction.seeds} "
-                              "seeds, mean over seeds"))
-        text += "\n".join(["", "## GRPO with a KL penalty and DPO: where each goes, and how far runs get "
-                           "(Rafailov et al. 2023; Azar et al. 2023)", "", f"![dpo]({DPO_FIGURE})", "",
-                           *dpo_markdown(reproduction.dpo, reproduction.dpo_groups, reproduction.seeds)]) + "\n"
-    if reproduction.before_rl is not None:
-        from lab.experiments.before_rl_results import before_rl_markdown, plot_before_rl
-
-        paths.append(plot_before_rl(reproduction.before_rl, reproduction.before_rl_groups,
-                                    Path(out) / BEFORE_RL_FIGURE, "SFT, expert iteration, GRPO and RL from an SFT start; "
-                                    f"{reproduction.seeds} seeds, mean over seeds (diverged runs left out)"))
-        text += "\n".join(["", "## Before RL: imitation, filtering, and where RL starts (CS336 assignment 5)", "",
-                           f"![before RL]({BEFORE_RL_FIGURE})", "",
-                           *before_rl_markdown(reproduction.before_rl, reproduction.before_rl_groups,
-                                               reproduction.seeds)]) + "\n"
-    if reproduction.overoptimisation is not None:
-        from lab.experiments.overoptimisation import for_base
-        from lab.experiments.overoptimisation_section import plot_overoptimisation, section_lines
-
-        paths.append(plot_overoptimisation(reproduction.overoptimisation, Path(out) / OVEROPTIMISATION_FIGURE))
-        text += "\n".join(["", *section_lines(reproduction.overoptimisation, reproduction.seeds,
-                                               for_base(reproduction.records.configs[0]))]) + "\n"
+    more_paths, more_text = section_files(reproduction, Path(out))
+    paths += more_paths
+    text += more_text
     results = Path(out) / "RESULTS.md"
     write_text_atomic(results, text)
     return [*paths, results]
-
-
-def exploration_analysis(reproduction: Reproduction, experiment: Experiment, ks: tuple[int, ...] | None = None) -> dict:
-    """What the exploration figures and RESULTS.md section need, computed once from the records
-    (pass@k and maj@k for k = 1..64, `lab.experiments.exploration_results.KS`, unless `ks` = 1..K is given)."""
-    from lab.experiments import exploration_results as xr
-    records, prompts = reproduction.records, default_task().prompts
-    settings = list(experiment.settings)
-    runs = {xr._key(s): reproduction.runs[experiment.name, i] for i, s in enumerate(settings)}
-    grid = [s for s in settings if "entropy_coef" not in s]
-    reward = records.configs[0].reward
-    by_scale = {scale: runs[xr._key({"init_scale": scale, "delta": "centered", "loss": "clipped"})]
-                for scale in xr.INIT_SCALES}
-    fit_settings = [{"init_scale": scale, "delta": "centered", "loss": "clipped"} for scale in xr.INIT_SCALES]
-    from lab.experiments import exploration_checks as checks
-    from lab.experiments.sweep import final_endings
-
-    centered_clipped = [r for scale in xr.INIT_SCALES for r in by_scale[scale]]
-    entropy = xr.sampling_entropy(records)
-    hit = {scale: xr.initial_group_hit(records, r, prompts, reward) for scale, r in by_scale.items()}
-    at_k_settings = [("stuck", xr._key(xr.STUCK)), ("exploring", xr._key(xr.EXPLORING))]
-    naive = runs[xr._key({**xr.EXPLORING, "loss": "naive"})]
-    clipped = runs[xr._key(xr.EXPLORING)]
-    solved = xr.optimal_everywhere(records)
-    return dict(
-        centered_clipped=centered_clipped,
-        initial_quantities={"initial entropy": entropy[centered_clipped, 0],
-                            "initial optimal_prob": records.epoch_metrics["optimal_prob"][centered_clipped, 0],
-                            "initial P(a group contains the sorted response)":
-                                np.concatenate([hit[scale] for scale in xr.INIT_SCALES])},
-        at_k_settings=at_k_settings,
-        p_opt={key: checks.optimal_probs(records, runs[key], prompts, reward, xr.initial_policy)
-               for _, key in at_k_settings},
-        solved={key: ~final_endings(records, runs[key]).stuck for _, key in at_k_settings},
-        fit_quality={xr._key(s): checks.fit_quality(entropy[runs[xr._key(s)]],
-                                                    records.epoch_metrics["mean_reward"][runs[xr._key(s)]])
-                     for s in fit_settings},
-        loss_share={"naive_success": solved[naive], "clipped_success": solved[clipped],
-                    "naive_entropy": entropy[naive, min(checks.EARLY_EPOCH, entropy.shape[1] - 1)],
-                    "clipped_entropy": entropy[clipped, min(checks.EARLY_EPOCH, entropy.shape[1] - 1)]},
-        records=records, seeds=reproduction.seeds, runs=runs, grid=grid,
-        bonus=[s for s in settings if "entropy_coef" in s],
-        initial_hit=hit, lr_control=reproduction.lr_control or {},
-        ks=ks or xr.KS,
-        at_k={xr._key(s): xr.at_k_curves(records, runs[xr._key(s)], prompts, reward, ks or xr.KS)
-              for s in (xr.STUCK, xr.EXPLORING)},
-        fit_settings=fit_settings,
-        fits={xr._key(s): xr.entropy_reward_fit(records, runs[xr._key(s)]) for s in fit_settings},
-    )
