@@ -31,8 +31,7 @@ from lab.experiments.sweep import run_sweep, sweep_work
 from lab.experiments.work import Stages
 from lab.experiments.sections import (BEFORE_RL_FIGURE, CRITIC_FIGURE, DPO_FIGURE, LENGTH_FIGURE,
                                       OVEROPTIMISATION_FIGURE, section_files)
-from tasks.catalog import default_task, make_named_task
-from tasks.catalog import DEFAULT_TASK
+from tasks.catalog import DEFAULT_TASK, default_task, make_named_task, task_names
 
 LECTURE = TrainConfig()
 """The lecture's settings: 100 epochs x 10 steps, G = 10, Adam lr 1e-3, inclusion-ordering, naive loss."""
@@ -117,6 +116,8 @@ class Reproduction:
     """per `lab.experiments.before_rl_results.SETTINGS` entry, its run indices in `before_rl`"""
     overoptimisation: dict | None = None
     """the reward-model section's results (`lab.experiments.overoptimisation.run_overoptimisation`)"""
+    beyond: dict | None = None
+    """the section beyond sorting: each task's records (`lab.experiments.beyond_sorting.run_beyond_sorting`)"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -133,12 +134,14 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                      progress: Callable[[float, float], None] | None = None,
                      experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
                      controls: bool = True, critic: bool = True, dpo: bool = True,
-                     before_rl: bool = True, overoptimisation: bool = True, after: float = 0.0) -> Reproduction:
+                     before_rl: bool = True, overoptimisation: bool = True, after: float = 0.0,
+                     beyond: bool = True, tasks: tuple[str, ...] | None = None) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
     controls (`lab.experiments.controls`), the length-bias experiment (`lab.experiments.length_bias`) as its
     own batches, the critic experiment (`lab.experiments.critic_results`), a batch per setting, and the DPO
     section (`lab.experiments.dpo_results`), the "Before RL" section (`lab.experiments.before_rl_results`) and the
-    reward-model section (`lab.experiments.overoptimisation`).
+    reward-model section (`lab.experiments.overoptimisation`), then the lecture's verdicts on every task of `tasks`
+    (default: every task file, `lab.experiments.beyond_sorting`); every other section is the lecture's task's.
     `progress(done, total)` counts the work of all of them, each
     stage weighed by its estimated time (`lab.experiments.work`), so it only rises and its time left holds;
     `after` is the work the caller does next (`figures_work`: writing the figures), counted in the total."""
@@ -147,6 +150,7 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     from lab.experiments.critic_results import critic_configs, run_critic_experiment
     from lab.experiments.before_rl_results import run_before_rl, section_work
     from lab.experiments.dpo_results import dpo_configs
+    from lab.experiments.beyond_sorting import beyond_work, run_beyond_sorting
     from lab.experiments.overoptimisation import for_base, run_overoptimisation, section_work as rm_work
 
     configs: list[TrainConfig] = []
@@ -174,7 +178,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                                *([sum(sweep_work(runs) for runs in critic_configs(seeds, base))] if critic else []),
                                *([sweep_work(dpo_runs)] if dpo else []),
                                *(section_work(seeds, base, sweep_work) if before_rl else ()),
-                               *([rm_work(seeds, for_base(base))] if overoptimisation else []), after])
+                               *([rm_work(seeds, for_base(base))] if overoptimisation else []),
+                               *([beyond_work(seeds, base, tasks or task_names())] if beyond else []), after])
     stage = iter(range(len(stages.works)))
     records = run_sweep(default_task(), configs, device=device, progress=stages(next(stage)))
     reproduction = Reproduction(records, seeds, runs, lecture_runs)
@@ -199,6 +204,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
             seeds, base, run_sweep, default_task(), device, stages(next(stage)), start_progress)
     if overoptimisation:
         reproduction.overoptimisation = run_overoptimisation(default_task(), seeds, for_base(base), stages(next(stage)))
+    if beyond:
+        reproduction.beyond = run_beyond_sorting(seeds, base, device, stages(next(stage)), tasks)
     return reproduction
 
 

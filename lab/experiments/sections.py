@@ -60,4 +60,8 @@ def section_files(reproduction, out: Path) -> tuple[list[Path], str]:
         paths.append(plot_overoptimisation(reproduction.overoptimisation, out / OVEROPTIMISATION_FIGURE))
         text += "\n".join(["", *section_lines(reproduction.overoptimisation, reproduction.seeds,
                                                for_base(reproduction.records.configs[0]))]) + "\n"
+    if reproduction.beyond is not None:
+        from lab.experiments.beyond_sorting import section_lines as beyond_lines
+
+        text += "\n".join(["", *beyond_lines(reproduction.beyond, reproduction.seeds)]) + "\n"
     return paths, text
