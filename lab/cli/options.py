@@ -19,7 +19,7 @@ from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, IPOLogps, KLEstim
 from lab.core.choices import described
 from lab.training.config import OPTION_FIELDS, Device, TrainConfig
 from lab.training.settings import option, text
-from lab.cli.task_options import TRAIN_REWARDS, canonical_prompts
+from lab.cli.task_options import DEFAULT_REWARD, TRAIN_REWARDS, canonical_prompts
 
 # Options shared by the commands that train. Defaults are the lecture's (TrainConfig).
 DeltaOpt = Annotated[DeltaMode, typer.Option(help=f"rewards -> deltas: {described(DeltaMode)}")]
@@ -112,8 +112,8 @@ LossesOpt = Annotated[list[TrainingLoss] | None, typer.Option("--loss", help="re
                                                           show_default=_RUN.loss.value)]
 RewardsOpt = Annotated[list[str] | None, typer.Option("--reward", metavar="[" + "|".join(TRAIN_REWARDS) + "]",
                                                       help="repeatable: rewards to sweep (learned:PATH: a reward "
-                                                           "model's score, as lab run) [default: the task's]",
-                                                      show_default=False)]
+                                                           "model's score, as lab run); another task: its own "
+                                                           "default", show_default=DEFAULT_REWARD)]
 KLsOpt = Annotated[list[float] | None, typer.Option("--kl", help="repeatable: KL weights beta to sweep",
                                                     show_default=str(_RUN.kl))]
 KLEstimatorsOpt = Annotated[list[KLEstimator] | None, typer.Option("--kl-estimator", help="repeatable: the "

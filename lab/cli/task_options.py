@@ -23,12 +23,14 @@ from tasks.catalog import DEFAULT_TASK, check_task_name, task_facts, task_names
 TASKS = task_names()
 """Every task file in tasks/ (`tasks.catalog`): the `--task` choices."""
 LECTURE_VOCAB_SIZE = task_facts(DEFAULT_TASK).vocab_size
-REWARD_NAMES = {name: task_facts(name).reward_names for name in TASKS}
+REWARD_NAMES = {name: task_facts(name).reward_names for name in (DEFAULT_TASK, *sorted(set(TASKS) - {DEFAULT_TASK}))}
 """Each task's rewards, in its order (its file's REWARD_NAMES)."""
 REWARD_CHOICES = tuple(dict.fromkeys(r for names in REWARD_NAMES.values() for r in names))
 """Every reward some task registers (a task checks its own: `task_reward`)."""
 TRAIN_REWARDS = (*REWARD_CHOICES, f"{LEARNED}PATH")
 """What `lab run` and `lab sweep` train against: a task's reward, or a reward model's score (`lab reward-model`)."""
+DEFAULT_REWARD = task_facts(DEFAULT_TASK).default_reward
+"""The lecture's task's default reward: what `--help` shows as `--reward`'s default (another task's is its own)."""
 REWARDS_HELP = "; ".join(f"{name}: {', '.join(names)} (default {task_facts(name).default_reward})"
                          for name, names in REWARD_NAMES.items())
 
@@ -67,12 +69,12 @@ TaskOpt = Annotated[str, typer.Option("--task", metavar="[" + "|".join(TASKS) + 
                                       help="the task: the file tasks/NAME.py (its prompts, rewards and optimum)")]
 RewardOpt = Annotated[str | None, typer.Option("--reward", metavar="[" + "|".join(REWARD_CHOICES) + "]",
                                                help=f"reward function of the task ({REWARDS_HELP})",
-                                               show_default=False)]
+                                               show_default=DEFAULT_REWARD)]
 TrainRewardOpt = Annotated[str | None, typer.Option("--reward", metavar="[" + "|".join(TRAIN_REWARDS) + "]",
                                                     help=f"reward function of the task ({REWARDS_HELP}), or "
                                                          "learned:PATH, the score of the reward model lab reward-model "
                                                          "wrote at PATH (the proxy trains the run; the gold reward is "
-                                                         "recorded beside it, exactly)", show_default=False)]
+                                                         "recorded beside it, exactly)", show_default=DEFAULT_REWARD)]
 
 PromptsOpt = Annotated[str, typer.Option(help="'lecture', 'random' (see --num-prompts, --prompt-length), "
                                               "or a JSON list such as '[[3,1,0,2],[2,2,0,1]]'")]
