@@ -10,56 +10,15 @@ import typer
 
 from lab.cli.application import DEFAULTS, app, load, load_torch
 from lab.cli.options import (
-    CliprangeValueOpt,
-    CriticLrOpt,
-    CriticWarmupOpt,
-    GaeLambdasOpt,
-    WhitenOpt,
-    ClipsOpt,
-    DPOLossesOpt,
-    IPOLogpsListOpt,
-    DeltasOpt,
-    DeviceOpt,
-    DTypeOpt,
-    DimOpt,
-    EntropyCoefsOpt,
-    TemperaturesOpt,
-    MaxGradNormsOpt,
-    DemoNoiseOpt,
-    InitFromOpt,
-    DemosFromOpt,
-    DemosOpt,
-    EIFilterOpt,
-    RewardThresholdOpt,
-    EpochsOpt,
-    ForceOpt,
-    GroupsOpt,
-    HeldoutOpt,
-    InitScalesOpt,
-    KLEstimatorsOpt,
-    KLInsOpt,
-    KLPeriodOpt,
-    KLsOpt,
-    LossAggsOpt,
-    LossesOpt,
-    LrsOpt,
-    MaxLengthOpt,
-    NumPromptsOpt,
-    PairsListOpt,
-    PairsPerPromptOpt,
-    PairsFromOpt,
-    PolicyOpt,
-    PreferencesOpt,
-    PromptLengthOpt,
-    PromptSeedOpt,
-    PromptsOpt,
-    QuietOpt,
-    RewardsOpt,
-    train_reward,
-    SamplerOpt,
-    StepsOpt,
-    VocabOpt,
-    fitted_name,
+    CliprangeValueOpt, CriticLrOpt, CriticWarmupOpt, GaeLambdasOpt, WhitenOpt, ClipsOpt, DPOLossesOpt,
+    IPOLogpsListOpt, DeltasOpt, DeviceOpt, DTypeOpt, DimOpt, EntropyCoefsOpt, TemperaturesOpt, MaxGradNormsOpt,
+    DemoNoiseOpt, InitFromOpt, DemosFromOpt, DemosOpt, EIFilterOpt, RewardThresholdOpt, EpochsOpt, ForceOpt,
+    GroupsOpt, InitScalesOpt, KLEstimatorsOpt, KLInsOpt, KLPeriodOpt, KLsOpt, LossAggsOpt, LossesOpt, LrsOpt,
+    MaxLengthOpt, PairsListOpt, PairsPerPromptOpt, PairsFromOpt, PolicyOpt, PreferencesOpt, QuietOpt, RewardsOpt,
+    SamplerOpt, StepsOpt, fitted_name,
+)
+from lab.cli.task_options import (
+    HeldoutOpt, NumPromptsOpt, PromptLengthOpt, PromptSeedOpt, PromptsOpt, train_reward, TaskOpt, VocabOpt,
     prompts_label,
 )
 from lab.cli.progress import run_with_progress
@@ -69,7 +28,7 @@ from lab.core.modes import DeltaMode
 from lab.training.config import SWEPT_FIELDS, ConfigError, Device, TrainConfig
 from lab.training.bounds import shown
 from lab.training.settings import name_parts, shared_and_swept, table_fields
-from tasks.sorting_choices import LECTURE_VOCAB_SIZE
+from tasks.catalog import DEFAULT_TASK
 
 
 def default_sweep_name(points: list[TrainConfig], prompt_options: dict, seeds: int,
@@ -129,10 +88,11 @@ def sweep(
     epochs: EpochsOpt = DEFAULTS.epochs,
     steps: StepsOpt = DEFAULTS.steps,
     dim: DimOpt = DEFAULTS.dim,
+    task: TaskOpt = DEFAULT_TASK,
     prompts: PromptsOpt = "lecture",
     num_prompts: NumPromptsOpt = 3,
     prompt_length: PromptLengthOpt = 3,
-    vocab_size: VocabOpt = LECTURE_VOCAB_SIZE,
+    vocab_size: VocabOpt = None,
     heldout: HeldoutOpt = 0,
     prompt_seed: PromptSeedOpt = 0,
     dtype: DTypeOpt = DEFAULTS.dtype,
@@ -170,11 +130,12 @@ def sweep(
         grid["pairs"] = ["offline"]
     if not given["kl_estimator"]:
         grid["kl_estimator"] = [None]  # each point the estimator of its placement (build_grid: k1 in the reward)
+    grid["reward"] = given["reward"] or [None]  # None: the task's default reward (checked in `build`)
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once
     columns = [name for name, values in grid.items() if len(values) > 1 or given[name]]
     columns += ["dtype"] if dtype is not DEFAULTS.dtype else []  # a float64 sweep says so in summary.csv
-    options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
+    options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed, task)
     critic = dict(critic_lr=critic_lr, cliprange_value=cliprange_value, critic_warmup=critic_warmup,
                   whiten_advantages=whiten_advantages)  # the --delta gae points' only
     supervised = dict(demos=demos, demo_noise=demo_noise, demos_from=demos_from, ei_filter=ei_filter,
@@ -187,8 +148,7 @@ def sweep(
     def build():
         check_threads(threads)
         sweeps.check_seeds(seeds)
-        for value in grid["reward"]:
-            train_reward(value)
+        grid["reward"] = [train_reward(value, task) for value in grid["reward"]]
         critic_given = gae_lambda or any(v != getattr(DEFAULTS, k) for k, v in critic.items())
         if DeltaMode.gae not in grid["delta"] and critic_given:
             raise ConfigError("the critic's options (--gae-lambda, --critic-lr, ...) apply to --delta gae only; "

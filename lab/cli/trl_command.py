@@ -20,7 +20,9 @@ from typing import Annotated
 import typer
 
 from lab.cli.application import USER_ERRORS, app, fail, load, load_torch, output_folder, writing
-from lab.cli.options import ForceOpt, QuietOpt, Reward, RewardOpt, cli_message
+from lab.cli.options import ForceOpt, QuietOpt, cli_message
+from lab.cli.task_options import RewardOpt, TaskOpt, task_reward
+from tasks.catalog import DEFAULT_TASK
 from lab.files.output_folders import write_json_atomic, write_text_atomic
 
 TRLLoss = Enum("TRLLoss", {"clipped": "clipped", "dpo": "dpo"}, type=str)
@@ -94,7 +96,8 @@ def trl_run(
     loss_agg: Annotated[TRLLossAgg, typer.Option(help="token-mean: bnpo; seq-mean-token-mean: grpo; "
                                                  "seq-mean-token-sum-norm: dr_grpo")] = TRLLossAgg.token_mean,
     temperature: Annotated[float, typer.Option(help="sampling temperature")] = 1.0,
-    reward: RewardOpt = Reward.inclusion_ordering,
+    reward: RewardOpt = None,
+    task: TaskOpt = DEFAULT_TASK,
     pairs: Annotated[TRLPairs, typer.Option(help="--loss dpo: offline (DPOTrainer, a fixed set from the initial "
                                             "model) or online (OnlineDPOTrainer, two fresh samples per prompt)")
                      ] = TRLPairs.offline,
@@ -111,14 +114,21 @@ def trl_run(
     force: ForceOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Train a tiny transformer with TRL's GRPOTrainer (or DPOTrainer) on the sorting task; exact metrics every epoch."""
+    """Train a tiny transformer with TRL's GRPOTrainer (or DPOTrainer) on a task (--task); exact metrics every epoch.
+
+    (Its options are one signature because Typer reads a command's options off its parameters.)"""
     load_torch()  # here, not for `lab trl --help`
-    settings = dict(loss=loss.value, epochs=epochs, steps=steps, lr=lr, kl=kl, reward=reward.value,
+    try:
+        reward = task_reward(reward, task)  # None: the task's default reward
+    except ValueError as e:
+        fail(cli_message(str(e)))
+    settings = dict(loss=loss.value, epochs=epochs, steps=steps, lr=lr, kl=kl, reward=reward,
                     max_length=max_length, seed=seed, layers=layers, width=width)
     settings |= dict(pairs=pairs.value, pairs_per_prompt=pairs_per_prompt, preference=preference.value,
                      dpo_loss=dpo_loss.value) \
         if loss is TRLLoss.dpo else dict(group_size=group_size, clip_eps=clip_eps, delta=delta.value,
                                          loss_agg=loss_agg.value, temperature=temperature)
+    named = {} if task == DEFAULT_TASK else {"task": task}  # the folder's name says a task that is not the lecture's
     try:
         check_applies(ctx, loss)
         _check("--epochs", epochs, 1 <= epochs <= 100_000, "an integer from 1 to 100000")
@@ -145,9 +155,9 @@ def trl_run(
         from lab.bridge.tiny_lm import TinyLM
         from lab.bridge.trl_dpo import TRLDPO
         from lab.bridge.trl_grpo import TRLGRPO
-        from tasks.sorting import make_task
+        from tasks.catalog import make_named_task
 
-        task = make_task()
+        task = make_named_task(task)
         method = TRLDPO if loss is TRLLoss.dpo else TRLGRPO
         fields = {k: v for k, v in settings.items() if k not in ("loss", "layers", "width", "kl")}
         fields |= {"beta": kl} if loss is TRLLoss.dpo else {"kl": kl}
@@ -155,7 +165,8 @@ def trl_run(
         TRLGRPO(max_length=max_length).check(task)  # the cap and vocabulary checks hold for both trainers
         defaults = dict(TRLGRPO().__dict__, **TRLDPO().__dict__, loss="clipped", layers=2, width=32)
         defaults["kl"] = 0.0
-        folder = output_folder(out or Path("runs") / default_name(settings, defaults), force, "trl")
+        defaults["task"] = DEFAULT_TASK
+        folder = output_folder(out or Path("runs") / default_name({**named, **settings}, defaults), force, "trl")
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
     load("trl")
@@ -224,10 +235,10 @@ def trl_compare(
     from lab.cli.progress import run_with_progress
     from lab.experiments.trl_comparison import COMPARISON, run_comparison
     from lab.experiments.trl_section import write_report
-    from tasks.sorting import make_task
+    from tasks.catalog import default_task
 
-    result = run_with_progress(quiet, "trl-compare", 2 * len(COMPARISON.settings),
-                               lambda progress: run_comparison(make_task(), seeds, COMPARISON, progress),
+    result = run_with_progress(quiet, "trl-compare", 2 * len(COMPARISON.settings),  # the lecture's task
+                               lambda progress: run_comparison(default_task(), seeds, COMPARISON, progress),
                                unit="trainings")
     with writing(folder.out), folder as tmp:
         write_report(result, {"trl": trl.__version__}, tmp)

@@ -32,8 +32,7 @@ from lab.training.divergence import DivergenceGuard
 from lab.training.lengths import eos_targets, resolve_max_length
 from lab.training.metrics import FIXED_LENGTH_METRICS, LIVE_TOKEN_METRICS, BlockMetrics
 from lab.training.runs import RunGroups
-from tasks import LEARNED, Task, best_reward
-from tasks.sorting import variable_length_reward
+from tasks import Task, best_reward
 
 def start_from(policy, folder: str | None) -> None:
     """Every run's parameters set to a finished run's policy.pt (`--init-from`; the same start for every seed, each
@@ -217,8 +216,7 @@ class Autoregressive(TemperedStack):
         start_from(self.policy, shared.init_from)
         self.eos = P.ops_of(self.policy).eos(self.policy)
         self.entries = self.max_length * (self.eos + 1)  # per response and step, to size the metric blocks
-        self.rewards = {c.reward: task.rewards[c.reward] if c.reward.startswith(LEARNED) else  # unknown names fail
-                        variable_length_reward(c.reward, self.eos) for c in configs}
+        self.rewards = {c.reward: task.variable_length_reward(c.reward, self.eos) for c in configs}  # unknown: fail
         self.task = task
         self.exact_metrics = SamplingPolicyMetrics(self.prompts, self.targets(self.prompts), self.rewards,
                                                    reward_groups, shared.group_size, task.vocab_size, self.max_length)
