@@ -202,8 +202,7 @@ class TrainConfig:
     """the clip band's upper half-width, [1 - clip_eps, 1 + this] (TRL `epsilon_high`, DAPO's clip-higher); None =
     clip_eps. `--loss cispo`: TRL's eps_max, the absolute cap on the weight (default 5, TRL's recommendation)"""
     clip_delta: float | None = setting(None, omit=(None,), swept=True, loss_only=True)
-    """TRL `delta` (renamed: `--delta` is the lab's deltas): INTELLECT-2's two-sided clip, the unclipped term's ratio
-    capped at this value (> 1), so a negative-delta token with a huge ratio cannot dominate; None = off"""
+    """TRL `delta` (`--delta` is the lab's deltas): INTELLECT-2's two-sided clip, the unclipped ratio capped (> 1)"""
     importance_sampling_level: ImportanceLevel = setting(ImportanceLevel.token, omit=('token',), swept=True,
                                                          loss_only=True)
     """each token's ratio (`token`), or its response's, exp of the mean log-ratio over its tokens (`sequence`, GSPO;
@@ -212,8 +211,7 @@ class TrainConfig:
     """`--loss sapo` only (TRL's defaults: 1.0; neg 1.05): the gate's temperature where delta > 0 (neg: <= 0)"""
     sapo_temperature_neg: float | None = setting(None, omit=(None,), loss_only=True)
     vespo_k_pos: float | None = setting(None, omit=(None,), loss_only=True)
-    """`--loss vespo` only (TRL's defaults: k 2, lambda 3 where delta >= 0; k 3, lambda 2 where < 0): phi's power
-    k and decay lambda (lab.core.descendants)"""
+    """`--loss vespo` only: phi's power k and decay lambda (TRL's: 2, 3 where delta >= 0; 3, 2 below; descendants)"""
     vespo_lambda_pos: float | None = setting(None, omit=(None,), loss_only=True)
     vespo_k_neg: float | None = setting(None, omit=(None,), loss_only=True)
     vespo_lambda_neg: float | None = setting(None, omit=(None,), loss_only=True)
@@ -228,9 +226,8 @@ class TrainConfig:
         check_config(self)  # fills the method's defaults (DPO's, SFT's) and refuses what does not apply
 
     def loss_setting(self, name: str) -> float:
-        """The number a loss reads for `name` (`lab.core.modes.Loss.settings`): epsilon_high falls back to clip_eps
-        and clip_delta to inf (no cap), as TRL's do; a setting this run's loss does not read is NaN (a batch's
-        tensor of it is read by the runs whose loss does)."""
+        """The number a loss reads for `name` (`Loss.settings`): epsilon_high falls back to clip_eps, clip_delta to
+        inf (no cap), as TRL's; NaN where this run's loss does not read it (a batch's other runs may)."""
         value = getattr(self, name)
         if value is None:
             return {"epsilon_high": self.clip_eps, "clip_delta": float("inf")}.get(name, float("nan"))
