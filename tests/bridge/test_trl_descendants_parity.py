@@ -197,3 +197,47 @@ def test_mask_truncated_completions_matches_trls_completion_mask(folder):
     assert torch.equal(ours, masked["completion_mask"].bool())
     cut = mask.any(dim=-1) & ~ours.any(dim=-1)
     assert 0 < cut.sum() < len(cut)
+
+
+@pytest.mark.parametrize("settings, expected", [
+    (dict(), dict(loss_type="bnpo", epsilon_high=None, delta=None, scale_rewards="none")),
+    (dict(loss="cispo"), dict(loss_type="cispo", epsilon_high=5.0)),
+    (dict(loss="sapo", loss_agg="seq-mean-token-mean", sapo_temperature_neg=2.0),
+     dict(loss_type="sapo", sapo_temperature_neg=2.0, sapo_temperature_pos=1.0)),
+    (dict(loss="luspo", loss_agg="seq-mean-token-sum"), dict(loss_type="luspo", importance_sampling_level="sequence")),
+    (dict(loss="vespo", vespo_k_neg=1.5), dict(loss_type="vespo", vespo_k_neg=1.5)),
+    (dict(epsilon_high=0.28, clip_delta=2.0, importance_sampling_level="sequence", top_entropy_quantile=0.2,
+          mask_truncated_completions=True, delta="batch"),
+     dict(loss_type="bnpo", epsilon_high=0.28, delta=2.0, importance_sampling_level="sequence",
+          top_entropy_quantile=0.2, mask_truncated_completions=True, scale_rewards="batch")),
+])
+def test_lab_trl_builds_trls_config_for_every_loss_type_and_setting(tmp_path, settings, expected):
+    """`lab trl`'s run (`lab.bridge.trl_grpo.TRLGRPO`) gives TRL's GRPOConfig each descendant's loss_type and
+    setting under TRL's field name (clip_delta -> delta, --delta batch -> scale_rewards), TRL's defaults elsewhere."""
+    from lab.bridge.trl_grpo import TRLGRPO
+    from tasks.sorting import make_task
+
+    task = make_task()
+    run = TRLGRPO(**settings)
+    run.check(task)
+    config = run.grpo_config(task, tmp_path)
+    assert {name: getattr(config, name) for name in expected} == expected
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--loss", "sapo", "--loss-agg", "token-mean"], "TRL's loss_type=sapo aggregates as --loss-agg "
+                                                     "seq-mean-token-mean, not token-mean"),
+    (["--loss", "clipped", "--sapo-temperature-pos", "2"], "--sapo-temperature-pos applies to --loss sapo only"),
+    (["--clip-delta", "0.5"], "--clip-delta must be a finite number > 1, got 0.5"),
+    (["--loss", "dpo", "--kl", "0.1", "--top-entropy-quantile", "0.5"], "--top-entropy-quantile applies to --loss "
+                                                                       "clipped"),
+])
+def test_lab_trl_refuses_a_descendant_setting_that_does_not_apply_in_one_line(tmp_path, args, message):
+    from typer.testing import CliRunner
+
+    from lab.cli.commands import app
+
+    result = CliRunner().invoke(app, ["trl", *args, "--epochs", "1", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split()) and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
