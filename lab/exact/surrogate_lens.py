@@ -109,6 +109,22 @@ def inner_steps(old_logits: Tensor, advantages: Tensor, loss: str, responses: Te
     return theta
 
 
+def per_sample_variance(logits: Tensor, old_logits: Tensor, advantages: Tensor, loss: str, responses: Tensor,
+                        **settings) -> Tensor:
+    """tr Cov_{y ~ pi_old}[grad L(y)] per prompt, float64[batch]: the variance of one sampled response's gradient
+    (L(y) its token-mean loss alone), summed over the parameters, exactly: E ||grad L||^2 - ||E grad L||^2."""
+    theta = logits.detach().double().requires_grad_(True)
+    log_probs, old = token_log_probs(theta, responses), token_log_probs(old_logits.double(), responses)
+    prompts, n, length = log_probs.shape
+    losses = compute_loss(log_probs.reshape(prompts * n, 1, 1, length), advantages.reshape(prompts * n, 1, 1).double(),
+                          loss, old.reshape(prompts * n, 1, 1, length), **settings)  # one per response
+    grads = torch.stack([torch.autograd.grad(value, theta, retain_graph=True)[0] for value in losses])
+    grads = grads.reshape(prompts, n, -1)  # a response's loss moves only its own prompt's logits
+    weights = old.sum(-1).exp()  # float[batch n]
+    mean = (weights.unsqueeze(-1) * grads).sum(1)
+    return (weights * (grads ** 2).sum(-1)).sum(1) - (mean ** 2).sum(-1)
+
+
 @dataclass(frozen=True)
 class LensRow:
     """What one loss keeps of the on-policy gradient after S steps on one batch (`descendant_lens`)."""
