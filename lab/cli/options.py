@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
-from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Pairs, PolicyKind,
-                            Preference, Sampler, TrainingLoss)
+from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, ImportanceLevel, IPOLogps, KLEstimator, KLPlacement,
+                            LossAgg, Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
 from lab.core.choices import described
 from lab.core.modes import DType
 from lab.training.config import OPTION_FIELDS, Device, TrainConfig
@@ -105,6 +105,30 @@ CriticWarmupOpt = Annotated[int, typer.Option(help="--delta gae: first epochs th
 WhitenOpt = Annotated[bool, typer.Option("--whiten-advantages/--no-whiten-advantages",
                                          help="--delta gae: whiten the advantages over the batch, as verl and TRL")]
 
+EpsilonHighOpt = Annotated[float | None, typer.Option(help="the clip band's upper half-width: ratio clipped to [1 - "
+                                                          "eps, 1 + this] (DAPO's clip-higher; TRL epsilon_high); "
+                                                          "--loss cispo: the cap on the weight [default: --clip-eps; "
+                                                          "cispo 5]")]
+ClipDeltaOpt = Annotated[float | None, typer.Option(help="TRL's delta (INTELLECT-2's two-sided clip): cap the "
+                                                         "unclipped term's ratio at this value > 1 [default: off]")]
+ImportanceLevelOpt = Annotated[ImportanceLevel, typer.Option(help="ratio of each token, or of its response: exp of "
+                                                                  "the mean token log-ratio (GSPO; TRL's)")]
+TopEntropyOpt = Annotated[float, typer.Option(help="train on the top share of each step's tokens by entropy (the "
+                                                   "80/20 paper's rho, 0.2; TRL's); 1 = every token")]
+MaskTruncatedOpt = Annotated[bool, typer.Option(
+    "--mask-truncated-completions/--no-mask-truncated-completions",
+    help="autoregressive: responses cut off at --max-length leave the loss (DAPO; TRL's)")]
+SapoPosOpt = Annotated[float | None, typer.Option(help="--loss sapo: the gate's temperature where delta > 0 "
+                                                       "[default: 1.0]")]
+SapoNegOpt = Annotated[float | None, typer.Option(help="--loss sapo: the gate's temperature where delta <= 0 "
+                                                       "[default: 1.05]")]
+VespoKPosOpt = Annotated[float | None, typer.Option(help="--loss vespo: phi's power k where delta >= 0 [default: 2]")]
+VespoLambdaPosOpt = Annotated[float | None, typer.Option(help="--loss vespo: phi's decay where delta >= 0 "
+                                                              "[default: 3]")]
+VespoKNegOpt = Annotated[float | None, typer.Option(help="--loss vespo: phi's power k where delta < 0 [default: 3]")]
+VespoLambdaNegOpt = Annotated[float | None, typer.Option(help="--loss vespo: phi's decay where delta < 0 "
+                                                              "[default: 2]")]
+
 
 # `lab sweep`: the grid options repeat (--delta raw --delta centered); one value each by default,
 # the one `lab run` uses, which --help shows
@@ -158,6 +182,17 @@ GaeLambdasOpt = Annotated[list[float] | None, typer.Option("--gae-lambda", help=
 MaxGradNormsOpt = Annotated[list[float] | None, typer.Option("--max-grad-norm", help="repeatable: gradient "
                                                              "norm limits to sweep, each run clipped to its own "
                                                              "[default: off]")]
+EpsilonHighsOpt = Annotated[list[float] | None, typer.Option("--epsilon-high", help="repeatable: upper clip "
+                                                             "half-widths to sweep (the clipped, luspo and cispo "
+                                                             "points) [default: --clip-eps; cispo 5]")]
+ClipDeltasOpt = Annotated[list[float] | None, typer.Option("--clip-delta", help="repeatable: TRL's delta, the "
+                                                           "two-sided clip's cap, to sweep [default: off]")]
+ImportanceLevelsOpt = Annotated[list[ImportanceLevel] | None, typer.Option(
+    "--importance-sampling-level", help="repeatable: token or sequence ratios (the ratio losses' points)",
+    show_default=_RUN.importance_sampling_level.value)]
+TopEntropiesOpt = Annotated[list[float] | None, typer.Option("--top-entropy-quantile", help="repeatable: shares of "
+                                                             "tokens by entropy to train on",
+                                                             show_default=str(_RUN.top_entropy_quantile))]
 GroupsOpt = Annotated[list[int] | None, typer.Option("--group-size", help="repeatable: group sizes G "
                                                      "(each G trains as its own batch)",
                                                      show_default=str(_RUN.group_size))]

@@ -9,6 +9,8 @@ import typer
 
 from lab.cli.application import DEFAULTS, app, load, load_torch
 from lab.cli.options import (
+    ClipDeltaOpt, EpsilonHighOpt, ImportanceLevelOpt, MaskTruncatedOpt, SapoNegOpt, SapoPosOpt, TopEntropyOpt,
+    VespoKNegOpt, VespoKPosOpt, VespoLambdaNegOpt, VespoLambdaPosOpt,
     CliprangeValueOpt, CriticLrOpt, CriticWarmupOpt, GaeLambdaOpt, WhitenOpt, ClipOpt, DeltaOpt, DeviceOpt, DTypeOpt,
     DPOLossOpt, IPOLogpsOpt, DimOpt, EntropyCoefOpt, TemperatureOpt, MaxGradNormOpt, DemoNoiseOpt, InitFromOpt,
     DemosFromOpt, DemosOpt, EIFilterOpt, RewardThresholdOpt, EpochsOpt, ForceOpt, GroupOpt, InitScaleOpt,
@@ -66,6 +68,17 @@ def run(
     critic_warmup: CriticWarmupOpt = DEFAULTS.critic_warmup,
     whiten_advantages: WhitenOpt = DEFAULTS.whiten_advantages,
     clip_eps: ClipOpt = DEFAULTS.clip_eps,
+    epsilon_high: EpsilonHighOpt = DEFAULTS.epsilon_high,
+    clip_delta: ClipDeltaOpt = DEFAULTS.clip_delta,
+    importance_sampling_level: ImportanceLevelOpt = DEFAULTS.importance_sampling_level,
+    top_entropy_quantile: TopEntropyOpt = DEFAULTS.top_entropy_quantile,
+    mask_truncated_completions: MaskTruncatedOpt = DEFAULTS.mask_truncated_completions,
+    sapo_temperature_pos: SapoPosOpt = None,
+    sapo_temperature_neg: SapoNegOpt = None,
+    vespo_k_pos: VespoKPosOpt = None,
+    vespo_lambda_pos: VespoLambdaPosOpt = None,
+    vespo_k_neg: VespoKNegOpt = None,
+    vespo_lambda_neg: VespoLambdaNegOpt = None,
     epochs: EpochsOpt = DEFAULTS.epochs,
     steps: StepsOpt = DEFAULTS.steps,
     group_size: GroupOpt = DEFAULTS.group_size,

@@ -10,6 +10,8 @@ import typer
 
 from lab.cli.application import DEFAULTS, app, load, load_torch
 from lab.cli.options import (
+    ClipDeltasOpt, EpsilonHighsOpt, ImportanceLevelsOpt, MaskTruncatedOpt, SapoNegOpt, SapoPosOpt, TopEntropiesOpt,
+    VespoKNegOpt, VespoKPosOpt, VespoLambdaNegOpt, VespoLambdaPosOpt,
     CliprangeValueOpt, CriticLrOpt, CriticWarmupOpt, GaeLambdasOpt, WhitenOpt, ClipsOpt, DPOLossesOpt,
     IPOLogpsListOpt, DeltasOpt, DeviceOpt, DTypeOpt, DimOpt, EntropyCoefsOpt, TemperaturesOpt, MaxGradNormsOpt,
     DemoNoiseOpt, InitFromOpt, DemosFromOpt, DemosOpt, EIFilterOpt, RewardThresholdOpt, EpochsOpt, ForceOpt,
@@ -54,6 +56,17 @@ def sweep(
     kl_estimator: KLEstimatorsOpt = None,
     kl_in: KLInsOpt = None,
     clip_eps: ClipsOpt = None,
+    epsilon_high: EpsilonHighsOpt = None,
+    clip_delta: ClipDeltasOpt = None,
+    importance_sampling_level: ImportanceLevelsOpt = None,
+    top_entropy_quantile: TopEntropiesOpt = None,
+    mask_truncated_completions: MaskTruncatedOpt = DEFAULTS.mask_truncated_completions,
+    sapo_temperature_pos: SapoPosOpt = None,
+    sapo_temperature_neg: SapoNegOpt = None,
+    vespo_k_pos: VespoKPosOpt = None,
+    vespo_lambda_pos: VespoLambdaPosOpt = None,
+    vespo_k_neg: VespoKNegOpt = None,
+    vespo_lambda_neg: VespoLambdaNegOpt = None,
     lr: LrsOpt = None,
     group_size: GroupsOpt = None,
     init_scale: InitScalesOpt = None,
@@ -139,11 +152,15 @@ def sweep(
     critic = dict(critic_lr=critic_lr, cliprange_value=cliprange_value, critic_warmup=critic_warmup,
                   whiten_advantages=whiten_advantages)  # the --delta gae points' only
     supervised = dict(demos=demos, demo_noise=demo_noise, demos_from=demos_from, ei_filter=ei_filter,
-                      reward_threshold=reward_threshold)  # the --loss sft and expert-iteration points' only
+                      reward_threshold=reward_threshold,  # the --loss sft and expert-iteration points' only
+                      sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg,
+                      vespo_k_pos=vespo_k_pos, vespo_lambda_pos=vespo_lambda_pos, vespo_k_neg=vespo_k_neg,
+                      vespo_lambda_neg=vespo_lambda_neg)  # and the --loss sapo and vespo points' only
 
     def make_base() -> TrainConfig:  # the settings every run of the sweep shares
         return TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler,
-                           policy=policy, max_length=max_length, dtype=dtype, **start_settings(init_from))
+                           policy=policy, max_length=max_length, dtype=dtype,
+                           mask_truncated_completions=mask_truncated_completions, **start_settings(init_from))
 
     def build():
         check_threads(threads)

@@ -30,6 +30,7 @@ from lab.core.modes import NEEDS_CRITIC
 from lab.core.modes import TrainingLoss
 from lab.training.config import SHARED_FIELDS, SWEPT_FIELDS, ConfigError, TrainConfig
 from lab.training.config_checks import DPO_DEFAULTS, KL_DEFAULTS, default_estimator
+from lab.experiments.loss_grid import check_loss_fields, drop_unread
 from lab.experiments.intervals import Interval, mean_interval, wilson_interval
 from lab.experiments.work import Stages, batch_work
 from lab.experiments.merged_records import merge_records
@@ -78,9 +79,11 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
         raise ConfigError(f"--{dpo_given[0].replace('_', '-')} applies to --loss dpo only; drop it or add --loss dpo")
     if "ipo_logps" in dpo_given and "ipo" not in [getattr(v, "value", v) for v in grid.get("dpo_loss", [])]:
         raise ConfigError("--ipo-logps applies to --dpo-loss ipo only; drop it or add --dpo-loss ipo")
+    check_loss_fields(base, grid)
     points, seen = [], set()
     for point in itertools.product(*(list(grid[n]) for n in names)):
         settings = dict(zip(names, point))
+        drop_unread(settings, base)  # a loss's own settings on its points only
         delta = settings.get("delta", base.delta)  # a wrong name is the config's error to report
         if getattr(delta, "value", delta) in {m.value for m in NEEDS_CRITIC}:
             settings.update(critic or {})
@@ -107,8 +110,13 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
 
 METHOD_FIELDS = {"pairs_per_prompt": "offline pairs", "pairs_from": "offline pairs", "demos": TrainingLoss.sft, "demo_noise": TrainingLoss.sft,
                  "demos_from": TrainingLoss.sft, "ei_filter": TrainingLoss.expert_iteration,
-                 "reward_threshold": TrainingLoss.expert_iteration}
-"""A sweep's single-valued settings that belong to one method's points: offline DPO's, SFT's, expert iteration's."""
+                 "reward_threshold": TrainingLoss.expert_iteration,
+                 "sapo_temperature_pos": TrainingLoss.sapo, "sapo_temperature_neg": TrainingLoss.sapo,
+                 "vespo_k_pos": TrainingLoss.vespo, "vespo_lambda_pos": TrainingLoss.vespo,
+                 "vespo_k_neg": TrainingLoss.vespo, "vespo_lambda_neg": TrainingLoss.vespo}
+"""A sweep's single-valued settings that belong to one method's or loss's points: offline DPO's, SFT's, expert
+iteration's, SAPO's and VESPO's."""
+
 
 
 def method_settings(configs: list[TrainConfig], **given) -> list[TrainConfig]:

@@ -165,6 +165,12 @@ class Factorized(TemperedStack):
         factorised policy's positions do not depend on the response."""
         return aux.argmax(dim=-1).unsqueeze(-2).expand_as(responses)
 
+    def token_entropies(self, aux: Tensor, responses: Tensor) -> Tensor:
+        """Each token's entropy H(pi(. | x, position)), float[run batch trial pos], from a step's log-softmaxes
+        (`aux`): a position's, whatever the response."""
+        entropies = -(aux.exp() * aux).sum(dim=-1)  # float[run batch pos]
+        return entropies.unsqueeze(-2).expand_as(responses)
+
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         """The exact mean entropy of the given runs' policies on the prompts, differentiable: float[runs]."""
         chosen = None if self.scale is None else self.scale.index_select(0, runs)
@@ -258,6 +264,10 @@ class Autoregressive(TemperedStack):
         of its own: the fused node's second output is the entropy)."""
         with torch.no_grad():
             return P.token_logits(self.policy, self.prompts, responses).argmax(dim=-1)
+
+    def token_entropies(self, aux: Tensor, responses: Tensor) -> Tensor:
+        """Each token's next-token entropy given its prefix, float[run batch trial pos] (the step's `aux`)."""
+        return aux.detach()
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         raise ValueError("the autoregressive policy has no entropy bonus (TrainConfig rejects one)")
