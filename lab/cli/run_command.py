@@ -9,63 +9,23 @@ import typer
 
 from lab.cli.application import DEFAULTS, app, load, load_torch
 from lab.cli.options import (
-    CliprangeValueOpt,
-    CriticLrOpt,
-    CriticWarmupOpt,
-    GaeLambdaOpt,
-    WhitenOpt,
-    PROMPT_DEFAULTS,
-    ClipOpt,
-    DeltaOpt,
-    DeviceOpt,
-    DTypeOpt,
-    DPOLossOpt,
-    IPOLogpsOpt,
-    DimOpt,
-    EntropyCoefOpt,
-    TemperatureOpt,
-    MaxGradNormOpt,
-    DemoNoiseOpt,
-    InitFromOpt,
-    DemosFromOpt,
-    DemosOpt,
-    EIFilterOpt,
-    RewardThresholdOpt,
-    EpochsOpt,
-    ForceOpt,
-    GroupOpt,
-    HeldoutOpt,
-    InitScaleOpt,
-    KLEstimatorOpt,
-    KLInOpt,
-    KLOpt,
-    KLPeriodOpt,
-    LossAggOpt,
-    LossOpt,
-    LrOpt,
-    MaxLengthOpt,
-    NumPromptsOpt,
-    PairsOpt,
-    PairsPerPromptOpt,
-    PairsFromOpt,
-    PolicyOpt,
-    PreferenceOpt,
-    PromptLengthOpt,
-    PromptSeedOpt,
-    PromptsOpt,
-    QuietOpt,
-    TrainRewardOpt,
-    SamplerOpt,
-    StepsOpt,
-    VocabOpt,
-    fitted_name,
-    prompts_label,
+    ClipDeltaOpt, EpsilonHighOpt, ImportanceLevelOpt, MaskTruncatedOpt, SapoNegOpt, SapoPosOpt, TopEntropyOpt,
+    VespoKNegOpt, VespoKPosOpt, VespoLambdaNegOpt, VespoLambdaPosOpt,
+    CliprangeValueOpt, CriticLrOpt, CriticWarmupOpt, GaeLambdaOpt, WhitenOpt, ClipOpt, DeltaOpt, DeviceOpt, DTypeOpt,
+    DPOLossOpt, IPOLogpsOpt, DimOpt, EntropyCoefOpt, TemperatureOpt, MaxGradNormOpt, DemoNoiseOpt, InitFromOpt,
+    DemosFromOpt, DemosOpt, EIFilterOpt, RewardThresholdOpt, EpochsOpt, ForceOpt, GroupOpt, InitScaleOpt,
+    KLEstimatorOpt, KLInOpt, KLOpt, KLPeriodOpt, LossAggOpt, LossOpt, LrOpt, MaxLengthOpt, PairsOpt,
+    PairsPerPromptOpt, PairsFromOpt, PolicyOpt, PreferenceOpt, QuietOpt, SamplerOpt, StepsOpt, fitted_name,
+)
+from lab.cli.task_options import (
+    PROMPT_DEFAULTS, HeldoutOpt, NumPromptsOpt, PromptLengthOpt, PromptSeedOpt, PromptsOpt, TrainRewardOpt, TaskOpt,
+    VocabOpt, prompts_label,
 )
 from lab.cli.progress import run_with_progress
 from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.training.config import OPTION_FIELDS, Device, TrainConfig
 from lab.training.settings import name_parts
-from tasks.sorting_choices import LECTURE_VOCAB_SIZE
+from tasks.catalog import DEFAULT_TASK
 
 if TYPE_CHECKING:
     import torch
@@ -88,7 +48,7 @@ def default_run_name(config: TrainConfig, prompt_options: dict | None = None) ->
 def run(
     delta: DeltaOpt = DEFAULTS.delta,
     loss: LossOpt = DEFAULTS.loss,
-    reward: TrainRewardOpt = DEFAULTS.reward,
+    reward: TrainRewardOpt = None,
     kl: KLOpt = DEFAULTS.kl,
     kl_period: KLPeriodOpt = DEFAULTS.kl_period,
     kl_estimator: KLEstimatorOpt = None,
@@ -108,6 +68,17 @@ def run(
     critic_warmup: CriticWarmupOpt = DEFAULTS.critic_warmup,
     whiten_advantages: WhitenOpt = DEFAULTS.whiten_advantages,
     clip_eps: ClipOpt = DEFAULTS.clip_eps,
+    epsilon_high: EpsilonHighOpt = DEFAULTS.epsilon_high,
+    clip_delta: ClipDeltaOpt = DEFAULTS.clip_delta,
+    importance_sampling_level: ImportanceLevelOpt = DEFAULTS.importance_sampling_level,
+    top_entropy_quantile: TopEntropyOpt = DEFAULTS.top_entropy_quantile,
+    mask_truncated_completions: MaskTruncatedOpt = DEFAULTS.mask_truncated_completions,
+    sapo_temperature_pos: SapoPosOpt = None,
+    sapo_temperature_neg: SapoNegOpt = None,
+    vespo_k_pos: VespoKPosOpt = None,
+    vespo_lambda_pos: VespoLambdaPosOpt = None,
+    vespo_k_neg: VespoKNegOpt = None,
+    vespo_lambda_neg: VespoLambdaNegOpt = None,
     epochs: EpochsOpt = DEFAULTS.epochs,
     steps: StepsOpt = DEFAULTS.steps,
     group_size: GroupOpt = DEFAULTS.group_size,
@@ -125,10 +96,11 @@ def run(
     reward_threshold: RewardThresholdOpt = DEFAULTS.reward_threshold,
     seed: Annotated[int, typer.Option(help="seed of the run's generator (init and sampling)")] = DEFAULTS.seed,
     sampler: SamplerOpt = DEFAULTS.sampler,
+    task: TaskOpt = DEFAULT_TASK,
     prompts: PromptsOpt = "lecture",
     num_prompts: NumPromptsOpt = 3,
     prompt_length: PromptLengthOpt = 3,
-    vocab_size: VocabOpt = LECTURE_VOCAB_SIZE,
+    vocab_size: VocabOpt = None,
     heldout: HeldoutOpt = 0,
     prompt_seed: PromptSeedOpt = 0,
     dtype: DTypeOpt = DEFAULTS.dtype,
@@ -160,7 +132,7 @@ def run(
     from lab.policies.factorized import save_policy
     from lab.training.train import train
 
-    options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
+    options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed, task)
 
     def build():
         config, = reward_settings([config_from_options(given)])
@@ -228,7 +200,7 @@ def run(
                 if "final_gold_reward_exact" in summary else "")
         typer.echo(f"final mean reward {summary['final_mean_reward']:.3f} / {summary['optimum']:g}{gold}, "
                    f"greedy accuracy {accuracy:.0%} ({round(accuracy * len(job.task.prompts))}/{len(job.task.prompts)} "
-                   f"prompts sorted), {records.seconds:.2f} s -> {job.folder.out}")
+                   f"prompts {job.task.solved}), {records.seconds:.2f} s -> {job.folder.out}")
 
 
 def rerun_command(config: TrainConfig, prompt_options: dict, device: torch.device) -> str:

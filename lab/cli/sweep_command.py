@@ -10,56 +10,17 @@ import typer
 
 from lab.cli.application import DEFAULTS, app, load, load_torch
 from lab.cli.options import (
-    CliprangeValueOpt,
-    CriticLrOpt,
-    CriticWarmupOpt,
-    GaeLambdasOpt,
-    WhitenOpt,
-    ClipsOpt,
-    DPOLossesOpt,
-    IPOLogpsListOpt,
-    DeltasOpt,
-    DeviceOpt,
-    DTypeOpt,
-    DimOpt,
-    EntropyCoefsOpt,
-    TemperaturesOpt,
-    MaxGradNormsOpt,
-    DemoNoiseOpt,
-    InitFromOpt,
-    DemosFromOpt,
-    DemosOpt,
-    EIFilterOpt,
-    RewardThresholdOpt,
-    EpochsOpt,
-    ForceOpt,
-    GroupsOpt,
-    HeldoutOpt,
-    InitScalesOpt,
-    KLEstimatorsOpt,
-    KLInsOpt,
-    KLPeriodOpt,
-    KLsOpt,
-    LossAggsOpt,
-    LossesOpt,
-    LrsOpt,
-    MaxLengthOpt,
-    NumPromptsOpt,
-    PairsListOpt,
-    PairsPerPromptOpt,
-    PairsFromOpt,
-    PolicyOpt,
-    PreferencesOpt,
-    PromptLengthOpt,
-    PromptSeedOpt,
-    PromptsOpt,
-    QuietOpt,
-    RewardsOpt,
-    train_reward,
-    SamplerOpt,
-    StepsOpt,
-    VocabOpt,
-    fitted_name,
+    ClipDeltasOpt, EpsilonHighsOpt, ImportanceLevelsOpt, MaskTruncatedOpt, SapoNegOpt, SapoPosOpt, TopEntropiesOpt,
+    VespoKNegOpt, VespoKPosOpt, VespoLambdaNegOpt, VespoLambdaPosOpt,
+    CliprangeValueOpt, CriticLrOpt, CriticWarmupOpt, GaeLambdasOpt, WhitenOpt, ClipsOpt, DPOLossesOpt,
+    IPOLogpsListOpt, DeltasOpt, DeviceOpt, DTypeOpt, DimOpt, EntropyCoefsOpt, TemperaturesOpt, MaxGradNormsOpt,
+    DemoNoiseOpt, InitFromOpt, DemosFromOpt, DemosOpt, EIFilterOpt, RewardThresholdOpt, EpochsOpt, ForceOpt,
+    GroupsOpt, InitScalesOpt, KLEstimatorsOpt, KLInsOpt, KLPeriodOpt, KLsOpt, LossAggsOpt, LossesOpt, LrsOpt,
+    MaxLengthOpt, PairsListOpt, PairsPerPromptOpt, PairsFromOpt, PolicyOpt, PreferencesOpt, QuietOpt, RewardsOpt,
+    SamplerOpt, StepsOpt, fitted_name,
+)
+from lab.cli.task_options import (
+    HeldoutOpt, NumPromptsOpt, PromptLengthOpt, PromptSeedOpt, PromptsOpt, train_reward, TaskOpt, VocabOpt,
     prompts_label,
 )
 from lab.cli.progress import run_with_progress
@@ -69,7 +30,7 @@ from lab.core.modes import DeltaMode
 from lab.training.config import SWEPT_FIELDS, ConfigError, Device, TrainConfig
 from lab.training.bounds import shown
 from lab.training.settings import name_parts, shared_and_swept, table_fields
-from tasks.sorting_choices import LECTURE_VOCAB_SIZE
+from tasks.catalog import DEFAULT_TASK
 
 
 def default_sweep_name(points: list[TrainConfig], prompt_options: dict, seeds: int,
@@ -95,6 +56,17 @@ def sweep(
     kl_estimator: KLEstimatorsOpt = None,
     kl_in: KLInsOpt = None,
     clip_eps: ClipsOpt = None,
+    epsilon_high: EpsilonHighsOpt = None,
+    clip_delta: ClipDeltasOpt = None,
+    importance_sampling_level: ImportanceLevelsOpt = None,
+    top_entropy_quantile: TopEntropiesOpt = None,
+    mask_truncated_completions: MaskTruncatedOpt = DEFAULTS.mask_truncated_completions,
+    sapo_temperature_pos: SapoPosOpt = None,
+    sapo_temperature_neg: SapoNegOpt = None,
+    vespo_k_pos: VespoKPosOpt = None,
+    vespo_lambda_pos: VespoLambdaPosOpt = None,
+    vespo_k_neg: VespoKNegOpt = None,
+    vespo_lambda_neg: VespoLambdaNegOpt = None,
     lr: LrsOpt = None,
     group_size: GroupsOpt = None,
     init_scale: InitScalesOpt = None,
@@ -129,10 +101,11 @@ def sweep(
     epochs: EpochsOpt = DEFAULTS.epochs,
     steps: StepsOpt = DEFAULTS.steps,
     dim: DimOpt = DEFAULTS.dim,
+    task: TaskOpt = DEFAULT_TASK,
     prompts: PromptsOpt = "lecture",
     num_prompts: NumPromptsOpt = 3,
     prompt_length: PromptLengthOpt = 3,
-    vocab_size: VocabOpt = LECTURE_VOCAB_SIZE,
+    vocab_size: VocabOpt = None,
     heldout: HeldoutOpt = 0,
     prompt_seed: PromptSeedOpt = 0,
     dtype: DTypeOpt = DEFAULTS.dtype,
@@ -166,29 +139,33 @@ def sweep(
 
     given = {name: options_given[name] for name in SWEPT_FIELDS}  # the grid's axes, each a repeatable option
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
-    if not given["kl_estimator"]:
-        grid["kl_estimator"] = [None]  # each point the estimator of its placement (build_grid: k1 in the reward)
     if pairs_from is not None and not given["pairs"]:  # as in lab run: --pairs-from implies --pairs offline
         grid["pairs"] = ["offline"]
+    if not given["kl_estimator"]:
+        grid["kl_estimator"] = [None]  # each point the estimator of its placement (build_grid: k1 in the reward)
+    grid["reward"] = given["reward"] or [None]  # None: the task's default reward (checked in `build`)
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once
     columns = [name for name, values in grid.items() if len(values) > 1 or given[name]]
     columns += ["dtype"] if dtype is not DEFAULTS.dtype else []  # a float64 sweep says so in summary.csv
-    options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
+    options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed, task)
     critic = dict(critic_lr=critic_lr, cliprange_value=cliprange_value, critic_warmup=critic_warmup,
                   whiten_advantages=whiten_advantages)  # the --delta gae points' only
     supervised = dict(demos=demos, demo_noise=demo_noise, demos_from=demos_from, ei_filter=ei_filter,
-                      reward_threshold=reward_threshold)  # the --loss sft and expert-iteration points' only
+                      reward_threshold=reward_threshold,  # the --loss sft and expert-iteration points' only
+                      sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg,
+                      vespo_k_pos=vespo_k_pos, vespo_lambda_pos=vespo_lambda_pos, vespo_k_neg=vespo_k_neg,
+                      vespo_lambda_neg=vespo_lambda_neg)  # and the --loss sapo and vespo points' only
 
     def make_base() -> TrainConfig:  # the settings every run of the sweep shares
         return TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler,
-                           policy=policy, max_length=max_length, dtype=dtype, **start_settings(init_from))
+                           policy=policy, max_length=max_length, dtype=dtype,
+                           mask_truncated_completions=mask_truncated_completions, **start_settings(init_from))
 
     def build():
         check_threads(threads)
         sweeps.check_seeds(seeds)
-        for value in grid["reward"]:
-            train_reward(value)
+        grid["reward"] = [train_reward(value, task) for value in grid["reward"]]
         critic_given = gae_lambda or any(v != getattr(DEFAULTS, k) for k, v in critic.items())
         if DeltaMode.gae not in grid["delta"] and critic_given:
             raise ConfigError("the critic's options (--gae-lambda, --critic-lr, ...) apply to --delta gae only; "

@@ -80,9 +80,9 @@ def run_critic_experiment(seeds: int, base: TrainConfig, device="cpu", progress=
 
 
 def _task():
-    from tasks.sorting import make_task
+    from tasks.catalog import default_task
 
-    return make_task()
+    return default_task()
 
 
 def label(overrides: dict) -> str:

@@ -55,7 +55,6 @@ EPOCH_FACTOR = 3
 plateau of the KL from growth."""
 PLATEAU = 0.10
 SAME = 0.10
-FIGURE = "dpo.png"
 
 GRPO = dict(delta="centered", loss="clipped", kl_period=0, optimum_metrics=True)
 SETTINGS = (

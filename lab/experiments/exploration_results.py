@@ -200,6 +200,15 @@ def exploration_markdown(analysis: dict) -> list[str]:
     out += checks.fit_rows(analysis, lambda key: _label(dict(key)))
     out += checks.loss_share_rows(analysis)
     out += checks.lr_rows(analysis)
+    out += _exploration_tables(analysis)
+    out += ["", "![exploration_entropy_reward](exploration_entropy_reward.png)", ""]
+    return out
+
+
+def _exploration_tables(analysis: dict) -> list[str]:
+    """The exploration section's tables: per setting, per entropy coefficient, pass@k and maj@k."""
+    records, grid, bonus, top = analysis["records"], analysis["grid"], analysis["bonus"], analysis["ks"][-1]
+    out = []
     out += ["", "![exploration_init](exploration_init.png)", "",
             "| init scale | delta | loss | initial entropy (nats, ln 5 = 1.609): mean [95% t]; median | "
             "initial optimal_prob: mean [95% bootstrap]; median | success [95% Wilson] | final mean reward [95% t] |",
@@ -232,7 +241,6 @@ def exploration_markdown(analysis: dict) -> list[str]:
                      for c in ("pass_before", "pass_after", "maj_before", "maj_after")]
             out.append(f"| {name} ({_label(setting)}) | {k} | " + " | ".join(cells) + " |")
     out += ["", *_at_k_sentences(analysis), "", *checks.crossing_lines(analysis, lambda key: _label(dict(key)))]
-    out += ["", "![exploration_entropy_reward](exploration_entropy_reward.png)", ""]
     return out
 
 

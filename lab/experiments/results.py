@@ -196,7 +196,7 @@ def _stuck_responses(records, lecture, groups) -> list[str]:
 
 def results_markdown(reproduction, experiments, exploration: dict | None = None) -> str:
     """The whole RESULTS.md text; every number comes from `reproduction.records` (the exploration
-    section's from `exploration`, lab.experiments.reproduce.exploration_analysis, when given)."""
+    section's from `exploration`, lab.experiments.exploration_analysis, when given)."""
     records, seeds = reproduction.records, reproduction.seeds
     config = records.configs[0]
     lecture = experiments[0]

@@ -38,7 +38,6 @@ from lab.policies import policy_from_state
 from lab.training.config import TrainConfig
 from lab.training.train import train
 from tasks import Task
-from tasks.sorting import variable_length_reward
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ def lab_curves(task: Task, setting: tuple[str, str], seeds: int, comparison: Com
     """float[2 seed checkpoint]: exact J and H of the lab's autoregressive policy."""
     delta, agg = setting
     rewards = reward_table(task.prompts, all_responses(task.vocab_size, comparison.max_length),
-                           variable_length_reward(comparison.reward, task.vocab_size))
+                           task.variable_length_reward(comparison.reward, task.vocab_size))
     out = np.zeros((2, seeds, len(comparison.checkpoints())))
     for c, epochs in enumerate(comparison.checkpoints()):
         configs = [TrainConfig(epochs=epochs, steps=comparison.steps, group_size=comparison.group_size,
@@ -130,7 +129,7 @@ class ComparisonResult:
 def run_comparison(task: Task, seeds: int, comparison: Comparison = COMPARISON, progress=None) -> ComparisonResult:
     """Train every setting with both learners over seeds 0..seeds-1; `progress(done, total)` per setting half."""
     rewards = reward_table(task.prompts, all_responses(task.vocab_size, comparison.max_length),
-                           variable_length_reward(comparison.reward, task.vocab_size))
+                           task.variable_length_reward(comparison.reward, task.vocab_size))
     lab, theirs, total = [], [], 2 * len(comparison.settings)
     for i, setting in enumerate(comparison.settings):
         lab.append(lab_curves(task, setting, seeds, comparison))

@@ -10,7 +10,7 @@ is int[pos] with pos = max_length: it ends at its first EOS, and every position 
 holds EOS again as padding, which is masked out (`response_mask`): padding has no log-prob,
 no loss, no KL and no metric. |y| counts the live tokens, the EOS included. A response that
 reaches max_length without EOS is truncated there: it has max_length live tokens, all content,
-and the rewards score those content tokens like any other response (`tasks.sorting`).
+and the rewards score those content tokens like any other response (each task's `variable_length_rewards`, `tasks.windows`).
 
 Initialisation follows the lecture's rules and draws the lecture model's parameters first
 (`lab.policies.factorized.init_parameters`), then the EOS row of E ~ N(0, 1) and C_qj ~ N(0, 1/dim); so

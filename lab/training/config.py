@@ -27,8 +27,9 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from lab.core.choices import ConfigError
-from lab.core.modes import (DeltaMode, DType, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg,
-                            Method, Optimizer, Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
+from lab.core.modes import (DeltaMode, Demos, DPOLoss, DType, Filter, ImportanceLevel, IPOLogps, KLEstimator,
+                            KLPlacement, LossAgg, Method, Optimizer, Pairs, PolicyKind, Preference, Sampler,
+                            TrainingLoss)
 from lab.training.config_checks import check_config
 
 if TYPE_CHECKING:
@@ -208,8 +209,40 @@ class TrainConfig:
     pairs_sha256: str | None = setting(None, omit=(None,), option=False)
     """the sha256 of the pairs.csv that `pairs_from` read (set by the command that read it)"""
 
+    epsilon_high: float | None = setting(None, omit=(None,), swept=True, loss_only=True)
+    """the clip band's upper half-width, [1 - clip_eps, 1 + this] (TRL `epsilon_high`, DAPO's clip-higher); None =
+    clip_eps. `--loss cispo`: TRL's eps_max, the absolute cap on the weight (default 5, TRL's recommendation)"""
+    clip_delta: float | None = setting(None, omit=(None,), swept=True, loss_only=True)
+    """TRL `delta` (`--delta` is the lab's deltas): INTELLECT-2's two-sided clip, the unclipped ratio capped (> 1)"""
+    importance_sampling_level: ImportanceLevel = setting(ImportanceLevel.token, omit=('token',), swept=True,
+                                                         loss_only=True)
+    """each token's ratio (`token`), or its response's, exp of the mean log-ratio over its tokens (`sequence`, GSPO;
+    TRL `importance_sampling_level`); left out of `to_dict` at token"""
+    sapo_temperature_pos: float | None = setting(None, omit=(None,), loss_only=True)
+    """`--loss sapo` only (TRL's defaults: 1.0; neg 1.05): the gate's temperature where delta > 0 (neg: <= 0)"""
+    sapo_temperature_neg: float | None = setting(None, omit=(None,), loss_only=True)
+    vespo_k_pos: float | None = setting(None, omit=(None,), loss_only=True)
+    """`--loss vespo` only: phi's power k and decay lambda (TRL's: 2, 3 where delta >= 0; 3, 2 below; descendants)"""
+    vespo_lambda_pos: float | None = setting(None, omit=(None,), loss_only=True)
+    vespo_k_neg: float | None = setting(None, omit=(None,), loss_only=True)
+    vespo_lambda_neg: float | None = setting(None, omit=(None,), loss_only=True)
+    top_entropy_quantile: float = setting(1.0, omit=(1.0,), swept=True)
+    """policy-gradient only: train on the top share rho of each step's live tokens by entropy (lab.core.token_masks;
+    TRL `top_entropy_quantile`, the 80/20 paper's 0.2); 1 = every token, left out of `to_dict`"""
+    mask_truncated_completions: bool = setting(False, omit=(False,))
+    """autoregressive, policy-gradient only: responses that reach the length cap without EOS leave the loss and
+    its KL term (DAPO; TRL `mask_truncated_completions`); their rewards still count in the deltas"""
+
     def __post_init__(self) -> None:
         check_config(self)  # fills the method's defaults (DPO's, SFT's) and refuses what does not apply
+
+    def loss_setting(self, name: str) -> float:
+        """The number a loss reads for `name` (`Loss.settings`): epsilon_high falls back to clip_eps, clip_delta to
+        inf (no cap), as TRL's; NaN where this run's loss does not read it (a batch's other runs may)."""
+        value = getattr(self, name)
+        if value is None:
+            return {"epsilon_high": self.clip_eps, "clip_delta": float("inf")}.get(name, float("nan"))
+        return float(value)
 
     @property
     def is_dpo(self) -> bool:

@@ -139,13 +139,23 @@ def reward_penalty(kind: Kind, settings: RunSettings, rewards: Tensor, responses
     return rewards.index_copy(0, runs, penalised)
 
 
+def correct(kind: Kind, prompts: Tensor, responses: Tensor, targets: Tensor) -> Tensor:
+    """bool[... batch trial]: each response int[... batch trial pos] is a correct answer to its prompt (prompts
+    int[batch pos]): the target itself (targets int[batch 1 pos]), or where the task names a 0/1 reward for it
+    (`Task.correct`), one that scores 1 (any of a prompt's rearrangements, `tasks.permutation`)."""
+    if kind.task.correct is None:
+        return (responses == targets).all(dim=-1)
+    return kind.task.reward_for(kind.task.correct, getattr(kind, "eos", None))(prompts, responses) == 1
+
+
 def keep_samples(history: History, epoch: int, groups: Groups, targets: Tensor, write: bool,
-                 pairs: Tensor | None = None) -> None:
+                 pairs: Tensor | None = None, kind: Kind | None = None) -> None:
     """Keep what the epoch metrics need of the groups, and the groups themselves when `write` (samples.txt);
     `pairs`: a DPO batch's int[run batch 2] trial indices of each group's (chosen, rejected) pair, -1 for none."""
     history.rewards.append(groups.rewards)
     history.lengths.append(response_lengths(groups.responses, groups.mask))
-    history.correct.append((groups.responses == targets.unsqueeze(-2)).all(dim=-1))
+    history.correct.append((groups.responses == targets.unsqueeze(-2)).all(dim=-1) if kind is None else
+                           correct(kind, kind.prompts, groups.responses, targets.unsqueeze(-2)))
     if write:
         history.samples.append(Samples(epoch, groups.responses.cpu().numpy(), groups.rewards.cpu().numpy(),
                                        groups.deltas.cpu().numpy(), None if pairs is None else pairs.cpu().numpy()))
@@ -170,6 +180,8 @@ def epoch_metrics(kind: Kind, settings: RunSettings, shared: TrainConfig, histor
     with torch.no_grad():
         log = sample_metrics(torch.stack(history.rewards, dim=1), training[2], correction)
         log.update(length_metrics(torch.stack(history.lengths, dim=1), torch.stack(history.correct, dim=1)))
-        log.update(greedy_log(score, training, history.greedy, heldout, history.heldout_greedy))
+        log.update(greedy_log(score, training, history.greedy, heldout, history.heldout_greedy,
+                              lambda some_prompts, responses, targets: correct(  # one response per prompt: trial 1
+                                  kind, some_prompts, responses.unsqueeze(-2), targets.unsqueeze(-2)).squeeze(-1)))
         log.update(kind.exploration())
     return log

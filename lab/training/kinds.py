@@ -32,8 +32,7 @@ from lab.training.divergence import DivergenceGuard
 from lab.training.lengths import eos_targets, resolve_max_length
 from lab.training.metrics import FIXED_LENGTH_METRICS, LIVE_TOKEN_METRICS, BlockMetrics
 from lab.training.runs import RunGroups
-from tasks import LEARNED, Task, best_reward
-from tasks.sorting import variable_length_reward
+from tasks import Task, best_reward
 
 def start_from(policy, folder: str | None) -> None:
     """Every run's parameters set to a finished run's policy.pt (`--init-from`; the same start for every seed, each
@@ -166,6 +165,12 @@ class Factorized(TemperedStack):
         factorised policy's positions do not depend on the response."""
         return aux.argmax(dim=-1).unsqueeze(-2).expand_as(responses)
 
+    def token_entropies(self, aux: Tensor, responses: Tensor) -> Tensor:
+        """Each token's entropy H(pi(. | x, position)), float[run batch trial pos], from a step's log-softmaxes
+        (`aux`): a position's, whatever the response."""
+        entropies = -(aux.exp() * aux).sum(dim=-1)  # float[run batch pos]
+        return entropies.unsqueeze(-2).expand_as(responses)
+
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         """The exact mean entropy of the given runs' policies on the prompts, differentiable: float[runs]."""
         chosen = None if self.scale is None else self.scale.index_select(0, runs)
@@ -217,8 +222,7 @@ class Autoregressive(TemperedStack):
         start_from(self.policy, shared.init_from)
         self.eos = P.ops_of(self.policy).eos(self.policy)
         self.entries = self.max_length * (self.eos + 1)  # per response and step, to size the metric blocks
-        self.rewards = {c.reward: task.rewards[c.reward] if c.reward.startswith(LEARNED) else  # unknown names fail
-                        variable_length_reward(c.reward, self.eos) for c in configs}
+        self.rewards = {c.reward: task.variable_length_reward(c.reward, self.eos) for c in configs}  # unknown: fail
         self.task = task
         self.exact_metrics = SamplingPolicyMetrics(self.prompts, self.targets(self.prompts), self.rewards,
                                                    reward_groups, shared.group_size, task.vocab_size, self.max_length)
@@ -260,6 +264,10 @@ class Autoregressive(TemperedStack):
         of its own: the fused node's second output is the entropy)."""
         with torch.no_grad():
             return P.token_logits(self.policy, self.prompts, responses).argmax(dim=-1)
+
+    def token_entropies(self, aux: Tensor, responses: Tensor) -> Tensor:
+        """Each token's next-token entropy given its prefix, float[run batch trial pos] (the step's `aux`)."""
+        return aux.detach()
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         raise ValueError("the autoregressive policy has no entropy bonus (TrainConfig rejects one)")

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 from lab.core.aggregation import kl_term
 from lab.core.kl import ESTIMATORS
 from lab.core.losses import compute_loss
 from lab.core.modes import Method
+from lab.core.token_masks import top_entropy_gate, untruncated
 from lab.training.dpo import DPOSetup
 from lab.training.supervised import ExpertIteration, SFT
 
@@ -99,22 +101,39 @@ class PolicyGradient:
     def step_loss(self, loop: Loop, epoch: Epoch, step: int, log_probs: Tensor, aux: Tensor, old_log_probs: Tensor,
                   ref_log_probs: Tensor, on_groups: bool) -> tuple[Tensor, Tensor]:
         return step_loss(loop.kind, loop.parameters, loop.settings, epoch.groups, log_probs, old_log_probs,
-                         ref_log_probs)
+                         ref_log_probs, aux)
 
     def end_epoch(self, settings) -> None:
         pass
 
 
+def loss_mask_and_gate(kind, settings, groups, aux: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+    """The mask the loss and its KL term aggregate over (the live tokens, less the truncated responses of the runs
+    that mask them) and the top-entropy gate (None: no run has one), bool[run batch trial pos] each
+    (`lab.core.token_masks`)."""
+    mask = groups.mask
+    if settings.truncation_runs is not None:
+        cut = untruncated(groups.responses, mask, kind.eos)
+        mask = torch.where(settings.truncation_runs.reshape(-1, 1, 1, 1), cut, mask)
+    if settings.top_entropy_quantile is None:
+        return mask, None
+    with torch.no_grad():
+        entropies = kind.token_entropies(aux, groups.responses)  # float[run batch trial pos], the current policy's
+        return mask, top_entropy_gate(entropies, mask, settings.top_entropy_quantile.to(entropies.dtype))
+
+
 def step_loss(kind, parameters: list[Tensor], settings, groups, log_probs: Tensor, old_log_probs: Tensor,
-              ref_log_probs: Tensor) -> tuple[Tensor, Tensor]:
+              ref_log_probs: Tensor, aux: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The surrogate and the minimised loss (+ beta * the KL term - c_H * the entropy bonus), float[run] each."""
-    mask, horizon, s = groups.mask, kind.max_length, settings  # horizon: C of the aggregations, the cap
+    horizon, s = kind.max_length, settings  # horizon: C of the aggregations, the cap
+    mask, gate = loss_mask_and_gate(kind, settings, groups, aux)
     per_token = groups.token_deltas is not None  # some run's critic gives one advantage per token
     names = list(s.loss_settings)  # what the runs' losses read (their entries' settings), float[run] each
     pg_loss = s.loss_groups.apply(
-        lambda key, lp, d, old, m, *values: compute_loss(lp, d, key[0], old, agg=key[1], mask=m, horizon=horizon,
-                                                         per_token=per_token, **dict(zip(names, values))),
-        log_probs, groups.deltas if groups.token_deltas is None else groups.token_deltas, old_log_probs, mask,
+        lambda key, lp, d, old, m, g, *values: compute_loss(
+            lp, d, key[0], old, agg=key[1], mask=m, horizon=horizon, per_token=per_token, gate=g,
+            importance_sampling_level=key[2], **dict(zip(names, values))),
+        log_probs, groups.deltas if groups.token_deltas is None else groups.token_deltas, old_log_probs, mask, gate,
         *(s.loss_settings[name] for name in names))
     return pg_loss, with_penalties(kind, parameters, settings, pg_loss, log_probs, ref_log_probs, mask)
 

@@ -13,7 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lab.core.modes import PPO_CLIP, TrainingLoss
 from lab.training.lengths import LENGTH_METRICS
+
+PPO_CLIPPED = ", ".join(loss.value for loss in TrainingLoss if loss.entry.clip_metrics == PPO_CLIP)
+"""The losses whose clip metrics are PPO's (their `TrainingLoss` entries say so), as the glossary names them."""
 
 STEP_METRICS = {
     "loss": "the minimised loss: surrogate + beta * KL (its value is not progress; the reward is)",
@@ -33,7 +37,7 @@ STEP_METRICS = {
                   "policy, not to the reference",
     "ratio_max": "largest pi_theta / pi_old over tokens",
     "clip_fraction": "the loss's clip metrics (its entry's `clip_metrics`, lab.core.modes), low + high; PPO's "
-                     "(naive, unclipped, clipped): tokens whose clipped term has no gradient, ratio > 1 + eps with "
+                     f"({PPO_CLIPPED}): tokens whose clipped term has no gradient, ratio > 1 + eps with "
                      "delta > 0, or ratio < 1 - eps with delta < 0 (a token whose delta is 0 never counts), as if "
                      "eps applied in every such loss (TRL `clip_ratio/region_mean`, verl `actor/pg_clipfrac`; "
                      "CleanRL's `clipfrac` differs: |ratio - 1| > eps whatever the delta's sign). Empty for DPO and "

@@ -106,7 +106,7 @@ def train(
                                      (parameters, reference, fresh_reference) if len(settings.reward_kl_runs) else None)
         method.take_groups(epoch.groups)
         write = index % shared.sample_every == 0 or index == shared.epochs - 1
-        keep_samples(history, index, epoch.groups, targets, write, method.sample_marks() if write else None)
+        keep_samples(history, index, epoch.groups, targets, write, method.sample_marks() if write else None, kind)
         losses = train_steps(loop, epoch)
         kind.end_epoch(guard, index, losses, parameters)  # a diverged run goes back to its epoch start
         for tracker in trackers:  # after the epoch's steps (a diverged run's value is emptied in the records)
