@@ -21,6 +21,8 @@ from torch import Tensor
 from lab.core.modes import KLPlacement
 from lab.training.records import EPOCH_METRICS, GREEDY_METRICS, TRACKED_EPOCH_METRICS, Records
 from lab.training.config import TrainConfig
+from lab.training.corrections import Corrections
+from lab.training.entropy_control import EntropyControl
 
 
 class RunGroups:
@@ -72,7 +74,11 @@ class RunSettings(NamedTuple):
     entropy_coef: Tensor
     """float[run], c_H"""
     bonus_runs: Tensor
-    """int[runs with c_H > 0]: only they pay for the entropy bonus's differentiable forward pass"""
+    """int[runs with c_H > 0 or adaptive entropy]: only they pay for the entropy bonus's differentiable forward pass"""
+    corrections: object = None
+    """`lab.training.corrections.Corrections`: importance weights and the off-policy mask (None without them)"""
+    entropy_control: object = None
+    """`lab.training.entropy_control.EntropyControl`: adaptive entropy coefficients (None without them)"""
 
     @classmethod
     def of(cls, configs: Sequence[TrainConfig], device: torch.device) -> RunSettings:
@@ -80,6 +86,8 @@ class RunSettings(NamedTuple):
             return torch.tensor([getattr(c, name) for c in configs], device=device, dtype=torch.float32)
 
         kl_list = [r for r, c in enumerate(configs) if c.kl > 0 and c.kl_in is KLPlacement.loss]
+        bonus_runs = torch.tensor([r for r, c in enumerate(configs) if c.entropy_coef > 0 or c.adaptive_entropy],
+                                  device=device, dtype=torch.long)
         reward_list = [r for r, c in enumerate(configs) if c.kl > 0 and c.kl_in is KLPlacement.reward]
         return cls(
             lr=per_run("lr"), beta=per_run("kl"), any_kl=bool(kl_list),
@@ -96,8 +104,9 @@ class RunSettings(NamedTuple):
             loss_groups=RunGroups([(c.loss, c.loss_agg) for c in configs], device),
             loss_kinds=RunGroups([c.loss for c in configs], device),
             entropy_coef=per_run("entropy_coef"),
-            bonus_runs=torch.tensor([r for r, c in enumerate(configs) if c.entropy_coef > 0], device=device,
-                                    dtype=torch.long),
+            bonus_runs=bonus_runs,
+            corrections=Corrections.of(configs, device),
+            entropy_control=EntropyControl.of(configs, bonus_runs, device),
         )
 
 
