@@ -193,7 +193,8 @@ def sweep(
                   whiten_advantages=whiten_advantages)  # the --delta gae points' only
     supervised = dict(demos=demos, demo_noise=demo_noise, demos_from=demos_from, ei_filter=ei_filter,
                       reward_threshold=reward_threshold)  # the --loss sft and expert-iteration points' only
-    sub_settings = dict(max_num_gen_batches=max_num_gen_batches, importance_sampling_clip_min=importance_sampling_clip_min,
+    sub_settings = dict(max_num_gen_batches=max_num_gen_batches,
+                        importance_sampling_clip_min=importance_sampling_clip_min,
                         importance_sampling_clip_max=importance_sampling_clip_max,
                         ref_model_mixup_alpha=ref_model_mixup_alpha, ref_model_sync_steps=ref_model_sync_steps,
                         entropy_target=entropy_target, entropy_coef_delta=entropy_coef_delta,

@@ -132,7 +132,7 @@ def test_a_frozen_reference_stops_at_the_kl_optimum_and_a_synced_one_at_the_rewa
     g = torch.Generator().manual_seed(2)
     initial = torch.log_softmax(torch.randn(1, 6, generator=g, **F64), -1)
     rewards = torch.tensor([[0.0, 1.0, 0.5, 0.2, 0.0, 0.9]], **F64)
-    frozen = follow_reference(initial, rewards, 0.5, 4000, 1.0, estimator="k2")
+    frozen = follow_reference(initial, rewards, 0.5, 800, 4.0, estimator="k2")
     torch.testing.assert_close(frozen.log_probs, log_optimum(initial, rewards, 0.5), rtol=0, atol=1e-6)
-    synced = follow_reference(initial, rewards, 0.5, 4000, 1.0, alpha=0.5, every=5, estimator="k2")
+    synced = follow_reference(initial, rewards, 0.5, 1500, 4.0, alpha=0.5, every=5, estimator="k2")
     assert synced.expected_reward[-1].item() > 1.0 - 1e-3 > frozen.expected_reward[-1].item() + 0.05
