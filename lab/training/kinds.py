@@ -115,7 +115,7 @@ class Factorized(TemperedStack):
                  reward_groups: RunGroups, device: torch.device) -> None:
         shared = configs[0]
         self.task, self.configs, self.reward_groups, self.device = task, configs, reward_groups, device
-        self.group_size = shared.group_size
+        self.group_size, self.generators = shared.group_size, generators  # each run's, for `sample_with`
         self.rewards = {c.reward: task.reward_fn(c.reward) for c in configs}  # unknown names fail here
         self.prompts = task.prompts.to(device)  # int[batch pos]
         self.max_length = task.response_length
@@ -124,7 +124,6 @@ class Factorized(TemperedStack):
                                   generators, [c.init_scale for c in configs])
         start_from(self.policy, shared.init_from)
         sampler_groups = RunGroups([c.sampler for c in configs], device)
-        self.generators = generators
         # each sampler draws for its own runs, each run from its own generator (lab.policies.sampling)
         run_generators = {s: [generators[i] for i in idx.tolist()] for s, idx in sampler_groups.groups}
         self.draw = lambda logits: sampler_groups.apply(  # noqa: E731
@@ -156,19 +155,11 @@ class Factorized(TemperedStack):
         return self.draw(self.logits)  # int[run batch trial pos]
 
     def sample_with(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
-        """The given runs' responses int[runs batch trial pos], each from its own generator, drawn by the policy at
-        `parameters` float[run ...] each (a stale or mismatched sampler, dynamic sampling's redraws:
-        `lab.training.sampler_runs`); None: the epoch's sampling logits."""
-        if parameters is None:
-            logits = self.logits.index_select(0, runs)
-        else:
-            scale = None if self.scale is None else self.scale.index_select(0, runs)
-            logits = policy_logits(*tempered([p.index_select(0, runs) for p in parameters], scale), self.prompts)
-        chosen = runs.tolist()
-        samplers = RunGroups([self.configs[r].sampler for r in chosen], logits.device)
-        return samplers.apply(lambda s, lg, at: SAMPLERS[s](lg, self.group_size, [self.generators[chosen[i]]
-                                                                                 for i in at.tolist()]),
-                              logits, torch.arange(len(chosen), device=logits.device))
+        """The given runs' responses, each from its own generator, by the policy at `parameters` float[run ...]."""
+        scale = None if self.scale is None else self.scale.index_select(0, runs)
+        logits = policy_logits(*tempered([p.index_select(0, runs) for p in parameters], scale), self.prompts)
+        return torch.cat([SAMPLERS[self.configs[r].sampler](logits[i:i + 1], self.group_size, [self.generators[r]])
+                          for i, r in enumerate(runs.tolist())])
 
     def live_tokens(self, responses: Tensor) -> None:
         return None  # every position is live
@@ -263,15 +254,12 @@ class Autoregressive(TemperedStack):
             return P.ops_of(self.policy).sample(self.sampling_policy().params, self.prompts, self.group_size,
                                                 self.generators)
 
-    def sample_with(self, parameters: list[Tensor] | None, runs: Tensor) -> Tensor:
-        """As the factorised kind's: the given runs' responses drawn by the policy at `parameters` (None: as it is)."""
-        names = [name for name, _ in self.policy.named_parameters()]
-        values = [p.detach() for _, p in self.policy.named_parameters()] if parameters is None else parameters
-        scale = None if self.scale is None else self.scale.index_select(0, runs)
-        chosen = dict(zip(names, tempered([p.index_select(0, runs) for p in values], scale)))
-        with torch.no_grad():
-            return P.ops_of(self.policy).sample(chosen, self.prompts, self.group_size,
-                                                [self.generators[r] for r in runs.tolist()])
+    def sample_with(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
+        names = [name for name, _ in self.policy.named_parameters()]  # as the factorised kind's
+        chosen = tempered([p.index_select(0, runs) for p in parameters],
+                          None if self.scale is None else self.scale.index_select(0, runs))
+        return P.ops_of(self.policy).sample(dict(zip(names, chosen)), self.prompts, self.group_size,
+                                            [self.generators[r] for r in runs.tolist()])
 
     def live_tokens(self, responses: Tensor) -> Tensor:
         return P.response_mask(self.policy, responses)  # bool[run batch trial pos]

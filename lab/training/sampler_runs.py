@@ -88,12 +88,13 @@ class SamplerRuns:
         rewards = rewards_of(responses)  # float[run batch trial]
         draws = torch.ones(rewards.shape[:-1], dtype=torch.long, device=rewards.device)  # int[run batch]
         caps = self.caps.unsqueeze(-1)
+        live = [p.detach() for p in self.parameters]  # the policy itself, where no run's sampler differs from it
         while True:
             redraw = needs_redraw(rewards, draws, caps)  # bool[run batch]
             runs = redraw.any(dim=-1).nonzero().flatten()
             if not len(runs):
                 break
-            fresh = responses.index_copy(0, runs, kind.sample_with(chosen, runs))
+            fresh = responses.index_copy(0, runs, kind.sample_with(live if chosen is None else chosen, runs))
             responses = replace_groups(responses, fresh, redraw)
             rewards = replace_groups(rewards, rewards_of(fresh), redraw)
             draws = draws + redraw
