@@ -155,7 +155,8 @@ def stale_lines(result: dict, final: np.ndarray, g: dict) -> tuple[list[str], di
             + trade_word(k["sequence-mask"], k["sequence-truncate"]) + "; against token truncation, token masking "
             + trade_word(k["token-mask"], k["token-truncate"]) + " (exact; per K in the table). The unbounded "
             "sequence weight has no bias (claim 62) at a variance that grows with K.", "",
-            f"Trained (K = {LAG} steps, two epochs behind): final mean reward, stale minus on-policy "
+            f"Trained (K = {LAG} optimizer steps, {LAG / result['records'].configs[0].steps:g} epochs behind): final "
+            "mean reward, stale minus on-policy "
             + verdict(final[g["stale"]], final[g["plain"]], "higher", "lower") + "; token-truncate minus uncorrected "
             + verdict(final[g["stale_truncate"]], final[g["stale"]], "higher", "lower")
             + "; sequence-mask minus uncorrected " + verdict(final[g["stale_mask"]], final[g["stale"]], "higher",
