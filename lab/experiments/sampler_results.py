@@ -50,7 +50,7 @@ CORRECTIONS = {"none": (None, None, None), "token-truncate": ("token-truncate", 
                "sequence-mask": ("sequence-mask", None, 3.0), "sequence, unbounded": ("sequence-truncate", None,
                                                                                       math.inf)}
 """The exact table's corrections: (mode, C_min, C_max), TRL's default C_max = 3."""
-LAGS, SAMPLER_TEMPERATURES = (1, 5, 10, 20), (0.8, 0.9, 1.1, 1.25)
+LAGS, SAMPLER_TEMPERATURES, CLIP_MAXES = (1, 5, 10, 20), (0.8, 0.9, 1.1, 1.25), (1.5, 3.0, 10.0, 100.0)
 PATH_STEPS, PATH_LR, AT = 60, 2.0, 40
 """The exact expected-update path: PATH_STEPS steps of PATH_LR x the on-policy update (raw deltas) in the logits
 from seed 0's initial policy; the bias is measured at step AT, with the sampler K steps back."""
@@ -91,8 +91,9 @@ def initial_cost(seeds: int, base: TrainConfig) -> np.ndarray:
 
 
 def bias_tables(base: TrainConfig) -> dict:
-    """{"stale": {K: {correction: (bias, variance / on-policy variance)}}, "mismatch": {T_s: ...}} at step AT of
-    the exact path (raw deltas, lab.exact.sampler_bias)."""
+    """{"stale": {K: {correction: (bias, variance / on-policy variance)}}, "mismatch": {T_s: ...}, "bounds": {C_max:
+    (truncate's bias, variance, mask's bias, variance)} at the largest K} at step AT of the exact path (raw deltas,
+    lab.exact.sampler_bias)."""
     rewards, z = rewards_of(base), initial_logits(1, base)[0]
     path = [z]
     for _ in range(PATH_STEPS):
@@ -109,8 +110,15 @@ def bias_tables(base: TrainConfig) -> dict:
                          (update.variance.sum() / on.variance.sum()).item())
         return out
 
+    stale = torch.log_softmax(path[AT - max(LAGS)], -1)
+    bounds = {}
+    for high in CLIP_MAXES:  # the sequence modes at the largest lag, as a function of C_max
+        cut = [sampler_update(log_pi, stale, rewards, f"sequence-{mode}", None, high) for mode in ("truncate", "mask")]
+        bounds[high] = tuple(x for u in cut for x in (relative_bias(u.mean, on.mean).mean().item(),
+                                                      (u.variance.sum() / on.variance.sum()).item()))
     return {"stale": {k: row(torch.log_softmax(path[AT - k], -1)) for k in LAGS},
-            "mismatch": {t: row(torch.log_softmax(path[AT] / t, -1)) for t in SAMPLER_TEMPERATURES}}
+            "mismatch": {t: row(torch.log_softmax(path[AT] / t, -1)) for t in SAMPLER_TEMPERATURES},
+            "bounds": bounds}
 
 
 def reference_numbers(base: TrainConfig, steps: int = 3000) -> dict:

@@ -148,6 +148,10 @@ def stale_lines(result: dict, final: np.ndarray, g: dict) -> tuple[list[str], di
         for key, row in rows.items():
             out.append(f"| {label.format(key)} | " + " | ".join(f"{b:.3f} (var x{v:.2f})" for b, v in row.values())
                        + " |")
+    out += ["", f"The sequence modes at K = {max(bias['stale'])} as a function of C_max (bias, variance x):", "",
+            "| C_max | sequence-truncate | sequence-mask |", "| --- | --- | --- |",
+            *(f"| {high:g} | {tb:.3f} (var x{tv:.2f}) | {mb:.3f} (var x{mv:.2f}) |"
+              for high, (tb, tv, mb, mv) in bias["bounds"].items())]
     k = bias["stale"][max(bias["stale"])]
     removed = 1 - k["token-truncate"][0] / k["none"][0]
     out += ["", f"At K = {max(bias['stale'])}, token truncation removes {removed:.0%} of the uncorrected bias ("
