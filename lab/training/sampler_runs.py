@@ -56,7 +56,9 @@ class SamplerRuns:
         return self.snapshots is not None or self.mismatch is not None
 
     def snapshot(self) -> list[Tensor]:
-        return [p.detach().clone() for p in self.parameters]
+        # a run that diverges mid-epoch is frozen and its later records emptied (lab.training.divergence), but its
+        # stale sampler would still draw from these: no NaN may reach a sampler (torch.multinomial refuses it)
+        return [torch.nan_to_num(p.detach(), nan=0.0, posinf=0.0, neginf=0.0) for p in self.parameters]
 
     def after_step(self, epoch=None) -> None:
         if self.snapshots is not None:
