@@ -28,8 +28,8 @@ ImportanceSamplingOpt = Annotated[ImportanceSampling | None, typer.Option(
     help="reweigh a stale or mismatched sampler's responses by pi_old / mu, per token or per response, truncated or "
          "masked to the clip bounds (TRL vllm_importance_sampling_mode) [default: off]")]
 ClipMinOpt = Annotated[float | None, typer.Option(help="--importance-sampling-correction: C_min [default: none]")]
-ClipMaxOpt = Annotated[float | None, typer.Option(help="--importance-sampling-correction: C_max (inf: none) "
-                                                       "[default: 3]")]
+ClipMaxOpt = Annotated[float | None, typer.Option(help="--importance-sampling-correction: C_max (finite; a large "
+                                                       "one for none) [default: 3]")]
 OffPolicyMaskOpt = Annotated[float | None, typer.Option(help="drop a response with a negative advantage whose mean "
                                                              "log mu - log pi_theta exceeds this (TRL "
                                                              "off_policy_mask_threshold) [default: off]")]

@@ -32,6 +32,7 @@ from tasks.sorting import make_task
 STUCK = {"delta": "centered", "loss": "clipped"}
 """The lecture's stuck setting (lab.experiments.exploration_results.STUCK at init scale 1)."""
 CAP, LAG, TARGET = 10, 20, 0.3
+"""Dynamic sampling's cap on groups per prompt, the stale runs' lag in optimizer steps, the entropy target (nats)."""
 SETTINGS = {
     "plain": STUCK,
     "dynamic": {**STUCK, "dynamic_sampling": True, "max_num_gen_batches": CAP},

@@ -181,7 +181,7 @@ class TrainConfig:
     """a mismatched sampler: responses drawn at this temperature, the trainer's log-probs at `temperature` (None)"""
     importance_sampling_correction: ImportanceSampling | None = setting(None, omit=(None,), swept=True)
     """TRL's `vllm_importance_sampling_mode` (lab.core.importance), with `importance_sampling_clip_min` (default
-    None) and `_clip_max` (default 3; inf = none); a stale or mismatched sampler only. None = no correction"""
+    None) and `_clip_max` (default 3; finite: config.json is JSON); a stale or mismatched sampler only. None = no correction"""
     importance_sampling_clip_min: float | None = setting(None, omit=(None,))
     importance_sampling_clip_max: float | None = setting(None, omit=(None,))
     off_policy_mask_threshold: float | None = setting(None, omit=(None,), swept=True)

@@ -81,9 +81,9 @@ def check_samplers(c) -> None:
         low, high = c.importance_sampling_clip_min, c.importance_sampling_clip_max
         if low is not None and not 0 <= low < math.inf:
             raise ConfigError(f"--importance-sampling-clip-min must be >= 0 and finite, got {low!r}")
-        if not 0 < high <= math.inf or (low is not None and not low < high):
-            raise ConfigError(f"--importance-sampling-clip-max must be > 0 and above --importance-sampling-clip-min "
-                              f"(inf: no upper bound), got {high!r}")
+        if not 0 < high < math.inf or (low is not None and not low < high):
+            raise ConfigError(f"--importance-sampling-clip-max must be > 0, finite and above "
+                              f"--importance-sampling-clip-min (for no upper bound, a large number), got {high!r}")
     threshold = c.off_policy_mask_threshold
     if threshold is not None:
         if not 0 <= threshold < math.inf:

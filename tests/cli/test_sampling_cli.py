@@ -60,6 +60,8 @@ def test_a_run_without_them_writes_none_of_them():
     (["--staleness", "1", "--importance-sampling-correction", "token-mask", "--importance-sampling-clip-min", "2",
       "--importance-sampling-clip-max", "1"], ("above --importance-sampling-clip-min",)),
     (["--off-policy-mask-threshold", "0.1", "--delta", "gae"], ("--delta gae",)),
+    (["--staleness", "1", "--importance-sampling-correction", "sequence-mask", "--importance-sampling-clip-max",
+      "inf"], ("finite",)),
     (["--dynamic-sampling", "--loss", "dpo", "--kl", "0.1"], ("policy-gradient",)),
 ])
 def test_wrong_settings_are_one_line_and_write_nothing(tmp_path, args, fragments):
