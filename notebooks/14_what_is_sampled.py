@@ -32,8 +32,6 @@
 # 5. graded exercises: dynamic sampling's cost, and TRL's `sequence_mask` weights.
 
 # %%
-import math
-
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
