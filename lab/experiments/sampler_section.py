@@ -106,8 +106,7 @@ def section_lines(result: dict) -> list[str]:
            "stated. Rule: " + __doc__.split("Each verdict is ")[1].split(" The exact")[0].replace("\n", " "), "",
            "**Dynamic sampling (DAPO) in the stuck setting.** Success (final greedy optimal on every prompt, Wilson "
            f"95%): plain {wilson_interval(int(ok[g['plain']].sum()), seeds).text(2)}, with dynamic sampling (cap "
-           f"{CAP}) {wilson_interval(int(ok[g['dynamic']].sum()), seeds).text(2)}; paired difference in success, "
-           + verdict(ok[g["dynamic"]], ok[g["plain"]], "sorts more often", "sorts less often") + "; final greedy reward "
+           f"{CAP}) {wilson_interval(int(ok[g['dynamic']].sum()), seeds).text(2)}; final greedy reward "
            "(the argmax response, mean over prompts: the kept batch's own mean reward favours groups with signal), "
            "dynamic minus plain, " + verdict(greedy[g["dynamic"]], greedy[g["plain"]], "higher", "lower")
            + ". Its cost: "
