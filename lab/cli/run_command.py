@@ -22,6 +22,10 @@ from lab.cli.task_options import (
     VocabOpt, prompts_label,
 )
 from lab.cli.progress import run_with_progress
+from lab.cli.sampling_options import (AdaptiveEntropyOpt, ClipMaxOpt, ClipMinOpt, DynamicSamplingOpt, EntropyDeltaOpt,
+                                      EntropyMaxOpt, EntropyMinOpt, EntropyTargetOpt, ImportanceSamplingOpt,
+                                      MaxNumGenBatchesOpt, MixupAlphaOpt, OffPolicyMaskOpt, SamplerTemperatureOpt,
+                                      StalenessOpt, SyncRefModelOpt, SyncStepsOpt)
 from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.training.config import OPTION_FIELDS, Device, TrainConfig
 from lab.training.settings import name_parts
@@ -94,6 +98,22 @@ def run(
     demos_from: DemosFromOpt = DEFAULTS.demos_from,
     ei_filter: EIFilterOpt = DEFAULTS.ei_filter,
     reward_threshold: RewardThresholdOpt = DEFAULTS.reward_threshold,
+    dynamic_sampling: DynamicSamplingOpt = DEFAULTS.dynamic_sampling,
+    max_num_gen_batches: MaxNumGenBatchesOpt = None,
+    staleness: StalenessOpt = DEFAULTS.staleness,
+    sampler_temperature: SamplerTemperatureOpt = None,
+    importance_sampling_correction: ImportanceSamplingOpt = None,
+    importance_sampling_clip_min: ClipMinOpt = None,
+    importance_sampling_clip_max: ClipMaxOpt = None,
+    off_policy_mask_threshold: OffPolicyMaskOpt = None,
+    sync_ref_model: SyncRefModelOpt = DEFAULTS.sync_ref_model,
+    ref_model_mixup_alpha: MixupAlphaOpt = None,
+    ref_model_sync_steps: SyncStepsOpt = None,
+    adaptive_entropy: AdaptiveEntropyOpt = DEFAULTS.adaptive_entropy,
+    entropy_target: EntropyTargetOpt = None,
+    entropy_coef_delta: EntropyDeltaOpt = None,
+    entropy_coef_min: EntropyMinOpt = None,
+    entropy_coef_max: EntropyMaxOpt = None,
     seed: Annotated[int, typer.Option(help="seed of the run's generator (init and sampling)")] = DEFAULTS.seed,
     sampler: SamplerOpt = DEFAULTS.sampler,
     task: TaskOpt = DEFAULT_TASK,

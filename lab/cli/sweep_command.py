@@ -24,6 +24,11 @@ from lab.cli.task_options import (
     prompts_label,
 )
 from lab.cli.progress import run_with_progress
+from lab.cli.sampling_options import (AdaptiveEntropiesOpt, ClipMaxOpt, ClipMinOpt, DynamicSamplingsOpt,
+                                      EntropyDeltaOpt, EntropyMaxOpt, EntropyMinOpt, EntropyTargetOpt,
+                                      ImportanceSamplingsOpt, MaxNumGenBatchesOpt, MixupAlphaOpt, OffPolicyMasksOpt,
+                                      SamplerTemperaturesOpt, StalenessesOpt, SyncRefModelsOpt, SyncStepsOpt,
+                                      with_sub_settings)
 from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.files.table_format import TableFormat
 from lab.core.modes import DeltaMode
@@ -91,6 +96,22 @@ def sweep(
     demos_from: DemosFromOpt = DEFAULTS.demos_from,
     ei_filter: EIFilterOpt = DEFAULTS.ei_filter,
     reward_threshold: RewardThresholdOpt = DEFAULTS.reward_threshold,
+    dynamic_sampling: DynamicSamplingsOpt = None,
+    max_num_gen_batches: MaxNumGenBatchesOpt = None,
+    staleness: StalenessesOpt = None,
+    sampler_temperature: SamplerTemperaturesOpt = None,
+    importance_sampling_correction: ImportanceSamplingsOpt = None,
+    importance_sampling_clip_min: ClipMinOpt = None,
+    importance_sampling_clip_max: ClipMaxOpt = None,
+    off_policy_mask_threshold: OffPolicyMasksOpt = None,
+    sync_ref_model: SyncRefModelsOpt = None,
+    ref_model_mixup_alpha: MixupAlphaOpt = None,
+    ref_model_sync_steps: SyncStepsOpt = None,
+    adaptive_entropy: AdaptiveEntropiesOpt = None,
+    entropy_target: EntropyTargetOpt = None,
+    entropy_coef_delta: EntropyDeltaOpt = None,
+    entropy_coef_min: EntropyMinOpt = None,
+    entropy_coef_max: EntropyMaxOpt = None,
     seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
     sampler: SamplerOpt = DEFAULTS.sampler,
     threads: Annotated[int | None, typer.Option(
@@ -156,6 +177,12 @@ def sweep(
                       sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg,
                       vespo_k_pos=vespo_k_pos, vespo_lambda_pos=vespo_lambda_pos, vespo_k_neg=vespo_k_neg,
                       vespo_lambda_neg=vespo_lambda_neg)  # and the --loss sapo and vespo points' only
+    sub_settings = dict(max_num_gen_batches=max_num_gen_batches,
+                        importance_sampling_clip_min=importance_sampling_clip_min,
+                        importance_sampling_clip_max=importance_sampling_clip_max,
+                        ref_model_mixup_alpha=ref_model_mixup_alpha, ref_model_sync_steps=ref_model_sync_steps,
+                        entropy_target=entropy_target, entropy_coef_delta=entropy_coef_delta,
+                        entropy_coef_min=entropy_coef_min, entropy_coef_max=entropy_coef_max)  # switched points' only
 
     def make_base() -> TrainConfig:  # the settings every run of the sweep shares
         return TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler,
@@ -174,14 +201,16 @@ def sweep(
         if pairs_from is not None and pairs_per_prompt is not None:
             raise ConfigError("--pairs-per-prompt does not apply with --pairs-from: the folder's pairs are counted "
                               "already")
-        points = reward_settings(sweeps.method_settings(points, pairs_per_prompt=pairs_per_prompt,
+        points = reward_settings(sweeps.method_settings(with_sub_settings(points, sub_settings),
+                                                        pairs_per_prompt=pairs_per_prompt,
                                                         pairs_from=pairs_from, **supervised))
         return points, seeds, lambda: default_sweep_name(points, options, seeds, table_format)
 
     settings = math.prod(len(values) for values in grid.values())
     job = prepare("sweep", build, options, device, out, force, quiet, what=f"this sweep ({settings} settings x {shown(seeds)} seeds)")
     base = make_base()
-    configs = reward_settings(sweeps.method_settings(sweeps.build_grid(base, grid, seeds, critic),
+    configs = reward_settings(sweeps.method_settings(with_sub_settings(sweeps.build_grid(base, grid, seeds, critic),
+                                                                       sub_settings),
                                                      pairs_per_prompt=pairs_per_prompt, pairs_from=pairs_from,
                                                      **supervised))
 

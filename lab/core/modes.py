@@ -7,6 +7,7 @@
     DPOLoss, Preference, Pairs           DPO_LOSSES in lab.core.dpo; lab.training.dpo, preference_pairs
     IPOLogps (--ipo-logps)               lab.training.dpo (pair_lengths)
     KLEstimator, KLPlacement             ESTIMATORS in lab.core.kl; lab.training.runs
+    ImportanceSampling                   lab.core.importance (--importance-sampling-correction)
     Demos (--demos), Filter (--ei-filter) lab.training.supervised
     PolicyKind (--policy)                POLICIES in lab.policies
     Sampler (--sampler)                  SAMPLERS in lab.policies.sampling
@@ -223,6 +224,17 @@ class KLPlacement(str, Enum):
 
     loss = "loss"
     reward = "reward"
+
+
+class ImportanceSampling(str, Enum):
+    """How a sampler's responses are reweighted toward the trainer's policy (`--importance-sampling-correction`,
+    TRL's `vllm_importance_sampling_mode`): one weight per token or per response, truncated to [C_min, C_max] or
+    set to 0 outside it (`lab.core.importance`)."""
+
+    token_truncate = "token-truncate"
+    token_mask = "token-mask"
+    sequence_truncate = "sequence-truncate"
+    sequence_mask = "sequence-mask"
 
 
 class Demos(str, Enum):

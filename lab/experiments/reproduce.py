@@ -30,7 +30,7 @@ from lab.policies.sampling import Sampler
 from lab.experiments.sweep import run_sweep, sweep_work
 from lab.experiments.work import Stages
 from lab.experiments.sections import (BEFORE_RL_FIGURE, CRITIC_FIGURE, DPO_FIGURE, LENGTH_FIGURE,
-                                      OVEROPTIMISATION_FIGURE, section_files)
+                                      OVEROPTIMISATION_FIGURE, SAMPLERS_FIGURE, section_files)
 from tasks.catalog import DEFAULT_TASK, default_task, make_named_task, task_names
 
 LECTURE = TrainConfig()
@@ -118,6 +118,8 @@ class Reproduction:
     """the reward-model section's results (`lab.experiments.overoptimisation.run_overoptimisation`)"""
     beyond: dict | None = None
     """the section beyond sorting: each task's records (`lab.experiments.beyond_sorting.run_beyond_sorting`)"""
+    samplers: dict | None = None
+    """the samplers section's results (`lab.experiments.sampler_results.run_samplers`: issue 38)"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -135,7 +137,7 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                      experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
                      controls: bool = True, critic: bool = True, dpo: bool = True,
                      before_rl: bool = True, overoptimisation: bool = True, after: float = 0.0,
-                     beyond: bool = True, tasks: tuple[str, ...] | None = None) -> Reproduction:
+                     beyond: bool = True, tasks: tuple[str, ...] | None = None, samplers: bool = True) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
     controls (`lab.experiments.controls`), the length-bias experiment (`lab.experiments.length_bias`) as its
     own batches, the critic experiment (`lab.experiments.critic_results`), a batch per setting, and the DPO
@@ -152,6 +154,7 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     from lab.experiments.dpo_results import dpo_configs
     from lab.experiments.beyond_sorting import beyond_work, run_beyond_sorting
     from lab.experiments.overoptimisation import for_base, run_overoptimisation, section_work as rm_work
+    from lab.experiments.sampler_results import run_samplers, samplers_work
 
     configs: list[TrainConfig] = []
     index: dict[TrainConfig, int] = {}
@@ -179,7 +182,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                                *([sweep_work(dpo_runs)] if dpo else []),
                                *(section_work(seeds, base, sweep_work) if before_rl else ()),
                                *([rm_work(seeds, for_base(base))] if overoptimisation else []),
-                               *([beyond_work(seeds, base, tasks or task_names())] if beyond else []), after])
+                               *([beyond_work(seeds, base, tasks or task_names())] if beyond else []),
+                               *([samplers_work(seeds, base, sweep_work)] if samplers else []), after])
     stage = iter(range(len(stages.works)))
     records = run_sweep(default_task(), configs, device=device, progress=stages(next(stage)))
     reproduction = Reproduction(records, seeds, runs, lecture_runs)
@@ -206,6 +210,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.overoptimisation = run_overoptimisation(default_task(), seeds, for_base(base), stages(next(stage)))
     if beyond:
         reproduction.beyond = run_beyond_sorting(seeds, base, device, stages(next(stage)), tasks)
+    if samplers:
+        reproduction.samplers = run_samplers(seeds, base, run_sweep, device, stages(next(stage)))
     return reproduction
 
 
@@ -235,7 +241,8 @@ def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]
     from lab.experiments.exploration_results import FIGURES
 
     return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
-            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, BEFORE_RL_FIGURE, OVEROPTIMISATION_FIGURE, "RESULTS.md"]
+            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, BEFORE_RL_FIGURE, OVEROPTIMISATION_FIGURE, SAMPLERS_FIGURE,
+            "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,

@@ -17,6 +17,7 @@ from lab.core.choices import ConfigError, parse_choice
 from lab.core.modes import (DeltaMode, Demos, DPOLoss, DType, Filter, ImportanceLevel, IPOLogps, KLEstimator,
                             KLPlacement, LossAgg, Method, Optimizer, Pairs, PolicyKind, Preference, Sampler,
                             TrainingLoss)
+from lab.training.sampling_checks import check_sampling
 
 DPO_DEFAULTS = {"pairs": Pairs.online, "pairs_per_prompt": 16, "preference": Preference.argmax,
                 "dpo_loss": DPOLoss.sigmoid, "ipo_logps": IPOLogps.sum}
@@ -123,6 +124,7 @@ def check_config(c) -> None:
     check_critic(c)
     check_descendants(c)
     check_loss_settings(c)
+    check_sampling(c)
     if c.delta.entry.needs_group and c.group_size < 2:
         raise ConfigError(f"delta {c.delta.value!r} needs group_size >= 2 (a group of one has no "
                           f"baseline), got {c.group_size}; use raw or max for G = 1")

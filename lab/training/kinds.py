@@ -114,7 +114,7 @@ class Factorized(TemperedStack):
                  reward_groups: RunGroups, device: torch.device) -> None:
         shared = configs[0]
         self.task, self.configs, self.reward_groups, self.device = task, configs, reward_groups, device
-        self.group_size = shared.group_size
+        self.group_size, self.generators = shared.group_size, generators  # each run's, for `sample_with`
         self.rewards = {c.reward: task.reward_fn(c.reward) for c in configs}  # unknown names fail here
         self.prompts = task.prompts.to(device)  # int[batch pos]
         self.max_length = task.response_length
@@ -152,6 +152,13 @@ class Factorized(TemperedStack):
 
     def sample(self) -> Tensor:
         return self.draw(self.logits)  # int[run batch trial pos]
+
+    def sample_with(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
+        """The given runs' responses, each from its own generator, by the policy at `parameters` float[run ...]."""
+        scale = None if self.scale is None else self.scale.index_select(0, runs)
+        logits = policy_logits(*tempered([p.index_select(0, runs) for p in parameters], scale), self.prompts)
+        return torch.cat([SAMPLERS[self.configs[r].sampler](logits[i:i + 1], self.group_size, [self.generators[r]])
+                          for i, r in enumerate(runs.tolist())])
 
     def live_tokens(self, responses: Tensor) -> None:
         return None  # every position is live
@@ -251,6 +258,13 @@ class Autoregressive(TemperedStack):
         with torch.no_grad():
             return P.ops_of(self.policy).sample(self.sampling_policy().params, self.prompts, self.group_size,
                                                 self.generators)
+
+    def sample_with(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
+        names = [name for name, _ in self.policy.named_parameters()]  # as the factorised kind's
+        chosen = tempered([p.index_select(0, runs) for p in parameters],
+                          None if self.scale is None else self.scale.index_select(0, runs))
+        return P.ops_of(self.policy).sample(dict(zip(names, chosen)), self.prompts, self.group_size,
+                                            [self.generators[r] for r in runs.tolist()])
 
     def live_tokens(self, responses: Tensor) -> Tensor:
         return P.response_mask(self.policy, responses)  # bool[run batch trial pos]
