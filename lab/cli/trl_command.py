@@ -275,8 +275,7 @@ def trl_run(
 
 @app.command(name="trl-compare")
 def trl_compare(
-    seeds: Annotated[int, typer.Option(help="seeds 0..N-1 per setting and learner (at least 2: the verdicts pair seeds; "
-                                             "20 let the interaction be seen, issue 35)")] = 20,
+    seeds: Annotated[int, typer.Option(help="seeds 0..N-1 per setting and learner (at least 2: the verdicts pair seeds)")] = 20,
     out: Annotated[Path | None, typer.Option(help="output folder (figures/trl_comparison.* is a curated copy)",
                                              show_default="runs/trl-compare-seeds<N>")] = None,
     force: ForceOpt = False,
