@@ -192,11 +192,11 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.lr_control, reproduction.batch_effect = c.run_controls(default_task(), reproduction, base, device,
                                                                             controls_progress)
     if length_bias:  # its own batches (other shapes), then its exact numbers (lab.experiments.length_oracle)
-        tasks = length_tasks()
+        by_name = length_tasks()  # not `tasks`: that is the beyond-sorting section's argument
         reproduction.length_pairs = length_pairs
-        reproduction.length = {name: run_sweep(tasks[name], runs, device=device, progress=stages(next(stage)))
+        reproduction.length = {name: run_sweep(by_name[name], runs, device=device, progress=stages(next(stage)))
                                for name, runs in length_runs.items()}
-        reproduction.length_exact = lb.exact_numbers(tasks, length_runs, seeds, progress=stages(next(stage)))
+        reproduction.length_exact = lb.exact_numbers(by_name, length_runs, seeds, progress=stages(next(stage)))
     if critic:
         reproduction.critic = run_critic_experiment(seeds, base, device, stages(next(stage)))
     if dpo:
