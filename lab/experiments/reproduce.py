@@ -41,6 +41,7 @@ CRITIC_FIGURE = "critic.png"
 DPO_FIGURE = "dpo.png"
 BEFORE_RL_FIGURE = "before_rl.png"
 OVEROPTIMISATION_FIGURE = "overoptimisation.png"
+DESCENDANTS_FIGURE = "descendants.png"
 SEEDS = 20
 KL_WEIGHTS = (0.0, 0.01, 0.1, 1.0)
 """beta values of the KL experiments (0 = no penalty, the reference is still tracked)."""
@@ -120,6 +121,8 @@ class Reproduction:
     """per `lab.experiments.before_rl_results.SETTINGS` entry, its run indices in `before_rl`"""
     overoptimisation: dict | None = None
     """the reward-model section's results (`lab.experiments.overoptimisation.run_overoptimisation`)"""
+    descendants: dict | None = None
+    """GRPO's descendants section (`lab.experiments.descendants_results.run_descendants`: issue 37)"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -136,7 +139,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                      progress: Callable[[float, float], None] | None = None,
                      experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
                      controls: bool = True, critic: bool = True, dpo: bool = True,
-                     before_rl: bool = True, overoptimisation: bool = True, after: float = 0.0) -> Reproduction:
+                     before_rl: bool = True, overoptimisation: bool = True, after: float = 0.0,
+                     descendants: bool = True) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
     controls (`lab.experiments.controls`), the length-bias experiment (`lab.experiments.length_bias`) as its
     own batches, the critic experiment (`lab.experiments.critic_results`), a batch per setting, and the DPO
@@ -151,6 +155,7 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     from lab.experiments.before_rl_results import run_before_rl, section_work
     from lab.experiments.dpo_results import dpo_configs
     from lab.experiments.overoptimisation import for_base, run_overoptimisation, section_work as rm_work
+    from lab.experiments.descendants_results import descendant_configs, run_descendants
 
     configs: list[TrainConfig] = []
     index: dict[TrainConfig, int] = {}
@@ -177,7 +182,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                                *([sum(sweep_work(runs) for runs in critic_configs(seeds, base))] if critic else []),
                                *([sweep_work(dpo_runs)] if dpo else []),
                                *(section_work(seeds, base, sweep_work) if before_rl else ()),
-                               *([rm_work(seeds, for_base(base))] if overoptimisation else []), after])
+                               *([rm_work(seeds, for_base(base))] if overoptimisation else []),
+                               *([sweep_work(descendant_configs(seeds, base)[0])] if descendants else []), after])
     stage = iter(range(len(stages.works)))
     records = run_sweep(make_task(), configs, device=device, progress=stages(next(stage)))
     reproduction = Reproduction(records, seeds, runs, lecture_runs)
@@ -202,6 +208,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
             seeds, base, run_sweep, make_task(), device, stages(next(stage)), start_progress)
     if overoptimisation:
         reproduction.overoptimisation = run_overoptimisation(make_task(), seeds, for_base(base), stages(next(stage)))
+    if descendants:
+        reproduction.descendants = run_descendants(seeds, base, run_sweep, make_task(), device, stages(next(stage)))
     return reproduction
 
 
@@ -231,7 +239,8 @@ def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]
     from lab.experiments.exploration_results import FIGURES
 
     return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
-            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, BEFORE_RL_FIGURE, OVEROPTIMISATION_FIGURE, "RESULTS.md"]
+            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, BEFORE_RL_FIGURE, OVEROPTIMISATION_FIGURE, DESCENDANTS_FIGURE,
+            "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,
@@ -306,6 +315,12 @@ def write_figures(reproduction: Reproduction, out: Path,
         paths.append(plot_overoptimisation(reproduction.overoptimisation, Path(out) / OVEROPTIMISATION_FIGURE))
         text += "\n".join(["", *section_lines(reproduction.overoptimisation, reproduction.seeds,
                                                for_base(reproduction.records.configs[0]))]) + "\n"
+    if reproduction.descendants is not None:
+        from lab.experiments.descendants_results import plot_descendants, section_lines as descendant_lines
+
+        paths.append(plot_descendants(reproduction.descendants, Path(out) / DESCENDANTS_FIGURE))
+        text += "\n".join(["", *descendant_lines(reproduction.descendants, reproduction.seeds), "",
+                           f"![descendants]({DESCENDANTS_FIGURE})"]) + "\n"
     results = Path(out) / "RESULTS.md"
     write_text_atomic(results, text)
     return [*paths, results]

@@ -162,7 +162,7 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     assert sorted(p.name for p in paths) == sorted([f"{e.name}.png" for e in EXPERIMENTS if not e.exploration]
                                                    + exploration + ["length_bias.png", "critic.png", "dpo.png",
                                                                     "before_rl.png", "overoptimisation.png",
-                                                                    "RESULTS.md"])
+                                                                    "descendants.png", "RESULTS.md"])
     text = (tmp_path / "RESULTS.md").read_text()
     lecture_part, exploration_part = text.split("## Exploration", 1)
     exploration_part, length_part = exploration_part.split("## Variable length", 1)
@@ -171,6 +171,7 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     critic_part, dpo_part = critic_part.split("## GRPO with a KL penalty and DPO", 1)
     dpo_part, before_rl_part = dpo_part.split("## Before RL", 1)
     before_rl_part, rm_part = before_rl_part.split("## Reward-model over-optimisation", 1)
+    rm_part, descendants_part = rm_part.split("## GRPO's descendants", 1)
 
     def verdicts(part: str) -> list[str]:
         return [line.rsplit("**", 2)[-2] for line in part.splitlines() if line.endswith("** |")]
@@ -197,6 +198,8 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     assert len(verdicts(rm_part)) == 3 + 2 + 3 + 2 + 2 * 3  # bon, sizes, beta, GRPO's budget, DPO against GRPO
     assert set(verdicts(rm_part)) <= {"holds", "does not hold", "inconclusive"}
     assert "DPO on its pairs, beta 0.05" in rm_part and "(the trained runs' after every epoch" in rm_part
+    assert len(verdicts(descendants_part)) == 6
+    assert set(verdicts(descendants_part)) <= {"holds", "does not hold", "inconclusive"}
     raw = reproduction.runs["lecture_deltas", 0]
     assert mean_interval(reproduction.records.final("mean_reward")[raw]).text(3) in text
     assert len(set(reproduction.runs["baselines", 1]) & set(reproduction.runs["lecture_deltas", 1])) == 6  # trained once
