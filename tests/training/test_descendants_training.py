@@ -17,7 +17,7 @@ from tests.training.test_batched import assert_same_run
 
 SHORT = dict(epochs=3, steps=3, seed=0, delta="centered", lr=0.05)  # a large lr: ratios leave the clip band
 OPTIONS = {
-    "clip-higher": dict(loss="clipped", clip_eps=0.2, epsilon_high=0.28),
+    "clip-higher": dict(loss="clipped", clip_eps=0.01, epsilon_high=0.5),
     "two-sided": dict(loss="clipped", clip_eps=0.01, clip_delta=1.005),
     "gspo": dict(loss="clipped", clip_eps=0.2, importance_sampling_level="sequence"),
     "cispo": dict(loss="cispo", epsilon_high=1.2),
