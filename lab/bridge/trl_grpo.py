@@ -30,7 +30,6 @@ from lab.bridge.exact_lm import all_responses, exact_metrics, reward_table
 from lab.bridge.lens_run import lab_trainer_args, run_with_lens
 from lab.bridge.tiny_lm import TinyLM, build_tokenizer, words
 from tasks import Task
-from tasks.sorting import variable_length_reward
 
 LOSS_TYPES = {"token-mean": "bnpo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 """--loss-agg -> TRL's loss_type (seq-mean-token-sum has no TRL counterpart)."""
@@ -146,17 +145,17 @@ class TRLGRPO:
 
 def reward_function(task: Task, reward: str, cap: int):
     """TRL's reward callable: completion token ids -> the lab's variable-length reward."""
-    score = variable_length_reward(reward, task.vocab_size)
+    score = task.variable_length_reward(reward, task.vocab_size)
     eos = task.vocab_size
 
-    def sorting_reward(prompts, completion_ids, **kwargs):
+    def task_reward(prompts, completion_ids, **kwargs):
         prompt_ids = torch.tensor([[int(t) for t in p.split()] for p in prompts])
         padded = torch.full((len(completion_ids), cap), eos)
         for row, ids in enumerate(completion_ids):
             padded[row, :len(ids)] = torch.tensor(ids[:cap], dtype=torch.long)
         return score(prompt_ids, padded.unsqueeze(1)).squeeze(1).tolist()
 
-    return sorting_reward
+    return task_reward
 
 
 def train_trl(task: Task, run: TRLGRPO, scratch: Path | None = None,
@@ -168,7 +167,7 @@ def train_trl(task: Task, run: TRLGRPO, scratch: Path | None = None,
     run.check(task)
     cap = run.cap(task)
     responses = all_responses(task.vocab_size, cap)
-    rewards = reward_table(task.prompts, responses, variable_length_reward(run.reward, task.vocab_size))
+    rewards = reward_table(task.prompts, responses, task.variable_length_reward(run.reward, task.vocab_size))
 
     def make_trainer(model_folder: Path, output_dir: Path, callbacks: list):
         data = Dataset.from_dict({"prompt": [words(p) for p in task.prompts]})

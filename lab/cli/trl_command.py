@@ -21,9 +21,11 @@ import typer
 
 from lab.cli.application import USER_ERRORS, app, fail, load, load_torch, output_folder, writing
 from lab.cli.options import (ClipDeltaOpt, EpsilonHighOpt, ForceOpt, ImportanceLevelOpt, MaskTruncatedOpt, QuietOpt,
-                             Reward, RewardOpt, SapoNegOpt, SapoPosOpt, TopEntropyOpt, VespoKNegOpt, VespoKPosOpt,
-                             VespoLambdaNegOpt, VespoLambdaPosOpt, cli_message)
+                             SapoNegOpt, SapoPosOpt, TopEntropyOpt, VespoKNegOpt, VespoKPosOpt, VespoLambdaNegOpt,
+                             VespoLambdaPosOpt, cli_message)
+from lab.cli.task_options import RewardOpt, TaskOpt, task_reward
 from lab.core.modes import ImportanceLevel
+from tasks.catalog import DEFAULT_TASK
 from lab.files.output_folders import write_json_atomic, write_text_atomic
 
 TRLLoss = Enum("TRLLoss", {name: name for name in ("clipped", "cispo", "sapo", "luspo", "vespo", "dpo")}, type=str)
@@ -144,7 +146,8 @@ def trl_run(
     vespo_lambda_pos: VespoLambdaPosOpt = None,
     vespo_k_neg: VespoKNegOpt = None,
     vespo_lambda_neg: VespoLambdaNegOpt = None,
-    reward: RewardOpt = Reward.inclusion_ordering,
+    reward: RewardOpt = None,
+    task: TaskOpt = DEFAULT_TASK,
     pairs: Annotated[TRLPairs, typer.Option(help="--loss dpo: offline (DPOTrainer, a fixed set from the initial "
                                             "model) or online (OnlineDPOTrainer, two fresh samples per prompt)")
                      ] = TRLPairs.offline,
@@ -161,9 +164,15 @@ def trl_run(
     force: ForceOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Train a tiny transformer with TRL's GRPOTrainer (or DPOTrainer) on the sorting task; exact metrics every epoch."""
+    """Train a tiny transformer with TRL's GRPOTrainer (or DPOTrainer) on a task (--task); exact metrics every epoch.
+
+    (Its options are one signature because Typer reads a command's options off its parameters.)"""
     load_torch()  # here, not for `lab trl --help`
-    settings = dict(loss=loss.value, epochs=epochs, steps=steps, lr=lr, kl=kl, reward=reward.value,
+    try:
+        reward = task_reward(reward, task)  # None: the task's default reward
+    except ValueError as e:
+        fail(cli_message(str(e)))
+    settings = dict(loss=loss.value, epochs=epochs, steps=steps, lr=lr, kl=kl, reward=reward,
                     max_length=max_length, seed=seed, layers=layers, width=width)
     settings |= dict(pairs=pairs.value, pairs_per_prompt=pairs_per_prompt, preference=preference.value,
                      dpo_loss=dpo_loss.value) \
@@ -177,6 +186,7 @@ def trl_run(
                  vespo_k_pos=vespo_k_pos, vespo_lambda_pos=vespo_lambda_pos, vespo_k_neg=vespo_k_neg,
                  vespo_lambda_neg=vespo_lambda_neg)
     settings |= {k: v for k, v in given.items() if v != DESCENDANT_DEFAULTS[k]}  # issue 37's, where changed
+    named = {} if task == DEFAULT_TASK else {"task": task}  # the folder's name says a task that is not the lecture's
     try:
         check_applies(ctx, loss)
         _check("--epochs", epochs, 1 <= epochs <= 100_000, "an integer from 1 to 100000")
@@ -204,9 +214,9 @@ def trl_run(
         from lab.bridge.tiny_lm import TinyLM
         from lab.bridge.trl_dpo import TRLDPO
         from lab.bridge.trl_grpo import TRLGRPO
-        from tasks.sorting import make_task
+        from tasks.catalog import make_named_task
 
-        task = make_task()
+        task = make_named_task(task)
         method = TRLDPO if loss is TRLLoss.dpo else TRLGRPO
         fields = {k: v for k, v in settings.items() if k not in ("loss", "layers", "width", "kl")}
         fields |= {"beta": kl} if loss is TRLLoss.dpo else {"kl": kl, "loss": loss.value}
@@ -217,7 +227,8 @@ def trl_run(
         defaults = dict(TRLGRPO().__dict__, **TRLDPO().__dict__, layers=2, width=32)
         defaults |= dict(loss="clipped", loss_agg=TRL_AGGREGATION.get(loss.value, "token-mean"))
         defaults["kl"] = 0.0
-        folder = output_folder(out or Path("runs") / default_name(settings, defaults), force, "trl")
+        defaults["task"] = DEFAULT_TASK
+        folder = output_folder(out or Path("runs") / default_name({**named, **settings}, defaults), force, "trl")
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
     load("trl")
@@ -264,7 +275,8 @@ def trl_run(
 
 @app.command(name="trl-compare")
 def trl_compare(
-    seeds: Annotated[int, typer.Option(help="seeds 0..N-1 per setting and learner (at least 2: the verdicts pair seeds)")] = 5,
+    seeds: Annotated[int, typer.Option(help="seeds 0..N-1 per setting and learner (at least 2: the verdicts pair seeds; "
+                                             "20 let the interaction be seen, issue 35)")] = 20,
     out: Annotated[Path | None, typer.Option(help="output folder (figures/trl_comparison.* is a curated copy)",
                                              show_default="runs/trl-compare-seeds<N>")] = None,
     force: ForceOpt = False,
@@ -285,10 +297,10 @@ def trl_compare(
     from lab.cli.progress import run_with_progress
     from lab.experiments.trl_comparison import COMPARISON, run_comparison
     from lab.experiments.trl_section import write_report
-    from tasks.sorting import make_task
+    from tasks.catalog import default_task
 
-    result = run_with_progress(quiet, "trl-compare", 2 * len(COMPARISON.settings),
-                               lambda progress: run_comparison(make_task(), seeds, COMPARISON, progress),
+    result = run_with_progress(quiet, "trl-compare", 2 * len(COMPARISON.settings),  # the lecture's task
+                               lambda progress: run_comparison(default_task(), seeds, COMPARISON, progress),
                                unit="trainings")
     with writing(folder.out), folder as tmp:
         write_report(result, {"trl": trl.__version__}, tmp)

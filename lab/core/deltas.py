@@ -66,6 +66,16 @@ def leave_one_out(rewards: Tensor, std_eps: float, unbiased: bool) -> Tensor:
     return rewards - others_mean
 
 
+def unit_scale(group_size: int) -> float:
+    """s = 1: raw and leave-one-out deltas' expected update is grad J itself (claim 4)."""
+    return 1.0
+
+
+def centered_scale(group_size: int) -> float:
+    """s = (G-1)/G: the group mean includes the sample itself (claim 4)."""
+    return (group_size - 1) / group_size
+
+
 REWARD_MODES = tuple(m for m in DeltaMode if not m.entry.needs_critic and not m.entry.needs_batch)
 """The modes that are functions of a group's rewards (what the exact estimator moments cover): not `gae` (a critic's)
 nor `batch` (its std reads every other prompt's group too)."""

@@ -7,10 +7,12 @@
     DPOLoss, Preference, Pairs           DPO_LOSSES in lab.core.dpo; lab.training.dpo, preference_pairs
     IPOLogps (--ipo-logps)               lab.training.dpo (pair_lengths)
     KLEstimator, KLPlacement             ESTIMATORS in lab.core.kl; lab.training.runs
+    ImportanceSampling                   lab.core.importance (--importance-sampling-correction)
     Demos (--demos), Filter (--ei-filter) lab.training.supervised
     PolicyKind (--policy)                POLICIES in lab.policies
     Sampler (--sampler)                  SAMPLERS in lab.policies.sampling
     RewardModelSize (lab reward-model)   SIZES in lab.training.reward_model
+    DType (--dtype)                      the runs' floating-point type (lab.training.kinds, runs, groups)
 
 They live here, apart from the math that dispatches on them, so that the `lab` command builds its options
 (`lab --help`, `lab run --help`) without loading torch (tests/cli/test_help_imports.py). A new delta mode or loss is
@@ -39,6 +41,9 @@ class Delta:
     needs_critic: bool = False
     """its advantages come from a learned critic (`lab.training.critic`), not from the rewards alone: its deltas
     are the returns, and exact analyses of the group modes leave it out (`lab.core.deltas.REWARD_MODES`)"""
+    scale: Ref | None = None
+    """s(G): its expected update is s grad J (claims 4, 14), what a KL'd run's beta' divides by
+    (`lab.training.objective`); None where no constant s exists (normalized, max: claims 5, 17; gae)"""
     needs_batch: bool = False
     """its deltas read the whole batch's rewards (every prompt's group), not one group's: exact analyses of one
     group leave it out (`lab.core.deltas.REWARD_MODES`)"""
@@ -47,13 +52,14 @@ class Delta:
 class DeltaMode(Table):
     """How rewards become deltas (`--delta`)."""
 
-    raw = Delta("raw", "the reward itself", Ref("lab.core.deltas:raw"))
-    centered = Delta("centered", "minus the group mean", Ref("lab.core.deltas:centered"), needs_group=True)
+    raw = Delta("raw", "the reward itself", Ref("lab.core.deltas:raw"), scale=Ref("lab.core.deltas:unit_scale"))
+    centered = Delta("centered", "minus the group mean", Ref("lab.core.deltas:centered"), needs_group=True,
+                     scale=Ref("lab.core.deltas:centered_scale"))
     normalized = Delta("normalized", "minus the group mean, over the group std", Ref("lab.core.deltas:normalized"),
                        needs_group=True)
     max = Delta("max", "the reward where it is the group's maximum, else 0", Ref("lab.core.deltas:group_max"))
     loo = Delta("loo", "minus the mean of the group's other rewards (leave-one-out)",
-                Ref("lab.core.deltas:leave_one_out"), needs_group=True)
+                Ref("lab.core.deltas:leave_one_out"), needs_group=True, scale=Ref("lab.core.deltas:unit_scale"))
     batch = Delta("batch", "minus the group mean, over the std of the whole batch's rewards (TRL's "
                   "scale_rewards=batch)", Ref("lab.core.deltas:batch_normalized"), needs_group=True, needs_batch=True)
     gae = Delta("gae", "a learned critic's GAE advantages, one per token (PPO)", Ref("lab.core.deltas:raw"),
@@ -205,11 +211,30 @@ class KLEstimator(str, Enum):
     k3 = "k3"
 
 
+class Optimizer(str, Enum):
+    """Which optimizer steps the policy (`optimizer`, no CLI option): Adam, whose step is lr m / sqrt(v) whatever the
+    gradient's scale, or plain SGD, whose step scales with the gradient (lab.training.optim.OPTIMIZERS)."""
+
+    adam = "adam"
+    sgd = "sgd"
+
+
 class KLPlacement(str, Enum):
     """Where the KL penalty goes (`--kl-in`): verl's `use_kl_loss` (loss) or `use_kl_in_reward` (reward)."""
 
     loss = "loss"
     reward = "reward"
+
+
+class ImportanceSampling(str, Enum):
+    """How a sampler's responses are reweighted toward the trainer's policy (`--importance-sampling-correction`,
+    TRL's `vllm_importance_sampling_mode`): one weight per token or per response, truncated to [C_min, C_max] or
+    set to 0 outside it (`lab.core.importance`)."""
+
+    token_truncate = "token-truncate"
+    token_mask = "token-mask"
+    sequence_truncate = "sequence-truncate"
+    sequence_mask = "sequence-mask"
 
 
 class Demos(str, Enum):
@@ -247,3 +272,16 @@ class RewardModelSize(str, Enum):
     small = "small"
     medium = "medium"
     large = "large"
+
+
+class DType(str, Enum):
+    """The floating-point type a run trains in (`--dtype`): its parameters, Adam state, rewards, deltas and losses."""
+
+    float32 = "float32"
+    float64 = "float64"
+
+    @property
+    def torch(self):
+        import torch  # here: the config loads without torch
+
+        return getattr(torch, self.value)

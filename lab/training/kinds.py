@@ -32,8 +32,7 @@ from lab.training.divergence import DivergenceGuard
 from lab.training.lengths import eos_targets, resolve_max_length
 from lab.training.metrics import FIXED_LENGTH_METRICS, LIVE_TOKEN_METRICS, BlockMetrics
 from lab.training.runs import RunGroups
-from tasks import LEARNED, Task, best_reward
-from tasks.sorting import variable_length_reward
+from tasks import Task, best_reward
 
 def start_from(policy, folder: str | None) -> None:
     """Every run's parameters set to a finished run's policy.pt (`--init-from`; the same start for every seed, each
@@ -115,13 +114,13 @@ class Factorized(TemperedStack):
                  reward_groups: RunGroups, device: torch.device) -> None:
         shared = configs[0]
         self.task, self.configs, self.reward_groups, self.device = task, configs, reward_groups, device
-        self.group_size = shared.group_size
+        self.group_size, self.generators = shared.group_size, generators  # each run's, for `sample_with`
         self.rewards = {c.reward: task.reward_fn(c.reward) for c in configs}  # unknown names fail here
         self.prompts = task.prompts.to(device)  # int[batch pos]
         self.max_length = task.response_length
         self.entries = task.response_length  # per response and step, to size the metric blocks
         self.policy = PolicyStack(task.vocab_size, self.prompts.shape[1], task.response_length, shared.dim,
-                                  generators, [c.init_scale for c in configs])
+                                  generators, [c.init_scale for c in configs], shared.dtype.torch)
         start_from(self.policy, shared.init_from)
         sampler_groups = RunGroups([c.sampler for c in configs], device)
         # each sampler draws for its own runs, each run from its own generator (lab.policies.sampling)
@@ -153,6 +152,13 @@ class Factorized(TemperedStack):
 
     def sample(self) -> Tensor:
         return self.draw(self.logits)  # int[run batch trial pos]
+
+    def sample_with(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
+        """The given runs' responses, each from its own generator, by the policy at `parameters` float[run ...]."""
+        scale = None if self.scale is None else self.scale.index_select(0, runs)
+        logits = policy_logits(*tempered([p.index_select(0, runs) for p in parameters], scale), self.prompts)
+        return torch.cat([SAMPLERS[self.configs[r].sampler](logits[i:i + 1], self.group_size, [self.generators[r]])
+                          for i, r in enumerate(runs.tolist())])
 
     def live_tokens(self, responses: Tensor) -> None:
         return None  # every position is live
@@ -218,12 +224,12 @@ class Autoregressive(TemperedStack):
         self.prompts = task.prompts.to(device)  # int[batch pos]
         self.max_length = resolve_max_length(shared, self.prompts.shape[1])
         self.policy = P.make_stack(shared.policy, task.vocab_size, self.prompts.shape[1], self.max_length,
-                                   shared.dim, generators, [c.init_scale for c in configs])
+                                   shared.dim, generators, [c.init_scale for c in configs],
+                                   shared.dtype.torch)
         start_from(self.policy, shared.init_from)
         self.eos = P.ops_of(self.policy).eos(self.policy)
         self.entries = self.max_length * (self.eos + 1)  # per response and step, to size the metric blocks
-        self.rewards = {c.reward: task.rewards[c.reward] if c.reward.startswith(LEARNED) else  # unknown names fail
-                        variable_length_reward(c.reward, self.eos) for c in configs}
+        self.rewards = {c.reward: task.variable_length_reward(c.reward, self.eos) for c in configs}  # unknown: fail
         self.task = task
         self.exact_metrics = SamplingPolicyMetrics(self.prompts, self.targets(self.prompts), self.rewards,
                                                    reward_groups, shared.group_size, task.vocab_size, self.max_length)
@@ -252,6 +258,13 @@ class Autoregressive(TemperedStack):
         with torch.no_grad():
             return P.ops_of(self.policy).sample(self.sampling_policy().params, self.prompts, self.group_size,
                                                 self.generators)
+
+    def sample_with(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
+        names = [name for name, _ in self.policy.named_parameters()]  # as the factorised kind's
+        chosen = tempered([p.index_select(0, runs) for p in parameters],
+                          None if self.scale is None else self.scale.index_select(0, runs))
+        return P.ops_of(self.policy).sample(dict(zip(names, chosen)), self.prompts, self.group_size,
+                                            [self.generators[r] for r in runs.tolist()])
 
     def live_tokens(self, responses: Tensor) -> Tensor:
         return P.response_mask(self.policy, responses)  # bool[run batch trial pos]

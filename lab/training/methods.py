@@ -68,6 +68,9 @@ class Loop:
     critic: object = None
     clip: object = None
     """`lab.training.clipping.GradClip`, where some run clips its gradient's norm"""
+    after_step: list = field(default_factory=list)
+    """called with the epoch after each optimizer step: a stale sampler's snapshots, a synced reference, adaptive
+    entropy control (issue 38; empty without them)"""
 
 
 class PolicyGradient:
@@ -126,9 +129,13 @@ def step_loss(kind, parameters: list[Tensor], settings, groups, log_probs: Tenso
               ref_log_probs: Tensor, aux: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The surrogate and the minimised loss (+ beta * the KL term - c_H * the entropy bonus), float[run] each."""
     horizon, s = kind.max_length, settings  # horizon: C of the aggregations, the cap
-    mask, gate = loss_mask_and_gate(kind, settings, groups, aux)
+    mask, entropy_gate = loss_mask_and_gate(kind, settings, groups, aux)
     per_token = groups.token_deltas is not None  # some run's critic gives one advantage per token
     names = list(s.loss_settings)  # what the runs' losses read (their entries' settings), float[run] each
+    # importance weights x off-policy mask where some run asks for them (lab.training.corrections), else None;
+    # times the top-entropy gate, as TRL multiplies its masks and weights into the per-token loss
+    corrections = None if s.corrections is None else s.corrections.gate(groups, log_probs, old_log_probs)
+    gate = entropy_gate if corrections is None else corrections if entropy_gate is None else corrections * entropy_gate
     pg_loss = s.loss_groups.apply(
         lambda key, lp, d, old, m, g, *values: compute_loss(
             lp, d, key[0], old, agg=key[1], mask=m, horizon=horizon, per_token=per_token, gate=g,
@@ -154,7 +161,8 @@ def with_penalties(kind, parameters: list[Tensor], s, loss: Tensor, log_probs: T
             group_kl_term, log_probs[runs], ref_log_probs[runs], None if mask is None else mask[runs]))
     if len(s.bonus_runs):  # - c_H * the exact mean entropy, on the bonus runs only
         bonus = kind.entropy_bonus(parameters, s.bonus_runs)
-        loss = loss.index_add(0, s.bonus_runs, -s.entropy_coef[s.bonus_runs] * bonus)
+        coef = s.entropy_coef[s.bonus_runs] if s.entropy_control is None else s.entropy_control.coefficients(bonus)
+        loss = loss.index_add(0, s.bonus_runs, -coef * bonus)
     return loss
 
 
