@@ -74,7 +74,7 @@ class _ARLogProbs(torch.autograd.Function):
         z[..., :dim] = z0[..., None, :dim]
         torch.add(later, z0[..., None, dim:], out=z[..., dim:])
         z = z.view(runs, -1, dim)  # float[run (batch trial q) dim]
-        ctx.layout = LAYOUTS[vocab_first(tokens_, x.device)]  # the output layer: the same bits in either layout
+        ctx.layout = LAYOUTS[vocab_first(tokens_)]  # the output layer: the same bits in either layout
         log_probs, entropy, kept = ctx.layout[0](z, embedding, responses.reshape(runs, -1, 1), mask)
         ctx.save_for_backward(embedding, a, b, c, x, h, z, onehot, prompt_tokens, mask, *kept)
         ctx.mark_non_differentiable(entropy)

@@ -55,10 +55,9 @@ VOCAB_FIRST_EXACT = _short_sum_is_torchs()
 layout, so trajectories never depend on which layout ran."""
 
 
-def vocab_first(tokens: int, device: torch.device) -> bool:
-    """Whether the node takes the vocab-first layout for this many tokens (EOS included) on this device: where it is
-    bitwise the plain one (torch's CPU reductions; a GPU's sum has an order of its own, so it keeps the plain one)."""
-    return VOCAB_FIRST_EXACT and tokens <= SHORT_SUM_MAX and device.type == "cpu"
+def vocab_first(tokens: int) -> bool:
+    """Whether the node takes the vocab-first layout for this many tokens (EOS included): bitwise the plain one."""
+    return VOCAB_FIRST_EXACT and tokens <= SHORT_SUM_MAX
 
 
 def rows_forward(z: Tensor, embedding: Tensor, index: Tensor, mask: Tensor):
@@ -97,7 +96,7 @@ def vocab_first_forward(z: Tensor, embedding: Tensor, index: Tensor, mask: Tenso
     shifted = (logits - top).exp_()
     lse = short_sum(list(shifted.unbind(1))).log_().add_(top[:, 0])  # float[run rows]
     log_softmax = logits.sub_(lse.unsqueeze(1))
-    index = index.reshape(index.shape[0], 1, -1)
+    index = index.view(index.shape[0], 1, -1)
     picked = log_softmax.gather(1, index).view(mask.shape)
     log_probs = torch.where(mask, picked, torch.zeros((), dtype=picked.dtype, device=picked.device))
     probs = log_softmax.exp()
@@ -108,10 +107,10 @@ def vocab_first_forward(z: Tensor, embedding: Tensor, index: Tensor, mask: Tenso
 def vocab_first_backward(kept, g: Tensor, z: Tensor, embedding: Tensor) -> tuple[Tensor, Tensor]:
     """`rows_backward` for `vocab_first_forward`'s layout: g float[run rows 1] -> (dL/dE's output part, dL/dz)."""
     probs, index = kept
-    g = g.reshape(g.shape[0], 1, -1)  # float[run 1 rows]
+    g = g.view(g.shape[0], 1, -1)  # float[run 1 rows]
     grad_logits = torch.zeros_like(probs).scatter_(1, index, g).sub_(probs * g)  # float[run vocab rows]
     return torch.bmm(grad_logits, z), torch.bmm(grad_logits.mT, embedding)
 
 
 LAYOUTS = {False: (rows_forward, rows_backward), True: (vocab_first_forward, vocab_first_backward)}
-"""vocab_first(tokens, device) -> the (forward, backward) pair the node runs."""
+"""vocab_first(tokens) -> the (forward, backward) pair the node runs."""

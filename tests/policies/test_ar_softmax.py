@@ -27,15 +27,14 @@ def test_short_sum_is_torchs_sum_of_a_short_last_axis(n):
     assert torch.equal(short_sum(list(values.unbind(-1))), values.sum(-1))
 
 
-def test_the_layout_falls_back_past_the_short_sum_and_off_the_cpu():
-    cpu = torch.device("cpu")
-    assert not vocab_first(SHORT_SUM_MAX + 1, cpu) and not vocab_first(6, torch.device("cuda"))
-    assert vocab_first(6, cpu) == VOCAB_FIRST_EXACT  # the lecture's 5 tokens and EOS
+def test_the_layout_falls_back_past_the_short_sum():
+    assert not vocab_first(SHORT_SUM_MAX + 1)
+    assert vocab_first(6) == VOCAB_FIRST_EXACT  # the lecture's 5 tokens and EOS
 
 
 def _run(monkeypatch, fast: bool, seed: int = 0):
     """Log-probs, entropy and gradients of a 3-run float32 stack at the lecture's sizes, in one layout."""
-    monkeypatch.setattr(ar_fused, "vocab_first", lambda tokens, device: fast)
+    monkeypatch.setattr(ar_fused, "vocab_first", lambda tokens: fast)
     generators = [torch.Generator().manual_seed(seed + r) for r in range(3)]
     policy = P.make_stack("autoregressive", 5, 3, 5, 10, generators)
     prompts = torch.randint(0, 5, (3, 3), generator=torch.Generator().manual_seed(seed + 50))
