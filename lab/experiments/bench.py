@@ -32,18 +32,17 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 
 from lab.experiments.bench_proxy import BENCH_REWARD, with_bench_proxy
-from lab.experiments.bench_ratios import (critic_ratios, dpo_ratios, method_ratios,  # noqa: F401 (re-exported)
-                                          policy_pair_ratios, policy_ratios)
+from lab.experiments.bench_rows import (BenchResult, BenchRow, critic_ratios, dpo_ratios, method_ratios,
+                                        policy_pair_ratios, policy_ratios, row_label)
 from lab.training.config import TrainConfig
 from lab.training.lecture_loop import lecture_train
 from lab.training.train import train
 from lab.experiments.work import Tally, batch_work
-from tasks.sorting import make_task
+from tasks.catalog import default_task
 
 SIZES = (1, 10, 100, 500)
 """Sweep sizes R timed by default."""
@@ -65,40 +64,6 @@ def sweep_threads(runs: int) -> int:
     return SWEEP_THREADS
 
 
-@dataclass(frozen=True)
-class BenchRow:
-    device: str
-    runs: int
-    seconds: float
-    runs_per_second: float
-    speedup_vs_one_at_a_time: float
-    speedup_vs_lecture: float
-    policy: str = "factorized"
-    loss: str = "naive"
-    delta: str | None = None
-    """None: the config's delta; "gae": the same runs with a learned critic"""
-    clipped: bool = False
-    """the same runs with --max-grad-norm (`CLIP_BENCH`)"""
-    learned: bool = False
-    """the same runs against a reward model (`BENCH_REWARD`)"""
-    tries: tuple[float, ...] = ()
-    """the seconds of each round of the round robin (`seconds` is their best)"""
-
-
-@dataclass
-class BenchResult:
-    threads: int
-    """torch CPU threads of the lab's runs"""
-    config: TrainConfig
-    lecture_seconds_per_run: float
-    """the baseline: the lecture-style loop's best time at its fastest thread count"""
-    single_run_seconds: dict[str, float]
-    """device (then ", autoregressive" for that policy) -> best seconds of one run alone"""
-    rows: list[BenchRow] = field(default_factory=list)
-    lecture_seconds_by_threads: dict[int, float] = field(default_factory=dict)
-    """thread count -> the lecture-style loop's best seconds for one run"""
-
-
 POLICIES = ("factorized", "autoregressive")
 """Policies timed by default; the factorised one is the lecture's."""
 
@@ -112,13 +77,6 @@ METHOD_BENCH = (dict(loss="sft"), dict(loss="expert-iteration"), dict(max_grad_n
 per prompt), expert iteration (group-best filter), the lecture's GRPO with --max-grad-norm 1.0, and with a reward
 model's score as its reward (`lab.experiments.bench_proxy`; issue 27 asks for at most 1.5x at 500 runs),
 factorised policy, the lecture's G; each compared with the lecture's GRPO run (`method_ratios`)."""
-
-
-def row_label(device: str, policy: str, delta: str | None = None, loss: str = "naive", clipped: bool = False,
-              learned: bool = False) -> str:
-    label = (device if policy == "factorized" else f"{device}, {policy}") + (f", {delta}" if delta else "")
-    return ((label if loss == "naive" else f"{label}, {loss}") + (", max-grad-norm" if clipped else "")
-            + (", learned reward" if learned else ""))
 
 
 def _timed(fn, device: torch.device) -> float:
@@ -187,7 +145,7 @@ def bench(sizes: Sequence[int] = SIZES, devices: Sequence[str] = ("cpu",), threa
     turn (round robin); the best time counts. `progress(done, total)` counts work (`bench_work`).
     """
     config = config or TrainConfig()
-    task = with_bench_proxy(make_task(), config) if methods else make_task()
+    task = with_bench_proxy(default_task(), config) if methods else default_task()
     lecture_seconds = lecture_seconds or lecture_baseline(config, repeats=repeats)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -2,9 +2,9 @@
 
 import torch
 
-from lab.experiments.bench import (row_label, bench, bench_report, critic_ratios, dpo_ratios, method_ratios,
-                                   policy_pair_ratios,
-                                   policy_ratios)
+from lab.experiments.bench import bench, bench_report
+from lab.experiments.bench_rows import (critic_ratios, dpo_ratios, method_ratios, policy_pair_ratios, policy_ratios,
+                                        row_label)
 from lab.training.config import TrainConfig
 from lab.training.lecture_loop import lecture_train
 
