@@ -132,8 +132,9 @@ def step_loss(kind, parameters: list[Tensor], settings, groups, log_probs: Tenso
     mask, gate = loss_mask_and_gate(kind, settings, groups, aux)
     per_token = groups.token_deltas is not None  # some run's critic gives one advantage per token
     names = list(s.loss_settings)  # what the runs' losses read (their entries' settings), float[run] each
-    # importance weights x off-policy mask where some run asks for them (lab.training.corrections), else None
-    gate = None if s.corrections is None else s.corrections.gate(groups, log_probs, old_log_probs)
+    if s.corrections is not None:  # importance weights x off-policy mask where some run asks (lab.training.corrections)
+        weights = s.corrections.gate(groups, log_probs, old_log_probs)
+        gate = weights if gate is None else weights * gate  # times the top-entropy gate, where some run has one
     pg_loss = s.loss_groups.apply(
         lambda key, lp, d, old, m, g, *values: compute_loss(
             lp, d, key[0], old, agg=key[1], mask=m, horizon=horizon, per_token=per_token, gate=g,
