@@ -29,6 +29,7 @@ from lab.training.records import Records
 from lab.policies.sampling import Sampler
 from lab.experiments.sweep import run_sweep, sweep_work
 from lab.experiments.work import Stages
+from lab.experiments.sampler_results import run_samplers, samplers_work
 from lab.experiments.sections import (BEFORE_RL_FIGURE, CRITIC_FIGURE, DPO_FIGURE, LENGTH_FIGURE,
                                       OVEROPTIMISATION_FIGURE, SAMPLERS_FIGURE, section_files)
 from tasks.catalog import DEFAULT_TASK, default_task, make_named_task, task_names
@@ -154,7 +155,6 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     from lab.experiments.dpo_results import dpo_configs
     from lab.experiments.beyond_sorting import beyond_work, run_beyond_sorting
     from lab.experiments.overoptimisation import for_base, run_overoptimisation, section_work as rm_work
-    from lab.experiments.sampler_results import run_samplers, samplers_work
 
     configs: list[TrainConfig] = []
     index: dict[TrainConfig, int] = {}
@@ -192,11 +192,11 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.lr_control, reproduction.batch_effect = c.run_controls(default_task(), reproduction, base, device,
                                                                             controls_progress)
     if length_bias:  # its own batches (other shapes), then its exact numbers (lab.experiments.length_oracle)
-        tasks = length_tasks()
+        length_task = length_tasks()  # not `tasks`: that names the section beyond sorting's tasks, used below
         reproduction.length_pairs = length_pairs
-        reproduction.length = {name: run_sweep(tasks[name], runs, device=device, progress=stages(next(stage)))
+        reproduction.length = {name: run_sweep(length_task[name], runs, device=device, progress=stages(next(stage)))
                                for name, runs in length_runs.items()}
-        reproduction.length_exact = lb.exact_numbers(tasks, length_runs, seeds, progress=stages(next(stage)))
+        reproduction.length_exact = lb.exact_numbers(length_task, length_runs, seeds, progress=stages(next(stage)))
     if critic:
         reproduction.critic = run_critic_experiment(seeds, base, device, stages(next(stage)))
     if dpo:
@@ -210,8 +210,7 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.overoptimisation = run_overoptimisation(default_task(), seeds, for_base(base), stages(next(stage)))
     if beyond:
         reproduction.beyond = run_beyond_sorting(seeds, base, device, stages(next(stage)), tasks)
-    if samplers:
-        reproduction.samplers = run_samplers(seeds, base, run_sweep, device, stages(next(stage)))
+    reproduction.samplers = run_samplers(seeds, base, run_sweep, device, stages(next(stage))) if samplers else None
     return reproduction
 
 
