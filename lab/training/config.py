@@ -15,7 +15,7 @@ metadata) how the rest of the lab treats it, and every list of fields is read of
                                    set for another loss, a `ConfigError`
 
 The checks every config passes are `lab.training.config_checks`. The module loads without torch (its modes come
-from `lab.core.modes`; only `resolve_device` needs torch), so that the `lab` command shows its options and their
+from `lab.core.modes`; `resolve_device`, lab.training.device, imports torch when called), so that the `lab` command shows its options and their
 defaults without loading it.
 """
 
@@ -24,40 +24,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
 
 from lab.core.choices import ConfigError
 from lab.core.modes import (DeltaMode, Demos, DPOLoss, DType, Filter, ImportanceLevel, IPOLogps, KLEstimator,
                             KLPlacement, LossAgg, Method, Optimizer, Pairs, PolicyKind, Preference, Sampler,
                             TrainingLoss)
 from lab.training.config_checks import check_config
+from lab.training.device import Device, resolve_device  # noqa: F401  (the commands read them here)
 from lab.training.sampling_config import SamplingSettings
 from lab.training.setting_marks import setting
-
-if TYPE_CHECKING:
-    import torch
-
-
-class Device(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-def resolve_device(device: Device | str = Device.auto) -> torch.device:
-    """`auto` takes CUDA when present; asking for CUDA without it is a `ConfigError`."""
-    import torch  # here, not above: the config (and `lab --help`, which shows its defaults) loads without torch
-
-    try:
-        device = Device(device)
-    except ValueError:
-        raise ConfigError(f"unknown device {device!r}; choose one of: auto, cpu, cuda") from None
-    if device is Device.cuda and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for, but torch finds no CUDA device; "
-                          "use --device cpu or --device auto")
-    if device is Device.auto:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device.value)
 
 
 @dataclass(frozen=True)
