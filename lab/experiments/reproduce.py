@@ -29,6 +29,7 @@ from lab.training.records import Records
 from lab.policies.sampling import Sampler
 from lab.experiments.sweep import run_sweep, sweep_work
 from lab.experiments.work import Stages
+from lab.experiments.sampler_results import run_samplers, samplers_work
 from lab.experiments.sections import (BEFORE_RL_FIGURE, CRITIC_FIGURE, DPO_FIGURE, LENGTH_FIGURE,
                                       OVEROPTIMISATION_FIGURE, SAMPLERS_FIGURE, DESCENDANTS_FIGURE, section_files)
 from tasks.catalog import DEFAULT_TASK, default_task, make_named_task, task_names
@@ -157,7 +158,6 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     from lab.experiments.dpo_results import dpo_configs
     from lab.experiments.beyond_sorting import beyond_work, run_beyond_sorting
     from lab.experiments.overoptimisation import for_base, run_overoptimisation, section_work as rm_work
-    from lab.experiments.sampler_results import run_samplers, samplers_work
     from lab.experiments.descendants_results import descendant_configs, run_descendants
 
     configs: list[TrainConfig] = []
