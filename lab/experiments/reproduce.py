@@ -29,7 +29,8 @@ from lab.training.records import Records
 from lab.policies.sampling import Sampler
 from lab.experiments.sweep import run_sweep, sweep_work
 from lab.experiments.work import Stages
-from lab.experiments.sampler_results import run_samplers, samplers_work
+from lab.experiments.later_sections import later_sections
+from lab.experiments.sampler_results import samplers_work
 from lab.experiments.sections import (BEFORE_RL_FIGURE, CRITIC_FIGURE, DPO_FIGURE, LENGTH_FIGURE,
                                       OVEROPTIMISATION_FIGURE, SAMPLERS_FIGURE, DESCENDANTS_FIGURE, section_files)
 from tasks.catalog import DEFAULT_TASK, default_task, make_named_task, task_names
@@ -156,9 +157,9 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     from lab.experiments.critic_results import critic_configs, run_critic_experiment
     from lab.experiments.before_rl_results import run_before_rl, section_work
     from lab.experiments.dpo_results import dpo_configs
-    from lab.experiments.beyond_sorting import beyond_work, run_beyond_sorting
-    from lab.experiments.overoptimisation import for_base, run_overoptimisation, section_work as rm_work
-    from lab.experiments.descendants_results import descendant_configs, run_descendants
+    from lab.experiments.beyond_sorting import beyond_work
+    from lab.experiments.overoptimisation import for_base, section_work as rm_work
+    from lab.experiments.descendants_results import descendant_configs
 
     configs: list[TrainConfig] = []
     index: dict[TrainConfig, int] = {}
@@ -211,14 +212,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         start_progress = stages(next(stage))
         reproduction.before_rl, reproduction.before_rl_groups = run_before_rl(
             seeds, base, run_sweep, default_task(), device, stages(next(stage)), start_progress)
-    if overoptimisation:
-        reproduction.overoptimisation = run_overoptimisation(default_task(), seeds, for_base(base), stages(next(stage)))
-    if beyond:
-        reproduction.beyond = run_beyond_sorting(seeds, base, device, stages(next(stage)), tasks)
-    if samplers:
-        reproduction.samplers = run_samplers(seeds, base, run_sweep, device, stages(next(stage)))
-    if descendants:
-        reproduction.descendants = run_descendants(seeds, base, run_sweep, default_task(), device, stages(next(stage)))
+    later_sections(reproduction, base, device, lambda: stages(next(stage)), tasks,
+                   dict(overoptimisation=overoptimisation, beyond=beyond, samplers=samplers, descendants=descendants))
     return reproduction
 
 
