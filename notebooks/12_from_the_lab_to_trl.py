@@ -209,7 +209,7 @@ def my_trl_fields(delta, loss_agg, kl, clip_eps, group_size, steps, max_length):
 
 # %%
 def test_trl_fields(my_trl_fields):
-    for delta in SCALE_REWARDS:
+    for delta in ("centered", "normalized"):  # the two the exercise asks for
         for loss_agg in LOSS_TYPES:
             for kl, clip_eps, group_size, steps, cap in ((0.0, 0.2, 10, 1, 4), (0.05, 0.1, 6, 3, 5)):
                 run = TRLGRPO(steps=steps, group_size=group_size, clip_eps=clip_eps, kl=kl, delta=delta,
