@@ -104,7 +104,7 @@ def test_a_folder_argument_longer_than_the_file_system_allows_is_one_line(reader
 
 @pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("damage", ["a listed file missing", "the mark a link", "the mark names ../victim.txt",
-                                    "the mark names an absolute path", "a listed file is a link"])
+                                    "the mark names an absolute path", "a listed file is a link", "the mark a pipe"])
 def test_a_folder_whose_mark_is_not_sound_is_not_read(reader, damage, sources, tmp_path, empty_cwd):
     """A mark proves who wrote a folder only where it is sound: a file it lists is missing (a deleted config.json
     used to train in silence), the mark is a link, it names a path outside the folder, or it lists a link."""
@@ -122,11 +122,15 @@ def test_a_folder_whose_mark_is_not_sound_is_not_read(reader, damage, sources, t
     elif damage.startswith("the mark names"):
         name = "../victim.txt" if "../" in damage else str(victim)
         (folder / MARKER).write_text(json.dumps({**mark, "files": {**mark["files"], name: sha256(victim)}}))
+    elif damage == "the mark a pipe":  # reading it would block forever
+        (folder / MARKER).unlink()
+        os.mkfifo(folder / MARKER)
     else:
         (tmp_path / "summary.json").write_bytes((folder / "summary.json").read_bytes())
         (folder / "summary.json").unlink()
         (folder / "summary.json").symlink_to(tmp_path / "summary.json")
     fragment = {"a listed file missing": "config.json is missing", "the mark a link": "is a link",
+                "the mark a pipe": "not a file",
                 "a listed file is a link": "summary.json is a link"}.get(damage, "not a file inside the folder")
     one_line(read(reader, folder), 2, fragment)
     assert os.listdir(empty_cwd) == [] and victim.read_text() == "the user's"
