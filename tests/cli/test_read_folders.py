@@ -43,9 +43,10 @@ def sources(tmp_path_factory):
     """A finished run and a small reward model, to damage copies of."""
     folder = tmp_path_factory.mktemp("sources")
     assert lab("run", *SHORT, "--out", folder / "run").exit_code == 0
-    result = lab("reward-model", "--size", "small", "--pairs-per-prompt", "4", "--steps", "5", "--quiet",
-                 "--out", folder / "rm")
-    assert result.exit_code == 0, result.output
+    for name, seed in (("rm", 5), ("other-rm", 6)):
+        result = lab("reward-model", "--size", "small", "--pairs-per-prompt", "4", "--steps", "5", "--quiet",
+                     "--seed", seed, "--out", folder / name)
+        assert result.exit_code == 0, result.output
     return folder
 
 
@@ -278,3 +279,17 @@ def test_only_the_readers_parse_a_folders_files():
     parsing = {str(path.relative_to(root)) for pattern in ("lab/**/*.py", "tasks/**/*.py") for path in root.glob(pattern)
                if any(parser in path.read_text() for parser in PARSERS)}
     assert parsing <= READER_MODULES, sorted(parsing - READER_MODULES)
+
+
+@pytest.mark.parametrize("reader", [r for r, (_, kind) in READERS.items() if kind == "rm"])
+@pytest.mark.parametrize("swapped", ["model.pt", "pairs.csv"])
+def test_a_model_or_pairs_from_another_fit_under_a_rewritten_mark_is_one_line(reader, swapped, sources, tmp_path,
+                                                                             empty_cwd):
+    """model.pt or pairs.csv of another fit (seed 6, the same shapes: well-formed), the mark rewritten: the model on
+    the pairs no longer gives the final loss summary.json records (to 1e-9), so the folder is refused (used to train
+    and report). Mutant tried: `check_summary` returning at once (both cases train)."""
+    folder = copy_of(sources, "rm", tmp_path)
+    shutil.copy(sources / "other-rm" / swapped, folder / swapped)
+    rewrite_mark(folder)
+    one_line(read(reader, folder), 2, "summary.json records")
+    assert os.listdir(empty_cwd) == []
