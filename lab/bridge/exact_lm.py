@@ -26,14 +26,6 @@ from lab.exact.varlen import varlen_responses
 from lab.policies.ar_model import response_mask
 from tasks import OPTIMAL_TOLERANCE
 
-EXACT_LM_METRICS = {
-    "reward_exact": "exact expected reward of the model's sampling distribution, mean over prompts",
-    "entropy_exact": "exact entropy of the model's response distribution per sequence (nats), mean over prompts",
-    "kl_exact": "exact KL(pi_theta || pi_init) per sequence to the initial model, mean over prompts",
-    "optimal_prob": "exact probability that one sampled response reaches its prompt's optimum, mean over prompts",
-}
-
-
 def sequences(prompts: Tensor, responses: Tensor) -> Tensor:
     """Every prompt followed by every response: int[batch n pos_x + pos]."""
     batch, n = prompts.shape[0], responses.shape[0]

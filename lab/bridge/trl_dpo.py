@@ -33,7 +33,6 @@ from lab.core.dpo import preference_probability
 from lab.exact.optimum import kl_divergence, kl_regularized_optimum
 from lab.policies.ar_model import response_mask
 from tasks import Task
-from tasks.sorting import variable_length_reward
 
 DPO_NAMES = {
     "rewards/chosen": "chosen_rewards", "rewards/rejected": "rejected_rewards",
@@ -121,7 +120,7 @@ def train_trl_dpo(task: Task, run: TRLDPO, scratch: Path | None = None,
 
     cap = run.cap(task)
     responses = all_responses(task.vocab_size, cap)
-    rewards = reward_table(task.prompts, responses, variable_length_reward(run.reward, task.vocab_size))
+    rewards = reward_table(task.prompts, responses, task.variable_length_reward(run.reward, task.vocab_size))
     online = run.pairs == "online"
     rows = [{"prompt": words(p)} for p in task.prompts] if online else offline_pairs(task, run, responses, rewards)
 

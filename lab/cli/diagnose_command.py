@@ -8,25 +8,17 @@ from typing import Annotated
 import typer
 
 from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, load, load_torch, writing
-from lab.cli.options import (
-    DimOpt,
-    NumPromptsOpt,
-    PromptLengthOpt,
-    PromptSeedOpt,
-    Reward,
-    VocabOpt,
-    cli_message,
-    make_task,
+from lab.cli.options import DimOpt, cli_message
+from lab.cli.task_options import (
+    NumPromptsOpt, PromptLengthOpt, PromptSeedOpt, RewardOpt, TaskOpt, VocabOpt, make_task, task_choice, task_reward,
 )
 from lab.core.modes import DeltaMode
-from tasks.sorting_choices import LECTURE_VOCAB_SIZE
+from tasks.catalog import DEFAULT_TASK, task_facts
 
 
 @app.command()
 def diagnose(
-    reward: Annotated[Reward | None, typer.Option(
-        help="reward function of the sorting task (default: the run's own with --from-run, else "
-             f"{DEFAULTS.reward})")] = None,
+    reward: RewardOpt = None,
     delta: Annotated[list[DeltaMode] | None, typer.Option(
         "--delta", help="repeatable: delta modes to diagnose (default all)")] = None,
     group_size: Annotated[list[int] | None, typer.Option(
@@ -39,13 +31,19 @@ def diagnose(
         help="as in lab run (default: the run's own prompts with --from-run, else 'lecture')")] = None,
     num_prompts: NumPromptsOpt = 3,
     prompt_length: PromptLengthOpt = 3,
-    vocab_size: VocabOpt = LECTURE_VOCAB_SIZE,
+    vocab_size: VocabOpt = None,
     prompt_seed: PromptSeedOpt = 0,
+    task: TaskOpt = DEFAULT_TASK,
     out: Annotated[Path | None, typer.Option(
         help="figure of variance versus G: .png, .pdf or .svg (default runs/diagnose-<reward>-<prompts>-"
              "<policy>.png); an existing file is replaced only if the lab wrote it")] = None,
 ) -> None:
-    """Exact gradient bias (scale along grad J, angle to it) and variance of each delta mode, for G in a list."""
+    """Exact gradient bias (scale along grad J, angle to it) and variance of each delta mode, for G in a list.
+
+    The reward: --reward, else the run's own with --from-run, else the task's default. The task: the run's own with
+    --from-run (its config.json), else --task.
+
+    (Its options are one signature because Typer reads a command's options off its parameters.)"""
     torch = load_torch()  # torch and the modules that compute load here, not for `lab diagnose --help`
     from lab.core.deltas import REWARD_MODES
     from lab.exact import diagnose as diagnostics
@@ -57,9 +55,10 @@ def diagnose(
     from lab.policies.factorized import Policy
     from lab.files.run_folder import check_policy_fits, load_run, run_reward
     from lab.files.writable import check_writable
-    from tasks import sorting
+    from tasks.catalog import make_named_task
 
     try:
+        vocab_size = task_facts(task_choice(task)).vocab_size if vocab_size is None else vocab_size
         if dim <= 0:
             raise ValueError(f"--dim must be a positive integer, got {dim}")
         if not -2**63 <= seed < 2**64:  # what torch.Generator.manual_seed accepts
@@ -75,16 +74,15 @@ def diagnose(
             policy, saved = load_run(from_run, need_task=prompts is None)
         if saved is not None:  # the prompts the run was trained on
             try:
-                if saved["name"] != sorting.TASK_NAME:
-                    raise ValueError(f"task {saved['name']!r} is unknown; the lab has one task, {sorting.TASK_NAME!r}")
-                task = sorting.make_task(saved["prompts"], saved["vocab_size"])
+                task = make_named_task(saved["name"], saved["prompts"], saved["vocab_size"])
             except ValueError as e:
                 raise ValueError(f"{from_run / 'config.json'}: {e}") from None
             label = "run-prompts"
         else:
             spec = prompts or "lecture"
-            task = make_task(spec, vocab_size, num_prompts, prompt_length, 0, prompt_seed)
-            label = spec if spec in sorting.PROMPT_SOURCES else "custom"
+            task = make_task(spec, vocab_size, num_prompts, prompt_length, 0, prompt_seed, task_choice(task))
+            label = spec if spec in ("lecture", "random") else "custom"
+            label = label if task.name == DEFAULT_TASK else f"{task.name}-{label}"
         sizes = group_size or list(diagnostics.DEFAULT_GROUP_SIZES)
         if any(G < 1 for G in sizes):
             raise ValueError(f"--group-size must be >= 1, got {min(sizes)}")
@@ -97,14 +95,14 @@ def diagnose(
             check_policy_fits(policy, task, f"--from-run {from_run}: policy.pt")
             source = folder_label(from_run)  # its name and a hash of where it is: a/run and b/run apart
         if from_run is not None and reward is None:  # the reward the run was trained under, not the default
-            reward = Reward(run_reward(from_run, sorting.REWARDS) or DEFAULTS.reward)
-        reward = reward or Reward(DEFAULTS.reward)
+            reward = run_reward(from_run, task.rewards)
+        reward = task_reward(reward, task.name)
         modes = delta or list(REWARD_MODES)
-        out = out or Path("runs") / f"diagnose-{reward.value}-{label}-{source}.png"
+        out = out or Path("runs") / f"diagnose-{reward}-{label}-{source}.png"
         check_writable(out, temporary=False)
         check_figure_path(out)
-        rows = diagnostics.gradient_diagnostics(policy, task, reward.value, modes, sizes)
-        summary = diagnostics.objective_summary(policy, task, reward.value)
+        rows = diagnostics.gradient_diagnostics(policy, task, reward, modes, sizes)
+        summary = diagnostics.objective_summary(policy, task, reward)
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
 
@@ -114,10 +112,10 @@ def diagnose(
     with writing(out):
         out.parent.mkdir(parents=True, exist_ok=True)
         check_figure_path(out)  # nobody put a file of theirs there meanwhile
-        plot_variance_vs_group_size(rows, out, title=f"{reward.value} reward, {label} prompts, {source}")
+        plot_variance_vs_group_size(rows, out, title=f"{reward} reward, {label} prompts, {source}")
         sign(out)
     J = ", ".join(f"{j:.4f}" for j in summary["expected_reward"])
-    typer.echo(f"policy {source}; {reward.value} reward; exact J per prompt [{J}], "
+    typer.echo(f"policy {source}; {reward} reward; exact J per prompt [{J}], "
                f"|grad J| = {summary['grad_norm']:.4g}")
     typer.echo(diagnostics.format_table(rows))
     typer.echo(f"figure -> {out}")

@@ -20,7 +20,9 @@ import torch
 import typer
 
 from lab.cli.application import USER_ERRORS, fail, output_folder, writing
-from lab.cli.options import cli_message, hashed_name_note, make_task, train_reward
+from lab.cli import task_options
+from lab.cli.options import cli_message, hashed_name_note
+from lab.cli.task_options import make_task, train_reward
 from lab.files.output_folders import RunFolder
 from lab.policies.interface import PolicyKind
 from lab.training.config import OPTION_FIELDS, ConfigError, Device, TrainConfig, resolve_device
@@ -29,6 +31,7 @@ from lab.training.lengths import resolve_max_length
 from lab.training.limits import check_memory
 from lab.training.records import Records
 from tasks import LEARNED, Task
+from tasks.catalog import DEFAULT_TASK
 
 
 @dataclass(frozen=True)
@@ -43,11 +46,13 @@ class Job:
     prompt_options: dict
 
 
-def prompt_options(prompts: str, vocab_size: int, num_prompts: int, prompt_length: int, heldout: int,
-                   prompt_seed: int) -> dict:
-    """The prompt options as `make_task` takes them and config.json records them."""
-    return dict(prompts=prompts, vocab_size=vocab_size, num_prompts=num_prompts, prompt_length=prompt_length,
-                heldout=heldout, prompt_seed=prompt_seed)
+def prompt_options(*given) -> dict:
+    """The prompt options as `make_task` takes them and config.json records them
+    (`lab.cli.task_options.prompt_options`); an unknown --task is one line and exit 2."""
+    try:
+        return task_options.prompt_options(*given)
+    except USER_ERRORS as e:
+        fail(cli_message(str(e)))
 
 
 def check_fits(config: TrainConfig, task: Task) -> None:
@@ -121,7 +126,11 @@ def config_from_options(given: dict) -> TrainConfig:
     to its field, the reward checked (`train_reward`), `--pairs-from`'s and `--init-from`'s settings read."""
     folders = ("pairs", "pairs_per_prompt", "preference", "pairs_from", "init_from")
     fields = {name: given[name] for name in OPTION_FIELDS if name in given and name not in folders}
-    return TrainConfig(**{**fields, "reward": train_reward(fields["reward"])},
+    if fields.get("kl_estimator", "") is None:  # not named: the placement's own (k1 in the reward, claim 35)
+        from lab.training.config_checks import default_estimator
+
+        fields["kl_estimator"] = default_estimator(fields["kl_in"], fields["loss"])
+    return TrainConfig(**{**fields, "reward": train_reward(fields["reward"], given.get("task", DEFAULT_TASK))},
                        **pairs_from_settings(given["pairs_from"], given["pairs"], given["pairs_per_prompt"],
                                              given["preference"]),
                        **start_settings(given["init_from"]))

@@ -1,7 +1,8 @@
 """The options the commands share, as `Annotated` aliases; defaults come from `TrainConfig`.
 
-Loads without torch (the modes from `lab.core.modes`, the rewards from `tasks.sorting_choices`), so that
-`lab --help` and every command's `--help` show them without loading it."""
+Loads without torch (the modes from `lab.core.modes`, the task options from `lab.cli.task_options`, which reads the
+task files without importing them), so that `lab --help` and every command's `--help` show them without loading
+it."""
 
 from __future__ import annotations
 
@@ -9,32 +10,17 @@ import hashlib
 import json
 import os
 import re
-from enum import Enum
 from typing import Annotated
 
 import typer
 
-from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Pairs, PolicyKind,
-                            Preference, Sampler, TrainingLoss)
+from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, ImportanceLevel, IPOLogps, KLEstimator, KLPlacement,
+                            LossAgg, Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
 from lab.core.choices import described
+from lab.core.modes import DType
 from lab.training.config import OPTION_FIELDS, Device, TrainConfig
 from lab.training.settings import option, text
-from tasks import LEARNED
-from tasks.sorting_choices import LECTURE_VOCAB_SIZE, REWARD_NAMES
-
-Reward = Enum("Reward", {name.replace("-", "_"): name for name in REWARD_NAMES}, type=str)
-"""Reward choices: every reward the sorting task registers."""
-TRAIN_REWARDS = (*REWARD_NAMES, f"{LEARNED}PATH")
-"""What `lab run` and `lab sweep` train against: a task's reward, or a reward model's score (`lab reward-model`)."""
-
-
-def train_reward(value: str) -> str:
-    """A `--reward` of `lab run` or `lab sweep`, checked: a registered name, or `learned:` and a folder."""
-    if value in REWARD_NAMES or (value.startswith(LEARNED) and len(value) > len(LEARNED)):
-        return value
-    raise ValueError(f"--reward {value} is not a choice; choose one of: {', '.join(TRAIN_REWARDS)} (a folder "
-                     "written by lab reward-model)")
-
+from lab.cli.task_options import DEFAULT_REWARD, TRAIN_REWARDS, canonical_prompts
 
 # Options shared by the commands that train. Defaults are the lecture's (TrainConfig).
 DeltaOpt = Annotated[DeltaMode, typer.Option(help=f"rewards -> deltas: {described(DeltaMode)}")]
@@ -58,15 +44,12 @@ IPOLogpsOpt = Annotated[IPOLogps | None, typer.Option(help="--dpo-loss ipo: sum 
 SamplerOpt = Annotated[Sampler, typer.Option(help="how the run's generator draws responses: the lab's inverse CDF, "
                                                     "or torch.multinomial as the lecture's script (with --seed 5 "
                                                     "its own runs)")]
-RewardOpt = Annotated[Reward, typer.Option(help="reward function of the sorting task")]
-TrainRewardOpt = Annotated[str, typer.Option("--reward", metavar="[" + "|".join(TRAIN_REWARDS) + "]",
-                                             help="reward function of the sorting task, or learned:PATH, the score of "
-                                                  "the reward model lab reward-model wrote at PATH (the proxy trains "
-                                                  "the run; the gold reward is recorded beside it, exactly)")]
 KLOpt = Annotated[float, typer.Option("--kl", help="beta, weight of the KL penalty to the reference (0 = off; k3 in "
                                                    "the loss unless --kl-estimator, --kl-in say otherwise)")]
-KLEstimatorOpt = Annotated[KLEstimator, typer.Option(help="the penalty's per-token KL estimator (verl's "
-                                                          "kl_loss_type: k1 kl, k2 mse, k3 low_var_kl)")]
+KLEstimatorOpt = Annotated[KLEstimator | None, typer.Option(help="the penalty's per-token KL estimator (verl's "
+                                                                 "kl_loss_type: k1 kl, k2 mse, k3 low_var_kl); k3 "
+                                                                 "in the reward has no fixed point (claim 35)",
+                                                            show_default="k3 in the loss, k1 in the reward")]
 KLInOpt = Annotated[KLPlacement, typer.Option(help="where the penalty goes: the loss (verl's use_kl_loss), or the "
                                                    "reward, r - beta * summed estimator before the deltas "
                                                    "(use_kl_in_reward)")]
@@ -103,18 +86,13 @@ RewardThresholdOpt = Annotated[float | None, typer.Option(help="--ei-filter thre
 InitFromOpt = Annotated[str | None, typer.Option(help="start every run from this finished run folder's policy.pt "
                                                       "(checked against the settings); it is also the KL and DPO "
                                                       "reference")]
-PromptsOpt = Annotated[str, typer.Option(help="'lecture', 'random' (see --num-prompts, --prompt-length), "
-                                              "or a JSON list such as '[[3,1,0,2],[2,2,0,1]]'")]
-NumPromptsOpt = Annotated[int, typer.Option(help="how many prompts --prompts random draws")]
-PromptLengthOpt = Annotated[int, typer.Option(help="length of the prompts --prompts random draws")]
-VocabOpt = Annotated[int, typer.Option(help="vocabulary size: tokens are 0..vocab-1")]
-HeldoutOpt = Annotated[int, typer.Option(help="random held-out prompts evaluated greedily, never trained on")]
-PromptSeedOpt = Annotated[int, typer.Option(help="seed for random and held-out prompts")]
 PolicyOpt = Annotated[PolicyKind, typer.Option(help="the lecture's factorised policy, or an autoregressive one "
                                                     "whose responses end with EOS")]
 MaxLengthOpt = Annotated[int | None, typer.Option(help="autoregressive: cap on response tokens, EOS included "
                                                        "(default: prompt length + 2)")]
 LossAggOpt = Annotated[LossAgg, typer.Option(help="how per-token losses are averaged (verl's loss_agg_mode)")]
+DTypeOpt = Annotated[DType, typer.Option(help="float32 (fast; last bits depend on the CPU's kernels) or float64 "
+                                              "(exact to about 1e-12 on every machine and batch shape)")]
 DeviceOpt = Annotated[Device, typer.Option(help="auto takes CUDA when present")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="replace an existing output folder")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="no progress bar and no summary line")]
@@ -126,6 +104,30 @@ CliprangeValueOpt = Annotated[float, typer.Option(help="--delta gae: how far a v
 CriticWarmupOpt = Annotated[int, typer.Option(help="--delta gae: first epochs that train only the critic")]
 WhitenOpt = Annotated[bool, typer.Option("--whiten-advantages/--no-whiten-advantages",
                                          help="--delta gae: whiten the advantages over the batch, as verl and TRL")]
+
+EpsilonHighOpt = Annotated[float | None, typer.Option(help="the clip band's upper half-width: ratio clipped to [1 - "
+                                                          "eps, 1 + this] (DAPO's clip-higher; TRL epsilon_high); "
+                                                          "--loss cispo: the cap on the weight [default: --clip-eps; "
+                                                          "cispo 5]")]
+ClipDeltaOpt = Annotated[float | None, typer.Option(help="TRL's delta (INTELLECT-2's two-sided clip): cap the "
+                                                         "unclipped term's ratio at this value > 1 [default: off]")]
+ImportanceLevelOpt = Annotated[ImportanceLevel, typer.Option(help="ratio of each token, or of its response: exp of "
+                                                                  "the mean token log-ratio (GSPO; TRL's)")]
+TopEntropyOpt = Annotated[float, typer.Option(help="train on the top share of each step's tokens by entropy (the "
+                                                   "80/20 paper's rho, 0.2; TRL's); 1 = every token")]
+MaskTruncatedOpt = Annotated[bool, typer.Option(
+    "--mask-truncated-completions/--no-mask-truncated-completions",
+    help="autoregressive: responses cut off at --max-length leave the loss (DAPO; TRL's)")]
+SapoPosOpt = Annotated[float | None, typer.Option(help="--loss sapo: the gate's temperature where delta > 0 "
+                                                       "[default: 1.0]")]
+SapoNegOpt = Annotated[float | None, typer.Option(help="--loss sapo: the gate's temperature where delta <= 0 "
+                                                       "[default: 1.05]")]
+VespoKPosOpt = Annotated[float | None, typer.Option(help="--loss vespo: phi's power k where delta >= 0 [default: 2]")]
+VespoLambdaPosOpt = Annotated[float | None, typer.Option(help="--loss vespo: phi's decay where delta >= 0 "
+                                                              "[default: 3]")]
+VespoKNegOpt = Annotated[float | None, typer.Option(help="--loss vespo: phi's power k where delta < 0 [default: 3]")]
+VespoLambdaNegOpt = Annotated[float | None, typer.Option(help="--loss vespo: phi's decay where delta < 0 "
+                                                              "[default: 2]")]
 
 
 # `lab sweep`: the grid options repeat (--delta raw --delta centered); one value each by default,
@@ -139,12 +141,13 @@ LossesOpt = Annotated[list[TrainingLoss] | None, typer.Option("--loss", help="re
                                                           show_default=_RUN.loss.value)]
 RewardsOpt = Annotated[list[str] | None, typer.Option("--reward", metavar="[" + "|".join(TRAIN_REWARDS) + "]",
                                                       help="repeatable: rewards to sweep (learned:PATH: a reward "
-                                                           "model's score, as lab run)", show_default=_RUN.reward)]
+                                                           "model's score, as lab run); another task: its own "
+                                                           "default", show_default=DEFAULT_REWARD)]
 KLsOpt = Annotated[list[float] | None, typer.Option("--kl", help="repeatable: KL weights beta to sweep",
                                                     show_default=str(_RUN.kl))]
 KLEstimatorsOpt = Annotated[list[KLEstimator] | None, typer.Option("--kl-estimator", help="repeatable: the "
                                                                   "penalty's KL estimators to sweep",
-                                                                  show_default=_RUN.kl_estimator.value)]
+                                                                  show_default="k3 in the loss, k1 in the reward")]
 KLInsOpt = Annotated[list[KLPlacement] | None, typer.Option("--kl-in", help="repeatable: where the penalty goes "
                                                             "(loss or reward) to sweep",
                                                             show_default=_RUN.kl_in.value)]
@@ -179,49 +182,20 @@ GaeLambdasOpt = Annotated[list[float] | None, typer.Option("--gae-lambda", help=
 MaxGradNormsOpt = Annotated[list[float] | None, typer.Option("--max-grad-norm", help="repeatable: gradient "
                                                              "norm limits to sweep, each run clipped to its own "
                                                              "[default: off]")]
+EpsilonHighsOpt = Annotated[list[float] | None, typer.Option("--epsilon-high", help="repeatable: upper clip "
+                                                             "half-widths to sweep (the clipped, luspo and cispo "
+                                                             "points) [default: --clip-eps; cispo 5]")]
+ClipDeltasOpt = Annotated[list[float] | None, typer.Option("--clip-delta", help="repeatable: TRL's delta, the "
+                                                           "two-sided clip's cap, to sweep [default: off]")]
+ImportanceLevelsOpt = Annotated[list[ImportanceLevel] | None, typer.Option(
+    "--importance-sampling-level", help="repeatable: token or sequence ratios (the ratio losses' points)",
+    show_default=_RUN.importance_sampling_level.value)]
+TopEntropiesOpt = Annotated[list[float] | None, typer.Option("--top-entropy-quantile", help="repeatable: shares of "
+                                                             "tokens by entropy to train on",
+                                                             show_default=str(_RUN.top_entropy_quantile))]
 GroupsOpt = Annotated[list[int] | None, typer.Option("--group-size", help="repeatable: group sizes G "
                                                      "(each G trains as its own batch)",
                                                      show_default=str(_RUN.group_size))]
-
-
-def make_task(prompts: str, vocab_size: int, num_prompts: int, prompt_length: int, heldout: int,
-              prompt_seed: int):
-    """The sorting task the prompt options describe (`tasks.sorting.task_from_spec`)."""
-    from tasks import sorting  # here: it loads torch, which `lab --help` does without
-
-    return sorting.task_from_spec(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
-
-
-PROMPT_DEFAULTS = dict(prompts="lecture", vocab_size=LECTURE_VOCAB_SIZE, num_prompts=3, prompt_length=3,
-                       heldout=0, prompt_seed=0)
-"""The prompt options' defaults (the lecture's prompts), shared by run, sweep and diagnose."""
-
-
-def canonical_prompts(spec: str) -> str:
-    """A JSON prompt list as compact JSON (`[[1, 0, 2]]` and `[[1,0,2]]` alike); 'lecture', 'random' as they are."""
-    try:
-        return json.dumps(json.loads(spec), separators=(",", ":"))
-    except (ValueError, RecursionError):
-        return spec
-
-
-def prompts_label(options: dict) -> str:
-    """The part of a default folder name that tells the prompt options apart ('' for the defaults).
-
-    'random3x4' (count x length), 'prompts<hash>' for a JSON list (hashed by the prompts it names,
-    not its spelling), then 'vocab-size7', 'heldout10', 'prompt-seed2' where they differ from the defaults
-    (options as typed, as `lab.training.settings.name_parts`), so different experiments never share a name.
-    """
-    options = {**PROMPT_DEFAULTS, **options}
-    spec, parts = options["prompts"], []
-    if spec == "random":
-        parts.append(f"random{options['num_prompts']}x{options['prompt_length']}")
-    elif spec != "lecture":
-        parts.append("prompts" + hashlib.sha256(canonical_prompts(spec).encode()).hexdigest()[:8])
-    for name in ("vocab_size", "heldout", "prompt_seed"):
-        if options[name] != PROMPT_DEFAULTS[name]:
-            parts.append(f"{option(name)}{options[name]}")
-    return "-".join(parts)
 
 
 NAME_BYTES = 200

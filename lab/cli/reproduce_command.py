@@ -10,7 +10,9 @@ import typer
 
 from lab.cli.application import USER_ERRORS, app, fail, load, load_torch, writing
 from lab.cli.progress import Heartbeat, LineProgress, run_with_progress
-from lab.cli.options import DeviceOpt, QuietOpt, cli_message
+from lab.cli.options import DeviceOpt, DTypeOpt, QuietOpt, cli_message
+from lab.cli.task_options import TASKS, task_choice
+from lab.core.modes import DType
 from lab.training.config import ConfigError, Device, resolve_device
 from lab.experiments.endtoend import END_TO_END_RUNS
 from lab.experiments.loaded_bench import LOADED_RUNS
@@ -30,6 +32,12 @@ def reproduce(
     out: Annotated[Path | None, typer.Option(
         help="folder to write the figures and RESULTS.md into; `--out figures` replaces the tracked ones (only "
              "the lab's own files there are replaced)", show_default="runs/reproduce-<N>seeds")] = None,
+    dtype: DTypeOpt = DType.float32,
+    task: Annotated[list[str] | None, typer.Option(
+        "--task", metavar="[" + "|".join(TASKS) + "]",
+        help="repeatable: the tasks on which the section 'The lecture's conclusions beyond sorting' re-decides the "
+             "lecture's verdicts; every other section is the lecture's task's (sorting)",
+        show_default="every task in tasks/")] = None,
     device: DeviceOpt = Device.auto,
     quiet: QuietOpt = False,
 ) -> None:
@@ -41,11 +49,13 @@ def reproduce(
     from lab.experiments import reproduce as rep
     from lab.training.limits import check_memory
     start = time.perf_counter()
-    out = Path("runs") / f"reproduce-{seeds}seeds" if out is None else out
+    suffix = "" if dtype is DType.float32 else f"-{dtype.value}"
+    out = Path("runs") / f"reproduce-{seeds}seeds{suffix}" if out is None else out
     try:
         if seeds <= rep.LECTURE_SEED:
             raise ConfigError(f"--seeds must be > {rep.LECTURE_SEED} so that the lecture's seed "
                               f"{rep.LECTURE_SEED} is among them, got {seeds}")
+        tasks = tuple(dict.fromkeys(task_choice(name) for name in task)) if task else None
         torch_device = resolve_device(device)
         settings = list({repr(sorted(rep.config_of(o, 0).to_dict().items())): rep.config_of(o, 0)
                          for e in rep.EXPERIMENTS for o in e.settings}.values())
@@ -64,8 +74,8 @@ def reproduce(
         def report(done: float, total: float) -> None:
             last[0] = total
             progress(done, total)
-        reproduction = rep.run_reproduction(seeds, device=torch_device, progress=progress and report,
-                                            after=rep.figures_work(seeds))
+        reproduction = rep.run_reproduction(seeds, base=rep.LECTURE.replace(dtype=dtype), device=torch_device,
+                                            progress=progress and report, after=rep.figures_work(seeds), tasks=tasks)
         with writing(out), files.staging() as tmp:
             paths = rep.write_figures(reproduction, tmp)
         if progress:

@@ -19,11 +19,13 @@ from typing import Annotated
 import typer
 
 from lab.cli.application import DEFAULTS, USER_ERRORS, app, fail, load_torch, output_folder, writing
-from lab.cli.options import (DimOpt, ForceOpt, HeldoutOpt, InitScaleOpt, MaxLengthOpt, NumPromptsOpt, PolicyOpt,
-                             PromptLengthOpt, PromptSeedOpt, PromptsOpt, QuietOpt, Reward, RewardOpt, VocabOpt,
-                             cli_message)
+from lab.cli.options import DimOpt, ForceOpt, InitScaleOpt, MaxLengthOpt, PolicyOpt, QuietOpt, cli_message
+from lab.cli.task_options import (
+    HeldoutOpt, NumPromptsOpt, PromptLengthOpt, PromptSeedOpt, PromptsOpt, RewardOpt, TaskOpt, VocabOpt,
+    prompt_options, task_reward,
+)
 from lab.core.modes import Preference, RewardModelSize
-from tasks.sorting_choices import LECTURE_VOCAB_SIZE
+from tasks.catalog import DEFAULT_TASK, task_facts
 
 BT_ONLY, ARGMAX_ONLY = ("preference_temperature",), ("label_noise",)
 
@@ -99,7 +101,7 @@ def default_name(settings: dict, defaults: dict) -> str:
 @app.command(name="reward-model")
 def reward_model(
     ctx: typer.Context,
-    reward: RewardOpt = Reward(DEFAULTS.reward),
+    reward: RewardOpt = None,
     size: Annotated[RewardModelSize, typer.Option(help="the model's width: small 4, medium 16, large 64 tanh units "
                                                        "(one family)")] = RewardModelSize.medium,
     pairs_per_prompt: Annotated[int, typer.Option(help="N: 2N responses per prompt from the drawing policy, "
@@ -127,18 +129,21 @@ def reward_model(
     prompts: PromptsOpt = "lecture",
     num_prompts: NumPromptsOpt = 3,
     prompt_length: PromptLengthOpt = 3,
-    vocab_size: VocabOpt = LECTURE_VOCAB_SIZE,
+    vocab_size: VocabOpt = None,
     heldout: HeldoutOpt = 0,
     prompt_seed: PromptSeedOpt = 0,
+    task: TaskOpt = DEFAULT_TASK,
     out: Annotated[Path | None, typer.Option(help="output folder", show_default="runs/reward-model-<settings>-seed<k>")
                    ] = None,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Fit a reward model on preference pairs labelled by the true reward; --reward learned:FOLDER trains against it."""
+    """Fit a reward model on preference pairs labelled by the true reward; --reward learned:FOLDER trains against it.
+
+    (Its options are one signature because Typer reads a command's options off its parameters.)"""
     load_torch()  # here, not for `lab reward-model --help`
-    from lab.cli.jobs import check_fits, prompt_options
-    from lab.cli.options import make_task
+    from lab.cli.jobs import check_fits
+    from lab.cli.task_options import make_task
     from lab.files.reward_model_folder import drawing_policy
     from lab.files.start_folder import start_mismatches, start_sha256
     from lab.training.bounds import check_counts
@@ -146,14 +151,19 @@ def reward_model(
     from lab.training.limits import available_memory
     from lab.training.reward_model import RewardModelConfig
 
-    settings = dict(reward=reward.value, size=size.value, pairs_per_prompt=pairs_per_prompt,
+    try:
+        reward = task_reward(reward, task)  # None: the task's default (the one a run trains against)
+        options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed, task)
+    except ValueError as e:
+        fail(cli_message(str(e)))
+    settings = dict(reward=reward, size=size.value, pairs_per_prompt=pairs_per_prompt,
                     preference=preference.value, preference_temperature=preference_temperature,
                     label_noise=label_noise, margin=margin, center_rewards_coefficient=center_rewards_coefficient,
                     steps=steps, lr=lr, policy=policy.value, max_length=max_length, dim=dim, init_scale=init_scale,
                     from_run=from_run, seed=seed)
     defaults = {p.name: p.default.value if hasattr(p.default, "value") else p.default
                 for p in ctx.command.params if p.name in settings}
-    options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed)
+    defaults["reward"] = task_facts(task).default_reward  # a folder's name says its reward where it is not that
     try:
         unused = ARGMAX_ONLY if preference is Preference.bradley_terry else BT_ONLY
         for name in unused:
@@ -193,10 +203,11 @@ def reward_model(
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
 
+    from lab.exact.varlen import policy_reward
     from lab.files.reward_model_folder import write_reward_model
     from lab.training.reward_model import train_reward_model
 
-    model, metrics, fitted = train_reward_model(pi, task.prompts, reward.value, config)
+    model, metrics, fitted = train_reward_model(pi, task.prompts, policy_reward(pi, task, reward), config)
     header = {"command": "reward-model", "settings": settings, "prompt_options": options,
               "task": {"name": task.name, "prompts": task.prompts.tolist(), "vocab_size": task.vocab_size},
               "drawing_policy": {"policy": draw.policy.value, "seed": seed, "dim": dim, "init_scale": init_scale,

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lab.core.choices import parse_choice
-from lab.core.modes import DPOLoss, Pairs, Preference
+from lab.core.modes import DPOLoss, Preference
 
 
 def parse_dpo_loss(mode: DPOLoss | str) -> DPOLoss:
@@ -48,10 +48,6 @@ def parse_dpo_loss(mode: DPOLoss | str) -> DPOLoss:
 
 def parse_preference(mode: Preference | str) -> Preference:
     return parse_choice(Preference, mode, "preference model")
-
-
-def parse_pairs(mode: Pairs | str) -> Pairs:
-    return parse_choice(Pairs, mode, "pair source")
 
 
 def _sigmoid(h: Tensor, beta: float | Tensor, label_smoothing: float) -> Tensor:

@@ -109,9 +109,9 @@ def reward_table(prompts: Tensor, reward: Reward, vocab_size: int, length: int) 
     """
     size = check_space(vocab_size, length)
     if isinstance(reward, str):
-        from tasks.sorting import make_task  # the registry of reward names
+        from tasks.catalog import default_task  # a reward name alone: the lecture's task's
 
-        reward = make_task().reward_fn(reward)
+        reward = default_task().reward_fn(reward)
     if isinstance(reward, Tensor):
         if reward.shape != (prompts.shape[0], size):
             raise ValueError(f"a reward table must be float[batch n] = {(prompts.shape[0], size)}, "
@@ -125,7 +125,7 @@ def expected_reward(policy: nn.Module, prompts: Tensor, reward: Reward,
                     dtype: torch.dtype | None = None) -> Tensor:
     """The exact J(x) = sum_y pi(y | x) R(x, y) per prompt: float[batch], differentiable.
 
-    `reward`: a vectorized reward function such as `tasks.sorting.distance_reward`, or a
+    `reward`: a vectorized reward function such as sorting's `distance_reward`, or a
     reward table float[batch n] over `all_responses(vocab, length)`.
     """
     prompts = torch.as_tensor(prompts, dtype=torch.long)  # a list of lists is fine too

@@ -20,7 +20,6 @@ import numpy as np
 from torch import Tensor
 
 from tasks import OPTIMAL_TOLERANCE, neighbour_rewards
-from tasks.sorting import REWARDS
 
 
 @dataclass(frozen=True)
@@ -48,10 +47,13 @@ class Endings:
         return self.local_optimum[stuck_runs].sum(axis=-1) / self.stuck[stuck_runs].sum(axis=-1)
 
 
-def judge_endings(reward_name: str, prompts: Tensor, greedy: Tensor, optimum: Tensor, vocab_size: int) -> Endings:
+def judge_endings(reward, prompts: Tensor, greedy: Tensor, optimum: Tensor, vocab_size: int) -> Endings:
     """Judge final greedy responses, greedy int[run batch pos], on prompts int[batch pos] whose optimum
-    is float[run batch], under the reward registered in `tasks.sorting` as `reward_name`."""
-    reward = REWARDS[reward_name]
+    is float[run batch], under `reward`: a vectorized reward function, or a name of the lecture's task's rewards."""
+    if isinstance(reward, str):
+        from tasks.catalog import default_task
+
+        reward = default_task().reward_fn(reward)
     own = reward(prompts, greedy.unsqueeze(-2)).squeeze(-1).double()  # float[run batch]
     best_change = neighbour_rewards(reward, prompts, greedy, vocab_size).amax(dim=(-2, -1)).double()
     stuck = own < optimum.double() - OPTIMAL_TOLERANCE

@@ -100,8 +100,9 @@ def all_probs(policy: nn.Module, prompts: Tensor, dtype: torch.dtype | None = No
 def reward_table(policy: nn.Module, prompts: Tensor, reward) -> Tensor:
     """R(x_b, y_i) for every prompt and enumerated response: float[batch n].
 
-    `reward`: a registered sorting reward name (its variable-length version for a policy with EOS),
-    a vectorized reward function of (prompts, responses int[batch n pos]), or a table float[batch n].
+    `reward`: a reward name of the lecture's task (`tasks.default_task`; its variable-length version for a policy
+    with EOS: `policy_reward`), a vectorized reward function of (prompts, responses int[batch n pos]), or a table
+    float[batch n].
     """
     responses = enumerate_responses(policy).to(prompts.device)
     if isinstance(reward, Tensor):
@@ -110,11 +111,15 @@ def reward_table(policy: nn.Module, prompts: Tensor, reward) -> Tensor:
                              f"got {tuple(reward.shape)}")
         return reward
     if isinstance(reward, str):
-        from tasks.sorting import REWARDS, variable_length_reward
+        from tasks.catalog import default_task
 
-        eos = ops_of(policy).eos(policy)
-        reward = REWARDS[reward] if eos is None else variable_length_reward(reward, eos)
+        reward = policy_reward(policy, default_task(), reward)
     return reward(prompts, responses.expand(prompts.shape[0], *responses.shape))
+
+
+def policy_reward(policy: nn.Module, task, name: str):
+    """The task's reward `name` as the policy's responses need it: fixed-length, or ending at the policy's EOS."""
+    return task.reward_for(name, ops_of(policy).eos(policy))
 
 
 def expected_reward(policy: nn.Module, prompts: Tensor, reward, dtype: torch.dtype | None = None) -> Tensor:

@@ -131,22 +131,24 @@ def _as_ks(k: int | Sequence[int]) -> tuple[list[int], bool]:
 
 
 def _sampled_votes(policy, prompts: Tensor, reward, ks: list[int], generator: torch.Generator | None,
-                   trials: int) -> tuple[Tensor, Tensor]:
-    """Monte Carlo pass@k and maj@k from `trials` sets of max(ks) samples: two float[batch len(ks)]."""
+                   trials: int, task=None) -> tuple[Tensor, Tensor]:
+    """Monte Carlo pass@k and maj@k from `trials` sets of max(ks) samples: two float[batch len(ks)]. The optimum
+    is the task's target's reward (`task` None: the lecture's task, whose names a string `reward` is)."""
     import warnings
 
     from lab.policies.sampling import sample_responses
-    from tasks.sorting import make_task
+    from tasks.catalog import default_task
 
     warnings.warn(f"the response space is past lab.exact.enumeration.LIMITS.max_responses: pass@k and maj@k are Monte "
                   f"Carlo estimates from {trials} sets of samples per prompt", MonteCarloWarning, stacklevel=3)
-    reward = make_task().reward_fn(reward) if isinstance(reward, str) else reward
+    task = default_task() if task is None else task
+    reward = task.reward_fn(reward) if isinstance(reward, str) else reward
     with torch.no_grad():
         logits = policy(prompts)
     top = max(ks)
     responses = sample_responses(logits, trials * top, generator).unflatten(-2, (trials, top))  # [b t k pos]
     rewards = reward(prompts, responses.flatten(1, 2)).unflatten(-1, (trials, top))  # float[batch trial k]
-    targets = prompts.sort(dim=-1).values  # sorted(prompt) reaches every sorting reward's optimum
+    targets = task.targets(prompts)  # optimal under every reward of the task (for sorting: sorted(prompt))
     best = reward(prompts, targets.unsqueeze(-2)).squeeze(-1)  # float[batch]
     optimal = rewards >= best[:, None, None] - OPTIMAL_TOLERANCE  # bool[batch trial k]
     same = (responses.unsqueeze(-2) == responses.unsqueeze(-3)).all(dim=-1)  # bool[batch trial k k]
@@ -168,27 +170,28 @@ def _tables(policy, prompts, reward):
 
 
 def pass_at_k(policy, prompts, reward, k: int | Sequence[int], generator: torch.Generator | None = None,
-              trials: int = MC_TRIALS) -> Tensor:
+              trials: int = MC_TRIALS, task=None) -> Tensor:
     """P(at least one of k samples is optimal), exactly 1 - (1 - p*)^k per prompt: float[batch]
     (float[batch len(k)] for a list of k). `reward` as in `lab.exact.expected_reward`. Past the
-    enumeration limit: a Monte Carlo estimate from `generator`, with a `MonteCarloWarning`."""
-    return _at_k(policy, prompts, reward, k, generator, trials, pass_at_k_from_probs, vote=0)
+    enumeration limit: a Monte Carlo estimate from `generator`, with a `MonteCarloWarning` (the optimum: `task`'s
+    target, the lecture's task by default)."""
+    return _at_k(policy, prompts, reward, k, generator, trials, pass_at_k_from_probs, vote=0, task=task)
 
 
 def maj_at_k(policy, prompts, reward, k: int | Sequence[int], generator: torch.Generator | None = None,
-             trials: int = MC_TRIALS) -> Tensor:
+             trials: int = MC_TRIALS, task=None) -> Tensor:
     """P(the plurality vote of k samples is an optimal response; ties broken at random) per prompt:
     float[batch] (float[batch len(k)] for a list of k). Exact by `maj_at_k_from_probs`; past the
     enumeration limit a Monte Carlo estimate from `generator`, with a `MonteCarloWarning`."""
-    return _at_k(policy, prompts, reward, k, generator, trials, maj_at_k_from_probs, vote=1)
+    return _at_k(policy, prompts, reward, k, generator, trials, maj_at_k_from_probs, vote=1, task=task)
 
 
-def _at_k(policy, prompts, reward, k, generator, trials, exact, vote: int) -> Tensor:
+def _at_k(policy, prompts, reward, k, generator, trials, exact, vote: int, task=None) -> Tensor:
     """`exact` over the enumerated tables, or entry `vote` (0 pass, 1 maj) of the sampled estimates."""
     ks, single = _as_ks(k)
     # read at call time, so that a caller (a test) can lower the limit
     if policy.vocab_size ** policy.response_length > enumeration.LIMITS.max_responses:
-        values = _sampled_votes(policy, torch.as_tensor(prompts), reward, ks, generator, trials)[vote]
+        values = _sampled_votes(policy, torch.as_tensor(prompts), reward, ks, generator, trials, task)[vote]
     else:
         values = exact(*_tables(policy, prompts, reward)[1:], ks)
     return values[..., 0] if single else values

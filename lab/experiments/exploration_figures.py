@@ -52,12 +52,17 @@ def _success_bars(ax, xs, intervals, color, label, offset=0.0):
 
 def plot_exploration(analysis: dict, out: Path) -> list[Path]:
     """Four PNGs into `out`; returns their paths."""
-    records, runs = analysis["records"], analysis["runs"]
-    steps = records.configs[0].steps
-    entropy, optimal = sampling_entropy(records), records.epoch_metrics["optimal_prob"]
-    x = np.arange(entropy.shape[1]) * steps
-    paths = []
+    records = analysis["records"]
+    entropy = sampling_entropy(records)
+    x = np.arange(entropy.shape[1]) * records.configs[0].steps
+    return [figure(analysis, entropy, x, out) for figure in
+            (_init_figure, _bonus_figure, _pass_at_k_figure, _entropy_reward_figure)]
 
+
+def _init_figure(analysis: dict, entropy: np.ndarray, x: np.ndarray, out: Path) -> Path:
+    """exploration_init.png: success, entropy and P(optimal) against the init scale."""
+    records, runs = analysis["records"], analysis["runs"]
+    optimal = records.epoch_metrics["optimal_prob"]
     fig = Figure(figsize=(15, 4.0))
     left, middle, right = fig.subplots(1, 3)
     combos = [(d, m) for d in ("raw", "centered", "normalized") for m in ("naive", "clipped")]
@@ -87,8 +92,12 @@ def plot_exploration(analysis: dict, out: Path) -> list[Path]:
     for ax in (left, middle, right):
         ax.grid(alpha=0.3)
     fig.suptitle(f"Exploration and success against the embedding's init scale ({analysis['seeds']} seeds)", fontsize=10)
-    paths.append(_save(fig, out / "exploration_init.png"))
+    return _save(fig, out / "exploration_init.png")
 
+
+def _bonus_figure(analysis: dict, entropy: np.ndarray, x: np.ndarray, out: Path) -> Path:
+    """exploration_bonus.png: the entropy bonus at the lecture's initialisation."""
+    records, runs = analysis["records"], analysis["runs"]
     fig = Figure(figsize=(10.4, 4.0))
     left, right = fig.subplots(1, 2)
     settings = [STUCK, *analysis["bonus"]]
@@ -107,8 +116,11 @@ def plot_exploration(analysis: dict, out: Path) -> list[Path]:
     for ax in (left, right):
         ax.grid(alpha=0.3)
     fig.suptitle("Entropy bonus at the lecture's initialisation (mean and 95% t-band / Wilson)", fontsize=10)
-    paths.append(_save(fig, out / "exploration_bonus.png"))
+    return _save(fig, out / "exploration_bonus.png")
 
+
+def _pass_at_k_figure(analysis: dict, entropy: np.ndarray, x: np.ndarray, out: Path) -> Path:
+    """exploration_pass_at_k.png: pass@k and maj@k before and after training."""
     fig = Figure(figsize=(15, 4.0))
     axes = fig.subplots(1, 3)
     for ax, (name, setting) in zip(axes, (("stuck", STUCK), ("exploring", EXPLORING))):
@@ -134,8 +146,11 @@ def plot_exploration(analysis: dict, out: Path) -> list[Path]:
     axes[0].set_ylabel("exact probability, mean over prompts")
     fig.suptitle("pass@k and maj@k before and after training (mean and 95% percentile-bootstrap band over seeds)",
                  fontsize=10)
-    paths.append(_save(fig, out / "exploration_pass_at_k.png"))
+    return _save(fig, out / "exploration_pass_at_k.png")
 
+
+def _entropy_reward_figure(analysis: dict, entropy: np.ndarray, x: np.ndarray, out: Path) -> Path:
+    """exploration_entropy_reward.png: entropy against reward, with its fit."""
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.subplots()
     for i, setting in enumerate(analysis["fit_settings"]):
@@ -150,5 +165,4 @@ def plot_exploration(analysis: dict, out: Path) -> list[Path]:
                  "epoch)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    paths.append(_save(fig, out / "exploration_entropy_reward.png"))
-    return paths
+    return _save(fig, out / "exploration_entropy_reward.png")

@@ -34,7 +34,6 @@ from lab.policies import make_stack
 from lab.policies.ar_model import response_mask
 from lab.training.config import TrainConfig
 from lab.training.lengths import resolve_max_length
-from tasks.sorting import variable_length_reward
 
 WEIGHTS = {
     LossAgg.seq_mean_token_mean: lambda size, horizon: 1.0 / size,
@@ -68,9 +67,9 @@ class Oracle:
         responses = varlen_responses(task.vocab_size, self.cap)
         expanded = responses.expand(task.prompts.shape[0], *responses.shape)
         self.size = response_mask(responses, task.vocab_size).sum(-1).double()  # |y|, EOS counted: float[n]
-        self.rewards = torch.stack([variable_length_reward(c.reward, task.vocab_size)(task.prompts, expanded)
+        self.rewards = torch.stack([task.variable_length_reward(c.reward, task.vocab_size)(task.prompts, expanded)
                                     for c in configs]).double()  # float[run batch n]
-        self.right = variable_length_reward("exact-match", task.vocab_size)(task.prompts, expanded).double()
+        self.right = task.variable_length_reward("exact-match", task.vocab_size)(task.prompts, expanded).double()
         self.weights = torch.stack([WEIGHTS[parse_agg(c.loss_agg)](self.size, self.cap) for c in configs])
 
     def log_probs(self) -> Tensor:

@@ -84,9 +84,9 @@ def loaded_row(runs: int = LOADED_RUNS, repeats: int = 2, config=None, progress=
     from lab.experiments.bench import sweep_threads
     from lab.training.config import TrainConfig
     from lab.training.train import train
-    from tasks.sorting import make_task
+    from tasks.catalog import default_task
 
-    config, task = config or TrainConfig(), make_task()
+    config, task = config or TrainConfig(), default_task()
     configs = [config.replace(seed=s) for s in range(runs)]
     default, previous = sweep_threads(runs), torch.get_num_threads()
     counts = thread_counts()

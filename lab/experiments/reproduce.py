@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from lab.training.config import TrainConfig
@@ -30,17 +29,14 @@ from lab.training.records import Records
 from lab.policies.sampling import Sampler
 from lab.experiments.sweep import run_sweep, sweep_work
 from lab.experiments.work import Stages
-from tasks.sorting import make_task
+from lab.experiments.sections import (BEFORE_RL_FIGURE, CRITIC_FIGURE, DPO_FIGURE, LENGTH_FIGURE,
+                                      OVEROPTIMISATION_FIGURE, SAMPLERS_FIGURE, section_files)
+from tasks.catalog import DEFAULT_TASK, default_task, make_named_task, task_names
 
 LECTURE = TrainConfig()
 """The lecture's settings: 100 epochs x 10 steps, G = 10, Adam lr 1e-3, inclusion-ordering, naive loss."""
 
 LECTURE_SEED = 5
-LENGTH_FIGURE = "length_bias.png"
-CRITIC_FIGURE = "critic.png"
-DPO_FIGURE = "dpo.png"
-BEFORE_RL_FIGURE = "before_rl.png"
-OVEROPTIMISATION_FIGURE = "overoptimisation.png"
 SEEDS = 20
 KL_WEIGHTS = (0.0, 0.01, 0.1, 1.0)
 """beta values of the KL experiments (0 = no penalty, the reference is still tracked)."""
@@ -120,6 +116,10 @@ class Reproduction:
     """per `lab.experiments.before_rl_results.SETTINGS` entry, its run indices in `before_rl`"""
     overoptimisation: dict | None = None
     """the reward-model section's results (`lab.experiments.overoptimisation.run_overoptimisation`)"""
+    beyond: dict | None = None
+    """the section beyond sorting: each task's records (`lab.experiments.beyond_sorting.run_beyond_sorting`)"""
+    samplers: dict | None = None
+    """the samplers section's results (`lab.experiments.sampler_results.run_samplers`: issue 38)"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -136,12 +136,14 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                      progress: Callable[[float, float], None] | None = None,
                      experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
                      controls: bool = True, critic: bool = True, dpo: bool = True,
-                     before_rl: bool = True, overoptimisation: bool = True, after: float = 0.0) -> Reproduction:
+                     before_rl: bool = True, overoptimisation: bool = True, after: float = 0.0,
+                     beyond: bool = True, tasks: tuple[str, ...] | None = None, samplers: bool = True) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
     controls (`lab.experiments.controls`), the length-bias experiment (`lab.experiments.length_bias`) as its
     own batches, the critic experiment (`lab.experiments.critic_results`), a batch per setting, and the DPO
     section (`lab.experiments.dpo_results`), the "Before RL" section (`lab.experiments.before_rl_results`) and the
-    reward-model section (`lab.experiments.overoptimisation`).
+    reward-model section (`lab.experiments.overoptimisation`), then the lecture's verdicts on every task of `tasks`
+    (default: every task file, `lab.experiments.beyond_sorting`); every other section is the lecture's task's.
     `progress(done, total)` counts the work of all of them, each
     stage weighed by its estimated time (`lab.experiments.work`), so it only rises and its time left holds;
     `after` is the work the caller does next (`figures_work`: writing the figures), counted in the total."""
@@ -150,7 +152,9 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     from lab.experiments.critic_results import critic_configs, run_critic_experiment
     from lab.experiments.before_rl_results import run_before_rl, section_work
     from lab.experiments.dpo_results import dpo_configs
+    from lab.experiments.beyond_sorting import beyond_work, run_beyond_sorting
     from lab.experiments.overoptimisation import for_base, run_overoptimisation, section_work as rm_work
+    from lab.experiments.sampler_results import run_samplers, samplers_work
 
     configs: list[TrainConfig] = []
     index: dict[TrainConfig, int] = {}
@@ -177,13 +181,15 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                                *([sum(sweep_work(runs) for runs in critic_configs(seeds, base))] if critic else []),
                                *([sweep_work(dpo_runs)] if dpo else []),
                                *(section_work(seeds, base, sweep_work) if before_rl else ()),
-                               *([rm_work(seeds, for_base(base))] if overoptimisation else []), after])
+                               *([rm_work(seeds, for_base(base))] if overoptimisation else []),
+                               *([beyond_work(seeds, base, tasks or task_names())] if beyond else []),
+                               *([samplers_work(seeds, base, sweep_work)] if samplers else []), after])
     stage = iter(range(len(stages.works)))
-    records = run_sweep(make_task(), configs, device=device, progress=stages(next(stage)))
+    records = run_sweep(default_task(), configs, device=device, progress=stages(next(stage)))
     reproduction = Reproduction(records, seeds, runs, lecture_runs)
     if controls:  # the learning-rate control, the batch effect
         controls_progress = stages(next(stage))
-        reproduction.lr_control, reproduction.batch_effect = c.run_controls(make_task(), reproduction, base, device,
+        reproduction.lr_control, reproduction.batch_effect = c.run_controls(default_task(), reproduction, base, device,
                                                                             controls_progress)
     if length_bias:  # its own batches (other shapes), then its exact numbers (lab.experiments.length_oracle)
         tasks = length_tasks()
@@ -195,13 +201,17 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.critic = run_critic_experiment(seeds, base, device, stages(next(stage)))
     if dpo:
         reproduction.dpo_groups = dpo_groups
-        reproduction.dpo = run_sweep(make_task(), dpo_runs, device=device, progress=stages(next(stage)))
+        reproduction.dpo = run_sweep(default_task(), dpo_runs, device=device, progress=stages(next(stage)))
     if before_rl:
         start_progress = stages(next(stage))
         reproduction.before_rl, reproduction.before_rl_groups = run_before_rl(
-            seeds, base, run_sweep, make_task(), device, stages(next(stage)), start_progress)
+            seeds, base, run_sweep, default_task(), device, stages(next(stage)), start_progress)
     if overoptimisation:
-        reproduction.overoptimisation = run_overoptimisation(make_task(), seeds, for_base(base), stages(next(stage)))
+        reproduction.overoptimisation = run_overoptimisation(default_task(), seeds, for_base(base), stages(next(stage)))
+    if beyond:
+        reproduction.beyond = run_beyond_sorting(seeds, base, device, stages(next(stage)), tasks)
+    if samplers:
+        reproduction.samplers = run_samplers(seeds, base, run_sweep, device, stages(next(stage)))
     return reproduction
 
 
@@ -223,7 +233,7 @@ def length_tasks() -> dict:
     """The length-bias experiment's tasks by name: the lecture's, and Dr. GRPO's setting."""
     from lab.experiments.length_bias import DR_GRPO, DR_GRPO_TASK, LECTURE
 
-    return {LECTURE: make_task(), DR_GRPO: make_task(DR_GRPO_TASK["prompts"], vocab_size=DR_GRPO_TASK["vocab_size"])}
+    return {LECTURE: default_task(), DR_GRPO: make_named_task(DEFAULT_TASK, DR_GRPO_TASK["prompts"], DR_GRPO_TASK["vocab_size"])}
 
 
 def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]:
@@ -231,13 +241,15 @@ def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]
     from lab.experiments.exploration_results import FIGURES
 
     return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
-            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, BEFORE_RL_FIGURE, OVEROPTIMISATION_FIGURE, "RESULTS.md"]
+            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, BEFORE_RL_FIGURE, OVEROPTIMISATION_FIGURE, SAMPLERS_FIGURE,
+            "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,
                   experiments: tuple[Experiment, ...] = EXPERIMENTS, ks: tuple[int, ...] | None = None) -> list[Path]:
     """Every experiment's PNG and RESULTS.md into `out` (an existing folder); returns the paths."""
     from lab.experiments import figures  # matplotlib only where figures are made
+    from lab.experiments.exploration_analysis import exploration_analysis
     from lab.experiments.results import kl_points, results_markdown
 
     records, paths = reproduction.records, []
@@ -267,96 +279,10 @@ def write_figures(reproduction: Reproduction, out: Path,
                                 highlight_runs=reproduction.setting_lecture_runs(experiment) if experiment.panels
                                 else None)
         paths.append(path)
-    if reproduction.length is not None:
-        from lab.experiments.length_figures import plot_length_bias
-
-        paths.append(plot_length_bias(
-            reproduction.length, reproduction.length_pairs, reproduction.length_exact[1], Path(out) / LENGTH_FIGURE,
-            f"Wrong responses' length under 1/|o| and under the constant divisor C; {reproduction.seeds} seeds"))
-    if reproduction.critic is not None:
-        from lab.experiments.critic_figures import plot_critic
-
-        paths.append(plot_critic(reproduction.critic, Path(out) / CRITIC_FIGURE,
-                                 f"PPO's learned critic (gae) against GRPO's group baseline; {reproduction.seeds} "
-                                 "seeds, mean and 95% t-band; inset: late exact error by position"))
     text = results_markdown(reproduction, experiments, analysis)
-    if reproduction.dpo is not None:
-        from lab.experiments.dpo_results import dpo_markdown, plot_dpo
-
-        paths.append(plot_dpo(reproduction.dpo, reproduction.dpo_groups, Path(out) / DPO_FIGURE,
-                              f"GRPO (k3, k2 in the loss; k1 in the reward) and DPO at the same beta; {reproduction.seeds} "
-                              "seeds, mean over seeds"))
-        text += "\n".join(["", "## GRPO with a KL penalty and DPO: where each goes, and how far runs get "
-                           "(Rafailov et al. 2023; Azar et al. 2023)", "", f"![dpo]({DPO_FIGURE})", "",
-                           *dpo_markdown(reproduction.dpo, reproduction.dpo_groups, reproduction.seeds)]) + "\n"
-    if reproduction.before_rl is not None:
-        from lab.experiments.before_rl_results import before_rl_markdown, plot_before_rl
-
-        paths.append(plot_before_rl(reproduction.before_rl, reproduction.before_rl_groups,
-                                    Path(out) / BEFORE_RL_FIGURE, "SFT, expert iteration, GRPO and RL from an SFT start; "
-                                    f"{reproduction.seeds} seeds, mean over seeds (diverged runs left out)"))
-        text += "\n".join(["", "## Before RL: imitation, filtering, and where RL starts (CS336 assignment 5)", "",
-                           f"![before RL]({BEFORE_RL_FIGURE})", "",
-                           *before_rl_markdown(reproduction.before_rl, reproduction.before_rl_groups,
-                                               reproduction.seeds)]) + "\n"
-    if reproduction.overoptimisation is not None:
-        from lab.experiments.overoptimisation import for_base
-        from lab.experiments.overoptimisation_section import plot_overoptimisation, section_lines
-
-        paths.append(plot_overoptimisation(reproduction.overoptimisation, Path(out) / OVEROPTIMISATION_FIGURE))
-        text += "\n".join(["", *section_lines(reproduction.overoptimisation, reproduction.seeds,
-                                               for_base(reproduction.records.configs[0]))]) + "\n"
+    more_paths, more_text = section_files(reproduction, Path(out))
+    paths += more_paths
+    text += more_text
     results = Path(out) / "RESULTS.md"
     write_text_atomic(results, text)
     return [*paths, results]
-
-
-def exploration_analysis(reproduction: Reproduction, experiment: Experiment, ks: tuple[int, ...] | None = None) -> dict:
-    """What the exploration figures and RESULTS.md section need, computed once from the records
-    (pass@k and maj@k for k = 1..64, `lab.experiments.exploration_results.KS`, unless `ks` = 1..K is given)."""
-    from lab.experiments import exploration_results as xr
-    from tasks.sorting import lecture_prompts
-
-    records, prompts = reproduction.records, lecture_prompts()
-    settings = list(experiment.settings)
-    runs = {xr._key(s): reproduction.runs[experiment.name, i] for i, s in enumerate(settings)}
-    grid = [s for s in settings if "entropy_coef" not in s]
-    reward = records.configs[0].reward
-    by_scale = {scale: runs[xr._key({"init_scale": scale, "delta": "centered", "loss": "clipped"})]
-                for scale in xr.INIT_SCALES}
-    fit_settings = [{"init_scale": scale, "delta": "centered", "loss": "clipped"} for scale in xr.INIT_SCALES]
-    from lab.experiments import exploration_checks as checks
-    from lab.experiments.sweep import final_endings
-
-    centered_clipped = [r for scale in xr.INIT_SCALES for r in by_scale[scale]]
-    entropy = xr.sampling_entropy(records)
-    hit = {scale: xr.initial_group_hit(records, r, prompts, reward) for scale, r in by_scale.items()}
-    at_k_settings = [("stuck", xr._key(xr.STUCK)), ("exploring", xr._key(xr.EXPLORING))]
-    naive = runs[xr._key({**xr.EXPLORING, "loss": "naive"})]
-    clipped = runs[xr._key(xr.EXPLORING)]
-    solved = xr.optimal_everywhere(records)
-    return dict(
-        centered_clipped=centered_clipped,
-        initial_quantities={"initial entropy": entropy[centered_clipped, 0],
-                            "initial optimal_prob": records.epoch_metrics["optimal_prob"][centered_clipped, 0],
-                            "initial P(a group contains the sorted response)":
-                                np.concatenate([hit[scale] for scale in xr.INIT_SCALES])},
-        at_k_settings=at_k_settings,
-        p_opt={key: checks.optimal_probs(records, runs[key], prompts, reward, xr.initial_policy)
-               for _, key in at_k_settings},
-        solved={key: ~final_endings(records, runs[key]).stuck for _, key in at_k_settings},
-        fit_quality={xr._key(s): checks.fit_quality(entropy[runs[xr._key(s)]],
-                                                    records.epoch_metrics["mean_reward"][runs[xr._key(s)]])
-                     for s in fit_settings},
-        loss_share={"naive_success": solved[naive], "clipped_success": solved[clipped],
-                    "naive_entropy": entropy[naive, min(checks.EARLY_EPOCH, entropy.shape[1] - 1)],
-                    "clipped_entropy": entropy[clipped, min(checks.EARLY_EPOCH, entropy.shape[1] - 1)]},
-        records=records, seeds=reproduction.seeds, runs=runs, grid=grid,
-        bonus=[s for s in settings if "entropy_coef" in s],
-        initial_hit=hit, lr_control=reproduction.lr_control or {},
-        ks=ks or xr.KS,
-        at_k={xr._key(s): xr.at_k_curves(records, runs[xr._key(s)], prompts, reward, ks or xr.KS)
-              for s in (xr.STUCK, xr.EXPLORING)},
-        fit_settings=fit_settings,
-        fits={xr._key(s): xr.entropy_reward_fit(records, runs[xr._key(s)]) for s in fit_settings},
-    )

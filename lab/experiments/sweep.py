@@ -4,7 +4,8 @@
 
 Runs that share every `SHARED_FIELDS` value (group size, epochs, ...) train
 together in one call of `lab.training.train.train`; a seed's run is the same alone or
-inside a sweep, so batching changes speed, never results. The summary gives,
+inside a sweep (in float64 to about 1e-13; in float32 to its rounding, which a near-tie can grow:
+docs/reproducibility.md), so batching changes speed, not results. The summary gives,
 per grid point, the final mean reward with a Student-t 95% interval over seeds
 and the fraction of runs whose greedy response is optimal on every training
 prompt with a Wilson 95% interval (`lab.experiments.intervals`), both over the runs that did not diverge;
@@ -14,7 +15,6 @@ the diverged runs are counted per grid point (`lab.training.divergence`). Pure: 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import itertools
 import math
@@ -29,9 +29,11 @@ from lab.exact.stuck import Endings, judge_endings
 from lab.core.modes import NEEDS_CRITIC
 from lab.core.modes import TrainingLoss
 from lab.training.config import SHARED_FIELDS, SWEPT_FIELDS, ConfigError, TrainConfig
-from lab.training.config_checks import DPO_DEFAULTS, KL_DEFAULTS
+from lab.training.config_checks import DPO_DEFAULTS, KL_DEFAULTS, default_estimator
+from lab.experiments.loss_grid import check_loss_fields, drop_unread
 from lab.experiments.intervals import Interval, mean_interval, wilson_interval
 from lab.experiments.work import Stages, batch_work
+from lab.experiments.merged_records import merge_records
 from lab.training.records import Records
 from lab.files.run_text import format_value
 from lab.training.train import train
@@ -77,14 +79,18 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
         raise ConfigError(f"--{dpo_given[0].replace('_', '-')} applies to --loss dpo only; drop it or add --loss dpo")
     if "ipo_logps" in dpo_given and "ipo" not in [getattr(v, "value", v) for v in grid.get("dpo_loss", [])]:
         raise ConfigError("--ipo-logps applies to --dpo-loss ipo only; drop it or add --dpo-loss ipo")
+    check_loss_fields(base, grid)
     points, seen = [], set()
     for point in itertools.product(*(list(grid[n]) for n in names)):
         settings = dict(zip(names, point))
+        drop_unread(settings, base)  # a loss's own settings on its points only
         delta = settings.get("delta", base.delta)  # a wrong name is the config's error to report
         if getattr(delta, "value", delta) in {m.value for m in NEEDS_CRITIC}:
             settings.update(critic or {})
         else:
             settings.pop("gae_lambda", None)
+        if "kl_estimator" in settings and settings["kl_estimator"] is None:  # not named: the placement's own
+            settings["kl_estimator"] = default_estimator(settings.get("kl_in", base.kl_in), settings.get("loss", base.loss))
         loss = settings.get("loss", base.loss)
         if getattr(loss, "value", loss) == TrainingLoss.dpo.value:
             for name in KL_DEFAULTS:
@@ -104,8 +110,13 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
 
 METHOD_FIELDS = {"pairs_per_prompt": "offline pairs", "pairs_from": "offline pairs", "demos": TrainingLoss.sft, "demo_noise": TrainingLoss.sft,
                  "demos_from": TrainingLoss.sft, "ei_filter": TrainingLoss.expert_iteration,
-                 "reward_threshold": TrainingLoss.expert_iteration}
-"""A sweep's single-valued settings that belong to one method's points: offline DPO's, SFT's, expert iteration's."""
+                 "reward_threshold": TrainingLoss.expert_iteration,
+                 "sapo_temperature_pos": TrainingLoss.sapo, "sapo_temperature_neg": TrainingLoss.sapo,
+                 "vespo_k_pos": TrainingLoss.vespo, "vespo_lambda_pos": TrainingLoss.vespo,
+                 "vespo_k_neg": TrainingLoss.vespo, "vespo_lambda_neg": TrainingLoss.vespo}
+"""A sweep's single-valued settings that belong to one method's or loss's points: offline DPO's, SFT's, expert
+iteration's, SAPO's and VESPO's."""
+
 
 
 def method_settings(configs: list[TrainConfig], **given) -> list[TrainConfig]:
@@ -137,54 +148,6 @@ def setting(config: TrainConfig, names: Sequence[str]) -> tuple:
 
 def setting_label(names: Sequence[str], point: tuple) -> str:
     return ", ".join(f"{n}={format_value(v) if not isinstance(v, str) else v}" for n, v in zip(names, point)) or "all runs"
-
-
-def merge_records(parts: Sequence[tuple[list[int], Records]], order: int) -> Records:
-    """Records of several batches as one, with runs in the original config order.
-
-    `parts` are (run indices in the sweep, that batch's records); `order` is the number of runs.
-    Per-epoch samples are dropped (their trial axis differs between group sizes). A batch whose
-    runs all diverged stops early; its missing records are NaN.
-    """
-    if len(parts) == 1 and list(parts[0][0]) == list(range(order)):  # one batch, in order: nothing to copy
-        return dataclasses.replace(parts[0][1], samples=[])
-    # several batches: the critics' final states (`critic_state`) are not merged
-    where = np.empty(order, dtype=int)
-    flat = [(i, part, r) for part, (indices, _) in enumerate(parts) for r, i in enumerate(indices)]
-    for position, (i, _, _) in enumerate(flat):
-        where[i] = position
-    cat = lambda get: np.concatenate([get(rec) for _, rec in parts])[where]  # noqa: E731
-
-    def cat_padded(get) -> np.ndarray:  # float[run time], NaN past a batch that stopped early
-        width = max(get(rec).shape[1] for _, rec in parts)
-        return cat(lambda rec: np.pad(get(rec), ((0, 0), (0, width - get(rec).shape[1])),
-                                      constant_values=np.nan))
-
-    first = parts[0][1]
-    critics = [rec.parameters.get("critic") for _, rec in parts if rec.parameters.get("critic") is not None]
-
-    def table(get) -> dict[str, np.ndarray]:
-        """Every metric any batch holds (a DPO or critic batch has its own); NaN for the runs of a batch without it."""
-        names = list(dict.fromkeys(k for _, rec in parts for k in get(rec)))
-        missing = lambda rec: np.full((rec.num_runs, next(iter(get(rec).values())).shape[1]), np.nan,  # noqa: E731
-                                       dtype=np.float32)
-        return {k: cat_padded(lambda rec: get(rec)[k] if k in get(rec) else missing(rec)) for k in names}
-
-    return Records(
-        configs=[parts[p][1].configs[r] for _, p, r in sorted(flat)],
-        prompts=first.prompts,
-        optimum=cat(lambda rec: rec.optimum),
-        step_metrics=table(lambda rec: rec.step_metrics),
-        epoch_metrics=table(lambda rec: rec.epoch_metrics),
-        samples=[],
-        state={k: torch.from_numpy(cat(lambda rec: rec.state[k].numpy())) for k in first.state},
-        greedy_responses=cat(lambda rec: rec.greedy_responses),
-        seconds=sum(rec.seconds for _, rec in parts),
-        exploration_exact=all(rec.exploration_exact for _, rec in parts),
-        eos=first.eos,
-        divergence=[parts[p][1].divergence[r] for _, p, r in sorted(flat)],
-        parameters={"policy": first.parameters.get("policy"), "critic": critics[0] if critics else None},
-    )
 
 
 def batches(configs: Sequence[TrainConfig]) -> list[list[int]]:
@@ -304,13 +267,16 @@ def summary_table(summaries: Sequence[SettingSummary], names: Sequence[str]) -> 
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:], *note])
 
 
-def final_endings(records: Records, runs: list[int]) -> Endings:
+def final_endings(records: Records, runs: list[int], task: Task | None = None) -> Endings:
     """Judge the final greedy response of each run in `runs` on each training prompt (`lab.exact.stuck`).
 
-    The runs must share one reward (a name registered in `tasks.sorting`); the vocabulary is the
+    The runs must share one reward (a name `task` registers; None: the lecture's task); the vocabulary is the
     policy's own (its embedding's rows)."""
     names = {records.configs[r].reward for r in runs}
     if len(names) != 1:
         raise ValueError(f"runs with different rewards cannot be judged together: {sorted(names)}")
-    return judge_endings(names.pop(), torch.as_tensor(records.prompts), torch.as_tensor(records.greedy_responses[runs]),
+    from tasks.catalog import default_task
+
+    task = default_task() if task is None else task
+    return judge_endings(task.reward_fn(names.pop()), torch.as_tensor(records.prompts), torch.as_tensor(records.greedy_responses[runs]),
                          torch.as_tensor(records.optimum[runs]), records.state["embedding"].shape[-2])

@@ -21,7 +21,7 @@ from lab.bridge.tiny_lm import TinyLM
 from lab.bridge.trl_grpo import TRLGRPO, train_trl
 from lab.training.config import TrainConfig
 from lab.training.train import train
-from tasks.sorting import make_task
+from tasks.catalog import default_task
 
 TRL_BENCH = dict(epochs=30, steps=1, group_size=10, lr=1e-3, clip_eps=0.2, delta="centered", loss_agg="token-mean",
                  seed=0)
@@ -46,7 +46,7 @@ class TRLBenchRow:
 def bench_trl(repeats: int = 3, threads: int = 1) -> TRLBenchRow:
     import trl  # noqa: F401  (imported before the clock starts)
 
-    task = make_task()
+    task = default_task()
     trl_run = TRLGRPO(max_length=4, model=TinyLM(seed=0), **TRL_BENCH)
     lab_config = TrainConfig(policy="autoregressive", max_length=4, loss="clipped", **TRL_BENCH)
     before = torch.get_num_threads()

@@ -75,7 +75,7 @@ def read_reward_model(folder: str | Path, option: str = "--reward") -> RewardMod
     from lab.training.bounds import capped_power
     from lab.training.limits import space_within
     from lab.training.reward_model import SIZES
-    from tasks.sorting import REWARDS
+    from tasks.catalog import DEFAULT_TASK, task_facts
 
     prefix = "--reward learned:" if option == "--reward" else f"{option} "
     folder = check_folder(folder, prefix, "folder (train one with lab reward-model)")
@@ -95,7 +95,12 @@ def read_reward_model(folder: str | Path, option: str = "--reward") -> RewardMod
     eos = _field(config, where, "response_space", "eos", kind=(int, None))
     policy = _field(config, where, "response_space", "policy", kind=(str,))
     _field(config, where, "reward_model", "pairs_per_prompt", low=1, high=10_000)
-    if _field(config, where, "gold_reward", kind=(str,)) not in REWARDS or \
+    task_name = config["task"].get("name", DEFAULT_TASK)  # folders written before tasks had names: sorting's
+    try:
+        rewards = task_facts(task_name).reward_names if isinstance(task_name, str) else ()
+    except ValueError:
+        raise ValueError(f"{where}: its config.json names a task there is no file for in tasks/") from None
+    if _field(config, where, "gold_reward", kind=(str,)) not in rewards or \
             _field(config, where, "reward_model", "size", kind=(str,)) not in SIZES:
         raise ValueError(f"{where}: its config.json names an unknown \"gold_reward\" or \"reward_model\".\"size\"")
     if (policy, eos) not in (("factorized", None), ("autoregressive", vocab)):
@@ -188,15 +193,21 @@ def load_learned_reward(found: RewardModelFolder, device=None):
     from lab.exact.enumeration import all_responses
     from lab.exact.varlen import varlen_responses
     from lab.training.learned_reward import LearnedReward
-    from tasks.sorting import REWARDS, variable_length_reward
+    from tasks.catalog import DEFAULT_TASK, make_named_task
 
     config = found.config
     vocab, length, eos = config["task"]["vocab_size"], config["response_space"]["response_length"], \
         config["response_space"]["eos"]
-    gold_name = config["gold_reward"]
+    gold_name, where = config["gold_reward"], found.where
+    try:  # the task the folder was fitted on (its rewards do not depend on its prompts)
+        task = make_named_task(config["task"].get("name", DEFAULT_TASK))
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"{where}: its config.json names a task there is no file for in tasks/") from None
+    if gold_name not in task.rewards:
+        raise ValueError(f"{where}: its config.json names a gold reward its task ({task.name}) does not have")
     model = load_model(found)
     responses = all_responses(vocab, length) if eos is None else varlen_responses(vocab, length)
-    gold = REWARDS[gold_name] if eos is None else variable_length_reward(gold_name, eos)
+    gold = task.reward_for(gold_name, eos)
     learned = LearnedReward(model, responses, gold, gold_name)
     return learned if device is None else learned.to(device)
 

@@ -23,8 +23,6 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
-TEMP_SUFFIXES = (".partial", ".old")
-"""Our temporary folders beside a destination: one being built, one being replaced."""
 TEMP_NAME_KEEP = 200
 """Bytes of NAME kept in a temporary name (`.NAME.<pid>.XXXXXXXX.partial` stays under 255 bytes)."""
 

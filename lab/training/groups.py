@@ -44,6 +44,9 @@ class Groups:
     token_deltas: Tensor | None = None
     """float[run batch trial pos]: one delta per token, when some run has a critic (GAE's advantages;
     the other runs' deltas repeated); None: every run's deltas broadcast over the positions"""
+    sampling_log_probs: Tensor | None = None
+    """float[run batch trial pos]: log mu of the sampled tokens where some run's sampler is not its policy (a
+    stale or mismatched one: `lab.training.sampler_runs`); None: mu is the policy"""
 
 
 @dataclass
@@ -104,24 +107,29 @@ def keep_greedy(history: History, kind: Kind, prompts: Tensor, eval_prompts: Ten
 
 
 def sample_groups(kind: Kind, settings: RunSettings, shared: TrainConfig, critic: CriticRuns | None,
-                  policies: tuple[list[Tensor], list[Tensor], bool] | None = None) -> Groups:
+                  policies: tuple[list[Tensor], list[Tensor], bool] | None = None, sampler=None) -> Groups:
     """Draw the epoch's groups from the sampling policy and score them; the critic runs' advantages per token.
     `policies`: (the policy's parameters, the reference's, whether the reference is the policy), which the
-    `--kl-in reward` runs' penalty reads (None: no such run)."""
+    `--kl-in reward` runs' penalty reads (None: no such run). `sampler`: the batch's `SamplerRuns` (stale,
+    mismatched or dynamic sampling), None: each run samples its policy once."""
     with torch.no_grad():
-        responses = kind.sample()  # int[run batch trial pos]
+        # in the run's dtype: a float64 run makes its deltas in float64 (the task's rewards are float32)
+        score = lambda y: settings.reward_groups.apply(  # noqa: E731
+            lambda name, y: kind.rewards[name](kind.prompts, y), y).to(shared.dtype.torch)
+        responses, mu = (kind.sample(), None) if sampler is None else sampler.draw(kind, score)
         mask = kind.live_tokens(responses)
-        rewards = settings.reward_groups.apply(lambda name, y: kind.rewards[name](kind.prompts, y), responses)
+        rewards = score(responses)
+        sampling_log_probs = None if mu is None else kind.log_probs(mu, responses, mask)[0]
         # what the deltas (and a critic's returns) are made from: the task's rewards, KL-penalised where asked
         shaped = rewards if policies is None else reward_penalty(kind, settings, rewards, responses, mask, *policies)
         deltas = settings.delta_groups.apply(  # float[run batch trial]
             lambda mode, r: compute_deltas(r, mode, shared.std_eps, shared.std_unbiased), shaped)
         if critic is None:
-            return Groups(responses, mask, rewards, deltas)
+            return Groups(responses, mask, rewards, deltas, sampling_log_probs=sampling_log_probs)
         advantages = critic.advantages(responses, mask, shaped)  # float[critic-run batch trial pos]
         token_deltas = deltas.unsqueeze(-1).expand(*responses.shape).clone().index_copy_(0, critic.runs, advantages)
         deltas = deltas.index_copy(0, critic.runs, advantages[..., 0])
-    return Groups(responses, mask, rewards, deltas, token_deltas)
+    return Groups(responses, mask, rewards, deltas, token_deltas, sampling_log_probs)
 
 
 def reward_penalty(kind: Kind, settings: RunSettings, rewards: Tensor, responses: Tensor, mask: Tensor | None,
@@ -137,13 +145,23 @@ def reward_penalty(kind: Kind, settings: RunSettings, rewards: Tensor, responses
     return rewards.index_copy(0, runs, penalised)
 
 
+def correct(kind: Kind, prompts: Tensor, responses: Tensor, targets: Tensor) -> Tensor:
+    """bool[... batch trial]: each response int[... batch trial pos] is a correct answer to its prompt (prompts
+    int[batch pos]): the target itself (targets int[batch 1 pos]), or where the task names a 0/1 reward for it
+    (`Task.correct`), one that scores 1 (any of a prompt's rearrangements, `tasks.permutation`)."""
+    if kind.task.correct is None:
+        return (responses == targets).all(dim=-1)
+    return kind.task.reward_for(kind.task.correct, getattr(kind, "eos", None))(prompts, responses) == 1
+
+
 def keep_samples(history: History, epoch: int, groups: Groups, targets: Tensor, write: bool,
-                 pairs: Tensor | None = None) -> None:
+                 pairs: Tensor | None = None, kind: Kind | None = None) -> None:
     """Keep what the epoch metrics need of the groups, and the groups themselves when `write` (samples.txt);
     `pairs`: a DPO batch's int[run batch 2] trial indices of each group's (chosen, rejected) pair, -1 for none."""
     history.rewards.append(groups.rewards)
     history.lengths.append(response_lengths(groups.responses, groups.mask))
-    history.correct.append((groups.responses == targets.unsqueeze(-2)).all(dim=-1))
+    history.correct.append((groups.responses == targets.unsqueeze(-2)).all(dim=-1) if kind is None else
+                           correct(kind, kind.prompts, groups.responses, targets.unsqueeze(-2)))
     if write:
         history.samples.append(Samples(epoch, groups.responses.cpu().numpy(), groups.rewards.cpu().numpy(),
                                        groups.deltas.cpu().numpy(), None if pairs is None else pairs.cpu().numpy()))
@@ -168,6 +186,8 @@ def epoch_metrics(kind: Kind, settings: RunSettings, shared: TrainConfig, histor
     with torch.no_grad():
         log = sample_metrics(torch.stack(history.rewards, dim=1), training[2], correction)
         log.update(length_metrics(torch.stack(history.lengths, dim=1), torch.stack(history.correct, dim=1)))
-        log.update(greedy_log(score, training, history.greedy, heldout, history.heldout_greedy))
+        log.update(greedy_log(score, training, history.greedy, heldout, history.heldout_greedy,
+                              lambda some_prompts, responses, targets: correct(  # one response per prompt: trial 1
+                                  kind, some_prompts, responses.unsqueeze(-2), targets.unsqueeze(-2)).squeeze(-1)))
         log.update(kind.exploration())
     return log

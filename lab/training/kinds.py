@@ -32,8 +32,7 @@ from lab.training.divergence import DivergenceGuard
 from lab.training.lengths import eos_targets, resolve_max_length
 from lab.training.metrics import FIXED_LENGTH_METRICS, LIVE_TOKEN_METRICS, BlockMetrics
 from lab.training.runs import RunGroups
-from tasks import LEARNED, Task, best_reward
-from tasks.sorting import variable_length_reward
+from tasks import Task, best_reward
 
 def start_from(policy, folder: str | None) -> None:
     """Every run's parameters set to a finished run's policy.pt (`--init-from`; the same start for every seed, each
@@ -115,13 +114,13 @@ class Factorized(TemperedStack):
                  reward_groups: RunGroups, device: torch.device) -> None:
         shared = configs[0]
         self.task, self.configs, self.reward_groups, self.device = task, configs, reward_groups, device
-        self.group_size = shared.group_size
+        self.group_size, self.generators = shared.group_size, generators  # each run's, for `sample_with`
         self.rewards = {c.reward: task.reward_fn(c.reward) for c in configs}  # unknown names fail here
         self.prompts = task.prompts.to(device)  # int[batch pos]
         self.max_length = task.response_length
         self.entries = task.response_length  # per response and step, to size the metric blocks
         self.policy = PolicyStack(task.vocab_size, self.prompts.shape[1], task.response_length, shared.dim,
-                                  generators, [c.init_scale for c in configs])
+                                  generators, [c.init_scale for c in configs], shared.dtype.torch)
         start_from(self.policy, shared.init_from)
         sampler_groups = RunGroups([c.sampler for c in configs], device)
         # each sampler draws for its own runs, each run from its own generator (lab.policies.sampling)
@@ -154,6 +153,13 @@ class Factorized(TemperedStack):
     def sample(self) -> Tensor:
         return self.draw(self.logits)  # int[run batch trial pos]
 
+    def sample_with(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
+        """The given runs' responses, each from its own generator, by the policy at `parameters` float[run ...]."""
+        scale = None if self.scale is None else self.scale.index_select(0, runs)
+        logits = policy_logits(*tempered([p.index_select(0, runs) for p in parameters], scale), self.prompts)
+        return torch.cat([SAMPLERS[self.configs[r].sampler](logits[i:i + 1], self.group_size, [self.generators[r]])
+                          for i, r in enumerate(runs.tolist())])
+
     def live_tokens(self, responses: Tensor) -> None:
         return None  # every position is live
 
@@ -165,6 +171,12 @@ class Factorized(TemperedStack):
         """Each position's most likely token, int[run batch trial pos], from a step's log-softmaxes (`aux`): the
         factorised policy's positions do not depend on the response."""
         return aux.argmax(dim=-1).unsqueeze(-2).expand_as(responses)
+
+    def token_entropies(self, aux: Tensor, responses: Tensor) -> Tensor:
+        """Each token's entropy H(pi(. | x, position)), float[run batch trial pos], from a step's log-softmaxes
+        (`aux`): a position's, whatever the response."""
+        entropies = -(aux.exp() * aux).sum(dim=-1)  # float[run batch pos]
+        return entropies.unsqueeze(-2).expand_as(responses)
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         """The exact mean entropy of the given runs' policies on the prompts, differentiable: float[runs]."""
@@ -212,12 +224,12 @@ class Autoregressive(TemperedStack):
         self.prompts = task.prompts.to(device)  # int[batch pos]
         self.max_length = resolve_max_length(shared, self.prompts.shape[1])
         self.policy = P.make_stack(shared.policy, task.vocab_size, self.prompts.shape[1], self.max_length,
-                                   shared.dim, generators, [c.init_scale for c in configs])
+                                   shared.dim, generators, [c.init_scale for c in configs],
+                                   shared.dtype.torch)
         start_from(self.policy, shared.init_from)
         self.eos = P.ops_of(self.policy).eos(self.policy)
         self.entries = self.max_length * (self.eos + 1)  # per response and step, to size the metric blocks
-        self.rewards = {c.reward: task.rewards[c.reward] if c.reward.startswith(LEARNED) else  # unknown names fail
-                        variable_length_reward(c.reward, self.eos) for c in configs}
+        self.rewards = {c.reward: task.variable_length_reward(c.reward, self.eos) for c in configs}  # unknown: fail
         self.task = task
         self.exact_metrics = SamplingPolicyMetrics(self.prompts, self.targets(self.prompts), self.rewards,
                                                    reward_groups, shared.group_size, task.vocab_size, self.max_length)
@@ -247,6 +259,13 @@ class Autoregressive(TemperedStack):
             return P.ops_of(self.policy).sample(self.sampling_policy().params, self.prompts, self.group_size,
                                                 self.generators)
 
+    def sample_with(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
+        names = [name for name, _ in self.policy.named_parameters()]  # as the factorised kind's
+        chosen = tempered([p.index_select(0, runs) for p in parameters],
+                          None if self.scale is None else self.scale.index_select(0, runs))
+        return P.ops_of(self.policy).sample(dict(zip(names, chosen)), self.prompts, self.group_size,
+                                            [self.generators[r] for r in runs.tolist()])
+
     def live_tokens(self, responses: Tensor) -> Tensor:
         return P.response_mask(self.policy, responses)  # bool[run batch trial pos]
 
@@ -259,6 +278,10 @@ class Autoregressive(TemperedStack):
         of its own: the fused node's second output is the entropy)."""
         with torch.no_grad():
             return P.token_logits(self.policy, self.prompts, responses).argmax(dim=-1)
+
+    def token_entropies(self, aux: Tensor, responses: Tensor) -> Tensor:
+        """Each token's next-token entropy given its prefix, float[run batch trial pos] (the step's `aux`)."""
+        return aux.detach()
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         raise ValueError("the autoregressive policy has no entropy bonus (TrainConfig rejects one)")

@@ -24,7 +24,7 @@ from einops import einsum
 from torch import nn
 
 from lab.training.config import TrainConfig
-from tasks.sorting import LECTURE_PROMPTS, LECTURE_VOCAB_SIZE, REFERENCES
+from tasks.catalog import default_task
 
 
 class LectureModel(nn.Module):
@@ -102,10 +102,11 @@ def compute_kl_penalty(log_probs, ref_log_probs):
 def lecture_train(config: TrainConfig = TrainConfig()) -> list[dict]:
     """One run of the lecture's loop on its prompts; returns the per-step (epoch, step, loss, reward) log."""
     generator = torch.Generator().manual_seed(config.seed)
-    prompts = torch.tensor(LECTURE_PROMPTS)
-    model = LectureModel(LECTURE_VOCAB_SIZE, config.dim, prompts.shape[1], prompts.shape[1], generator)
+    task = default_task()  # the lecture's prompts, vocabulary and rewards on lists
+    prompts = task.prompts
+    model = LectureModel(task.vocab_size, config.dim, prompts.shape[1], prompts.shape[1], generator)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    reward_fn = REFERENCES[config.reward]
+    reward_fn = task.references[config.reward]
     loss_mode, delta_mode = config.loss.value, config.delta.value
     log = []
     for epoch in range(config.epochs):

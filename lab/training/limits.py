@@ -55,7 +55,7 @@ class MemoryCosts:
     tree_copies: int = 8
     """the autoregressive prefix tree: the policy's and the reference's levels and their temporaries"""
     reward_pair_bytes: int = 2
-    """per (sampled token, prompt token): the reward's bool comparison and its reduction (tasks.sorting)"""
+    """per (sampled token, prompt token): the reward's bool comparison and its reduction (a task's rewards, as sorting's)"""
 
 
 COSTS = MemoryCosts()

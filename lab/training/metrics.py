@@ -201,33 +201,34 @@ def sample_metrics(rewards: Tensor, optimum: Tensor, correction: int) -> dict[st
                 zero_std_fraction=(rewards.amax(-1) == rewards.amin(-1)).float().mean(-1))
 
 
-def greedy_metrics(rewards: Tensor, greedy: Tensor, targets: Tensor, optimum: Tensor):
+def greedy_metrics(rewards: Tensor, correct: Tensor, optimum: Tensor):
     """Reward, fraction of optimum and exact accuracy of argmax responses, three float[run epoch].
 
-    rewards float[run epoch batch] of the greedy responses int[run epoch batch pos];
-    targets int[batch pos]; optimum float[run batch].
+    rewards float[run epoch batch] of the greedy responses; correct bool[run epoch batch], whether each is a correct
+    answer (the task's target, `lab.training.groups.correct`); optimum float[run batch].
     """
-    exact = (greedy == targets).all(dim=-1).float()  # float[run epoch batch]
-    return rewards.mean(-1), (rewards / optimum.unsqueeze(-2)).mean(-1), exact.mean(-1)
+    return rewards.mean(-1), (rewards / optimum.unsqueeze(-2)).mean(-1), correct.float().mean(-1)
 
 
 def greedy_log(score, training: tuple[Tensor, Tensor, Tensor], greedy: list[Tensor],
-               heldout: tuple[Tensor, Tensor, Tensor] | None, heldout_greedy: list[Tensor]) -> dict[str, Tensor]:
+               heldout: tuple[Tensor, Tensor, Tensor] | None, heldout_greedy: list[Tensor],
+               correct) -> dict[str, Tensor]:
     """Both loops' greedy epoch metrics, float[run epoch] each: greedy_reward, greedy_fraction and
     greedy_accuracy on the training prompts, heldout_greedy_reward and heldout_greedy_accuracy on
     the held-out ones (NaN without them). `training` and `heldout` are (prompts int[batch pos],
     targets int[batch pos], optimum float[run batch]); `greedy` the epochs' argmax responses
-    int[run batch pos]; score(prompts, responses int[run epoch batch pos]) -> float[run epoch batch]."""
+    int[run batch pos]; score(prompts, responses int[run epoch batch pos]) -> float[run epoch batch]; correct(prompts,
+    responses, targets) -> bool[run epoch batch]."""
     prompts, targets, optimum = training
     responses = torch.stack(greedy, dim=1)  # int[run epoch batch pos]
     log = dict(zip(("greedy_reward", "greedy_fraction", "greedy_accuracy"),
-                   greedy_metrics(score(prompts, responses), responses, targets, optimum)))
+                   greedy_metrics(score(prompts, responses), correct(prompts, responses, targets), optimum)))
     if heldout is None:
         nan = torch.full(responses.shape[:2], float("nan"), device=responses.device)
         log["heldout_greedy_reward"], log["heldout_greedy_accuracy"] = nan, nan
     else:
         prompts, targets, optimum = heldout
         held = torch.stack(heldout_greedy, dim=1)
-        reward, _, accuracy = greedy_metrics(score(prompts, held), held, targets, optimum)
+        reward, _, accuracy = greedy_metrics(score(prompts, held), correct(prompts, held, targets), optimum)
         log["heldout_greedy_reward"], log["heldout_greedy_accuracy"] = reward, accuracy
     return log

@@ -48,7 +48,7 @@ def help_answers() -> list[dict]:
 def test_help_version_and_every_commands_help_load_no_torch():
     """Each answer is the real one (exit 0, a usage or a version line), and torch is still not loaded after it:
     the options' choices and defaults come from torch-free modules (`lab.core.modes`, `lab.training.config`,
-    `tasks.sorting_choices`) and each command loads torch as its first instruction (`load_torch`)."""
+    `tasks.catalog`, which reads the task files without importing them) and each command loads torch as its first instruction (`load_torch`)."""
     answers = help_answers()
     commands = [a["argv"][0] for a in answers[3:]]
     assert {"run", "sweep", "diagnose", "reproduce", "bench", "trl", "trl-compare"} <= set(commands)

@@ -50,16 +50,19 @@ def test_a_run_starts_from_the_folders_policy_which_is_its_reference(tmp_path, s
     assert float(first["mean_reward"]) > 4  # the SFT policy's samples, not a random policy's
 
 
+@pytest.mark.crosspath
 def test_in_a_sweep_every_seed_starts_from_the_same_policy_and_samples_its_own(tmp_path):
+    """In float64 (the runs of a batch sit in different lanes of its kernels, which in float32 round differently on
+    some CPUs), every seed's first entropy is the start's, to the float32 rounding of the stored metric."""
     start, out = tmp_path / "start", tmp_path / "sweep"
     assert CliRunner().invoke(app, ["run", *SHORT, "--out", str(start)]).exit_code == 0  # still exploring
-    result = CliRunner().invoke(app, ["sweep", *SHORT, "--init-from", str(start), "--seeds", "3",
+    result = CliRunner().invoke(app, ["sweep", *SHORT, "--init-from", str(start), "--seeds", "3", "--dtype", "float64",
                                       "--loss", "dpo", "--kl", "0.1", "--format", "csv", "--out", str(out)])
     assert result.exit_code == 0, result.output
     steps = read_table(out / "metrics_step.csv")
     first = steps["step"] == 0
     np.testing.assert_array_equal(steps["kl_exact"][first], 0.0)  # DPO's reference: the start, for every seed
-    np.testing.assert_array_equal(steps["entropy"][first], steps["entropy"][first][0])  # one start: one entropy
+    np.testing.assert_allclose(steps["entropy"][first], steps["entropy"][first][0], rtol=2.5e-7, atol=0)  # one start
     epochs = read_table(out / "metrics_epoch.csv")
     assert len(set(epochs["mean_reward"][epochs["epoch"] == 0].tolist())) > 1  # each seed samples its own
     assert json.loads((out / "config.json").read_text())["base"]["init_from"] == str(start)

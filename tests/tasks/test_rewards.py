@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from tasks import sorting
-from tasks.sorting import (REFERENCES, REWARDS, VARIABLE_LENGTH, VARIABLE_LENGTH_REFERENCES, make_task, random_prompts,
+from tasks.prompts import random_prompts
+from tasks.sorting import (REFERENCES, REWARDS, VARIABLE_LENGTH, VARIABLE_LENGTH_REFERENCES, make_task,
                            task_from_spec, variable_length_reward)
 
 LECTURE_PROMPT = [3, 1, 0, 2]
@@ -165,7 +166,7 @@ def test_random_prompts_refuse_more_than_the_space_holds():
 
 def test_the_prompt_space_is_counted_without_a_power_of_the_users_length():
     """`--prompt-length 99999999999` used to compute 5**99999999999 (a hang); the count stops past the cap."""
-    from tasks.sorting import space_at_most
+    from tasks.prompts import space_at_most
     assert [space_at_most(5, n, 200) for n in (0, 1, 3, 4)] == [1, 5, 125, 201]
     assert space_at_most(5, 99_999_999_999, 10) == 11 and space_at_most(1, 99_999_999_999, 10) == 1
     assert space_at_most(2, 10, 2**20) == 1024

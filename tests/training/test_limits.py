@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import lab.cli.run_command
 import lab.training.limits
 from lab.cli.commands import app
-from lab.cli.options import prompts_label
+from lab.cli.task_options import prompts_label
 from lab.cli.progress import LineProgress
 from lab.cli.run_command import default_run_name
 from lab.training.config import TrainConfig
@@ -176,7 +176,7 @@ def test_memory_errors_advise_the_commands_own_options(tmp_path, monkeypatch, ar
 
 
 def _sweep_name(grid=None, base=None, prompts=None, seeds=2):
-    from lab.cli.options import PROMPT_DEFAULTS
+    from lab.cli.task_options import PROMPT_DEFAULTS
     from lab.cli.sweep_command import default_sweep_name
     from lab.experiments.sweep import build_grid
     points = build_grid(base or TrainConfig(), grid or {}, 1)
