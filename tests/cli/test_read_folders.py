@@ -242,6 +242,7 @@ CONFIG_DAMAGE = {
                                               "must lie in 0..4"),
     "prompts of two lengths": (lambda data: {**data, "task": {**data["task"], "prompts": [[1, 0, 2], [1, 0]]}},
                                "one length"),
+    "null": (lambda data: None, "must be an object"),
 }
 
 
@@ -249,8 +250,8 @@ CONFIG_DAMAGE = {
 @pytest.mark.parametrize("damage", CONFIG_DAMAGE)
 def test_a_run_config_json_of_the_wrong_shape_under_a_rewritten_mark_is_one_line(reader, damage, sources, tmp_path,
                                                                                  empty_cwd):
-    """A run's config.json edited (no "config", a prompt token outside the vocabulary, prompts of two lengths) and the
-    mark rewritten: every run reader names config.json and the field."""
+    """A run's config.json edited (no "config", a prompt token outside the vocabulary, prompts of two lengths, JSON
+    null: used to be an AttributeError) and the mark rewritten: every run reader names config.json and the field."""
     folder = copy_of(sources, "run", tmp_path)
     edit, fragment = CONFIG_DAMAGE[damage]
     (folder / "config.json").write_text(json.dumps(edit(json.loads((folder / "config.json").read_text()))))
@@ -292,4 +293,14 @@ def test_a_model_or_pairs_from_another_fit_under_a_rewritten_mark_is_one_line(re
     shutil.copy(sources / "other-rm" / swapped, folder / swapped)
     rewrite_mark(folder)
     one_line(read(reader, folder), 2, "summary.json records")
+    assert os.listdir(empty_cwd) == []
+
+
+@pytest.mark.parametrize("reader", [r for r, (_, kind) in READERS.items() if kind == "run"])
+@pytest.mark.parametrize("summary", ["null", "[]", '{"status": "finished"}'])
+def test_a_run_summary_json_that_is_no_status_object_is_one_line(reader, summary, sources, tmp_path, empty_cwd):
+    folder = copy_of(sources, "run", tmp_path)
+    (folder / "summary.json").write_text(summary)
+    rewrite_mark(folder)
+    one_line(read(reader, folder), 2, "summary.json", '"status"')
     assert os.listdir(empty_cwd) == []
