@@ -122,3 +122,11 @@ def test_diagnose_default_name_keeps_a_user_file_at_its_marks_name(tmp_path, mon
     mark.write_text("the user's")
     one_line(lab("diagnose", "--delta", "raw", "--group-size", "2"), 2, mark.name)
     assert os.listdir(tmp_path / "runs") == [mark.name] and mark.read_text() == "the user's"
+
+
+def test_diagnose_default_name_keeps_a_user_file_named_runs(tmp_path, monkeypatch):
+    """The default figure goes into runs/: a file of the user's by that name is refused, never replaced."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").write_text("the user's")
+    one_line(lab("diagnose", "--delta", "raw", "--group-size", "2"), 2, "runs")
+    assert os.listdir(tmp_path) == ["runs"] and (tmp_path / "runs").read_text() == "the user's"
