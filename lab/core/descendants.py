@@ -30,9 +30,6 @@ from torch import Tensor
 
 from lab.core.losses import TOKEN_AXES, as_leading, clipped, log_ratios
 
-CISPO_CAP = 5.0
-"""The lab's default eps_max for `--loss cispo` (TRL's recommended value; TRL itself falls back to `epsilon`)."""
-
 LOG_W_FLOOR = math.log(1e-8)
 
 

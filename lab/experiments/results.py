@@ -39,6 +39,13 @@ TOP_RESPONSES = 3
 """How many of the most common final responses of stuck runs to list per prompt."""
 
 
+VERDICT_NOTE = ("Beside each verdict: the smallest effect its design detects with 80% power, from the observed spread "
+                "(a paired noncentral t; for fractions of runs, every binomial count enumerated; 'out of reach' where "
+                "no true value would do), and the effect the claim needs to see. 'underpowered' = the interval "
+                "straddles and the design could not have seen that effect: more seeds decide it, not a verdict "
+                "against the claim. ")
+"""The sentence below the lecture's verdicts (lab/experiments/verdicts.py says how each number is made)."""
+
 LATE_EPOCHS = 10
 """'The last epochs' of a run, for the share of groups that no longer carry a signal."""
 
@@ -219,11 +226,7 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
            "and mean reward it reproduces at every step (`tests/experiments/test_lecture_run.py`).",
            "", "## The lecture's claims against the data", ""]
     out += _claims(records, lecture, lecture_groups, optimum)
-    out += ["", "Beside each verdict: the smallest effect its design detects with 80% power, from the observed spread "
-            "(a paired noncentral t; for fractions of runs, every binomial count enumerated; 'out of reach' where no "
-            "true value would do), and the effect the claim needs to see. 'underpowered' = the interval straddles "
-            "and the design could not have seen that effect: more seeds decide it, not a verdict against the claim. "
-            "Verdict rules: see the docstring of `lab/experiments/results.py` "
+    out += ["", VERDICT_NOTE + "Verdict rules: see the docstring of `lab/experiments/results.py` "
             f"(little difference = within {MARGIN:.0%} of the optimum; stuck = greedy response not optimal on "
             f"some prompt at the end; 'gets stuck' holds when the stuck share is above {STUCK_SHARE:.0%} with 95% "
             "confidence; a stuck ending is a local optimum when no single-token change of the response raises its "

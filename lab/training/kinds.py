@@ -32,6 +32,8 @@ from lab.training.divergence import DivergenceGuard
 from lab.training.lengths import eos_targets, resolve_max_length
 from lab.training.metrics import FIXED_LENGTH_METRICS, LIVE_TOKEN_METRICS, BlockMetrics
 from lab.training.runs import RunGroups
+from lab.training.tempering import (TemperedStack, TemperedView, tempered, tempered_module,  # noqa: F401
+                                     temperature_scale)
 from tasks import Task, best_reward
 
 def start_from(policy, folder: str | None) -> None:
@@ -44,64 +46,6 @@ def start_from(policy, folder: str | None) -> None:
     with torch.no_grad():
         for name, parameter in policy.named_parameters():
             parameter.copy_(state[name].to(parameter).expand_as(parameter))
-
-
-def temperature_scale(configs: list[TrainConfig], device: torch.device) -> Tensor | None:
-    """1 / sqrt(T) per run, float[run]; None when every run has T = 1, so that such runs take exactly the
-    code path they took before temperatures existed (bit for bit).
-
-    Sampling at temperature T draws from softmax(logits / T), and the loss's log-probs (and the
-    reference's, and the entropy) are taken at the same T, as verl's rollout and actor do. Both
-    policies' logits are quadratic in the embedding E (it gives the hidden state and is the tied output
-    layer), so logits(E / sqrt(T)) = logits(E) / T: scaling the embedding inside the fused nodes divides
-    every logit by T, with the gradient taken through the scaling (tests/training/test_temperature.py)."""
-    temperatures = [c.temperature for c in configs]
-    if all(t == 1.0 for t in temperatures):
-        return None
-    return torch.tensor(temperatures, dtype=torch.float64, device=device).rsqrt()
-
-
-def tempered(parameters: list[Tensor], scale: Tensor | None) -> list[Tensor]:
-    """The parameters (embedding first, each with a leading run axis) seen at each run's temperature."""
-    if scale is None:
-        return parameters
-    return [parameters[0] * scale.to(parameters[0].dtype).view(-1, *[1] * (parameters[0].dim() - 1)),
-            *parameters[1:]]
-
-
-def tempered_module(policy, scale: Tensor | None):
-    """A policy stack at each run's temperature as a module of its own (a copy whose embedding is scaled by
-    1 / sqrt(T)), for code that takes a policy module, such as the exact analyses of lab.exact; the stack
-    itself when every T is 1."""
-    if scale is None:
-        return policy
-    import copy
-
-    view = copy.deepcopy(policy)
-    embedding = dict(view.named_parameters())["embedding"]
-    with torch.no_grad():
-        embedding.mul_(scale.to(embedding.dtype).view(-1, *[1] * (embedding.dim() - 1)))
-    return view
-
-
-class TemperedView:
-    """A policy stack's parameters at temperature, where exact code reads `embedding` and `named_parameters()`."""
-
-    def __init__(self, policy, scale: Tensor) -> None:
-        names, values = zip(*policy.named_parameters())
-        self.params = dict(zip(names, tempered(list(values), scale)))
-        self.embedding = self.params["embedding"]
-
-    def named_parameters(self):
-        return self.params.items()
-
-
-class TemperedStack:
-    """What both kinds share: their policy stack (`self.policy`) at each run's temperature (`self.scale`)."""
-
-    def tempered_policy(self):
-        """The kind's stack at each run's temperature, as a module of its own (`tempered_module`)."""
-        return tempered_module(self.policy, self.scale)
 
 
 class Factorized(TemperedStack):
@@ -173,10 +117,8 @@ class Factorized(TemperedStack):
         return aux.argmax(dim=-1).unsqueeze(-2).expand_as(responses)
 
     def token_entropies(self, aux: Tensor, responses: Tensor) -> Tensor:
-        """Each token's entropy H(pi(. | x, position)), float[run batch trial pos], from a step's log-softmaxes
-        (`aux`): a position's, whatever the response."""
-        entropies = -(aux.exp() * aux).sum(dim=-1)  # float[run batch pos]
-        return entropies.unsqueeze(-2).expand_as(responses)
+        """Each token's entropy: its position's, from the step's log-softmaxes, float[run batch trial pos]."""
+        return -(aux.exp() * aux).sum(dim=-1).unsqueeze(-2).expand_as(responses)
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         """The exact mean entropy of the given runs' policies on the prompts, differentiable: float[runs]."""
@@ -280,8 +222,7 @@ class Autoregressive(TemperedStack):
             return P.token_logits(self.policy, self.prompts, responses).argmax(dim=-1)
 
     def token_entropies(self, aux: Tensor, responses: Tensor) -> Tensor:
-        """Each token's next-token entropy given its prefix, float[run batch trial pos] (the step's `aux`)."""
-        return aux.detach()
+        return aux.detach()  # the step's own next-token entropies given each prefix, float[run batch trial pos]
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         raise ValueError("the autoregressive policy has no entropy bonus (TrainConfig rejects one)")

@@ -36,10 +36,6 @@ class RunGroups:
         order = torch.cat([idx for _, idx in self.groups])
         self.inverse = torch.argsort(order)
 
-    def part(self, start: int, stop: int) -> "RunGroups":
-        """The groups of runs start..stop-1 alone (their keys in order), on the same device."""
-        return RunGroups(self.keys[start:stop], self.inverse.device)
-
     def apply(self, fn: Callable[..., Tensor], *tensors: Tensor) -> Tensor:
         """fn(key, *tensors restricted to that key's runs) for each key, reassembled in run order (a None
         tensor, such as the mask of fixed-length responses, is passed on as None)."""
