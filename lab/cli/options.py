@@ -236,7 +236,7 @@ def cli_message(message: str) -> str:
     for words, typed in CLI_NAMES.items():
         message = re.sub(rf"(?<![-\w]){re.escape(words)}(?= must)", typed, message, flags=re.I)
     for name in OPTION_FIELDS:  # multi-word fields anywhere; one-word ones only where they start a clause
-        pattern = (rf"(?<![-\w]){name}\b" if "_" in name else
+        pattern = (rf"(?<![-\w\"]){name}\b" if "_" in name else  # "name": a JSON field, kept
                    rf"(^|(?<=: )|(?<=needs )|(?<=unknown )){name}(?= must| is| '| [><=])")
         message = re.sub(pattern, "--" + option(name), message)
     return message

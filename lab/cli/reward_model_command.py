@@ -180,18 +180,19 @@ def reward_model(
         _check("--center-rewards-coefficient", center_rewards_coefficient is None or (
             math.isfinite(center_rewards_coefficient) and center_rewards_coefficient >= 0), "a finite number >= 0",
             center_rewards_coefficient)
-        check_counts({"--dim": dim, "--vocab-size": vocab_size, "--num-prompts": num_prompts, "--max-length": max_length,
-                      "--prompt-length": prompt_length, "--heldout": heldout}, available_memory(), WHAT)
+        check_counts({"--dim": dim, "--vocab-size": options["vocab_size"], "--num-prompts": options["num_prompts"],
+                      "--max-length": max_length, "--prompt-length": options["prompt_length"],
+                      "--heldout": options["heldout"]}, available_memory(), WHAT)  # the task's values where not given
         start = {} if from_run is None else dict(init_from=from_run,
                                                    init_sha256=start_sha256(from_run, "--from-run"))
         draw = TrainConfig(seed=seed, policy=policy, max_length=max_length, dim=dim, init_scale=init_scale,
                            **start)  # the drawing policy, checked as a run's start
-        if prompts == "random":  # before drawing them
-            check_enumerable(draw, vocab_size, prompt_length)
-            check_size(draw, options, num_prompts, prompt_length, pairs_per_prompt)
+        if options["prompts"] == "random":  # before drawing them
+            check_enumerable(draw, options["vocab_size"], options["prompt_length"])
+            check_size(draw, options, options["num_prompts"], options["prompt_length"], pairs_per_prompt)
         task = make_task(**options)
         check_fits(draw, task)
-        check_enumerable(draw, vocab_size, task.prompts.shape[1])
+        check_enumerable(draw, task.vocab_size, task.prompts.shape[1])
         check_size(draw, options, *task.prompts.shape, pairs_per_prompt)
         if from_run is not None and (lines := start_mismatches(from_run, draw, task, "--from-run")):
             raise ConfigError("\n".join(lines))

@@ -70,6 +70,13 @@ def check_folder(path, option: str, what: str) -> Path:
 
 def check_marked(folder: Path, option: str, command: str) -> dict:
     """The folder's mark, after checking it is sound and vouches for every file it lists (module docstring)."""
+    try:
+        return _check_marked(folder, option, command)
+    except OSError as e:  # a folder or file we may not read: one line, as any other problem
+        raise ValueError(f"{named(option, folder)}: cannot be read ({e.strerror or type(e).__name__})") from None
+
+
+def _check_marked(folder: Path, option: str, command: str) -> dict:
     where = named(option, folder)
     if not os.path.lexists(folder / MARKER):
         raise ValueError(f"{where}: no {MARKER} mark in it: not a folder written by lab {command}")

@@ -74,8 +74,8 @@ def marker_problem(folder: Path) -> str | None:
     """Why `folder` carries no usable marker ('no .lab-output inside', '... is not valid JSON', '... is a link',
     '... lists a path outside the folder'), or None."""
     path = Path(folder) / MARKER
-    if path.is_symlink():
-        return f"its {MARKER} is a link (the lab writes its mark as a file)"
+    if path.is_symlink() or (path.exists() and not path.is_file()):  # a pipe would block the read
+        return f"its {MARKER} is a link or not a file (the lab writes its mark as a file)"
     try:
         if path.stat().st_size > MARK_BYTES:
             return f"its {MARKER} is larger than any mark the lab writes"

@@ -84,8 +84,12 @@ def read_reward_model(folder: str | Path, option: str = "--reward") -> RewardMod
     config = read_json(folder / "config.json", where)
     if not isinstance(config, dict):
         raise ValueError(f"{where}: its config.json is not a JSON object")
-    if not isinstance(read_json(folder / "summary.json", where), dict):  # not used, but parsed as every file is
-        raise ValueError(f"{where}: its summary.json is not a JSON object")
+    summary = read_json(folder / "summary.json", where)
+    if not isinstance(summary, dict) or not all(isinstance(summary.get(k), (int, float)) and not isinstance(
+            summary.get(k), bool) for k in ("loss", "accuracy")):
+        raise ValueError(f"{where}: its summary.json must be an object with the final \"loss\" and \"accuracy\"")
+    for key in ("margin", "center_rewards_coefficient"):
+        _field(config, where, "reward_model", key, kind=(int, float, None))
     vocab = _field(config, where, "task", "vocab_size", low=1, high=2**31 - 1)
     length = _field(config, where, "response_space", "response_length", low=1, high=LIMITS.max_responses)
     eos = _field(config, where, "response_space", "eos", kind=(int, None))
@@ -112,9 +116,28 @@ def read_reward_model(folder: str | Path, option: str = "--reward") -> RewardMod
         raise ValueError(f"{where}: its config.json's \"task\".\"prompts\" must be a non-empty list of token lists "
                          f"of one length, tokens in 0..{vocab - 1}")
     found = RewardModelFolder(folder, config, sha256(folder / MODEL_FILE), prefix)
-    load_model(found)
-    read_folder_pairs(found)
+    check_summary(found, summary["loss"], load_model(found), read_folder_pairs(found))
     return found
+
+
+def check_summary(found: RewardModelFolder, recorded: float, model, pairs) -> None:
+    """model.pt on pairs.csv gives the final loss summary.json records (`lab reward-model` computed it from these two,
+    in float64), to 1e-9 relative: a model or pairs swapped in from elsewhere under a rewritten mark do not."""
+    import math
+
+    import torch
+
+    from lab.core.reward_model import reward_model_loss
+
+    settings, n = found.config["reward_model"], found.config["reward_model"]["pairs_per_prompt"]
+    prompts = torch.tensor(found.config["task"]["prompts"])  # int[batch pos_x]
+    with torch.no_grad():
+        scores = model(prompts.unsqueeze(1), pairs)  # float[batch 2N]: winners, then losers
+        loss = float(reward_model_loss(scores[:, :n].flatten(), scores[:, n:].flatten(), settings.get("margin"),
+                                       settings.get("center_rewards_coefficient")))
+    if not math.isclose(loss, recorded, rel_tol=1e-9, abs_tol=1e-12):
+        raise ValueError(f"{found.where}: its model.pt on its pairs.csv gives the loss {loss:.10g}, its summary.json "
+                         f"records {recorded:.10g}: a model or pairs from another fit; fit the model again")
 
 
 def read_folder_pairs(found: RewardModelFolder):

@@ -58,10 +58,11 @@ def read_run(folder, option: str = "--from-run", marked: bool = True) -> LabRun:
         check_unmarked_files(folder, option, READ_FILES)
     config = read_json(folder / "config.json", where, required=marked)
     summary = read_json(folder / "summary.json", where, required=marked)
-    if summary is not None and not (isinstance(summary, dict) and summary.get("status") in STATUSES):
+    there = lambda name: marked or os.path.lexists(folder / name)  # noqa: E731  (JSON null is no object either)
+    if there("summary.json") and not (isinstance(summary, dict) and summary.get("status") in STATUSES):
         raise ValueError(f"{where}: its summary.json must be an object whose \"status\" is \"ok\" or \"diverged\" "
                          "(lab run writes one)")
-    if config is not None and not isinstance(config, dict):
+    if there("config.json") and not isinstance(config, dict):
         raise ValueError(f"{where}: its config.json must be an object (lab run writes one)")
     if marked and not isinstance(config.get("config"), dict):
         raise ValueError(f"{where}: its config.json has no \"config\" object with the run's settings")

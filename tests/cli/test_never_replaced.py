@@ -50,14 +50,14 @@ def snapshot(root: Path) -> dict:
     for path in sorted(root.rglob("*")):
         key = str(path.relative_to(root))
         entries[key] = ("link", os.readlink(path)) if path.is_symlink() else \
-            ("file", path.read_bytes()) if path.is_file() else ("folder",)
+            ("file", path.read_bytes()) if path.is_file() else ("folder",) if path.is_dir() else ("other",)
     return entries
 
 
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("damage", ["a listed file missing", "the mark names ../victim.txt",
                                     "the mark names an absolute path", "a listed file is a link",
-                                    "the mark is a link"])
+                                    "the mark is a link", "the mark is a pipe"])
 def test_force_replaces_no_folder_whose_mark_is_not_sound(command, damage, written, tmp_path, monkeypatch):
     """Five kinds of damage `--force` used to replace in silence (deleting the link placed inside): each refused
     with one line, the folder and the file outside it byte-identical."""
@@ -76,6 +76,9 @@ def test_force_replaces_no_folder_whose_mark_is_not_sound(command, damage, writt
         shutil.copy(out / listed, tmp_path / listed)
         (out / listed).unlink()
         (out / listed).symlink_to(tmp_path / listed)
+    elif damage == "the mark is a pipe":  # reading it would block forever
+        (out / MARKER).unlink()
+        os.mkfifo(out / MARKER)
     else:
         shutil.copy(out / MARKER, tmp_path / "mark-elsewhere")
         (out / MARKER).unlink()
@@ -119,3 +122,11 @@ def test_diagnose_default_name_keeps_a_user_file_at_its_marks_name(tmp_path, mon
     mark.write_text("the user's")
     one_line(lab("diagnose", "--delta", "raw", "--group-size", "2"), 2, mark.name)
     assert os.listdir(tmp_path / "runs") == [mark.name] and mark.read_text() == "the user's"
+
+
+def test_diagnose_default_name_keeps_a_user_file_named_runs(tmp_path, monkeypatch):
+    """The default figure goes into runs/: a file of the user's by that name is refused, never replaced."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").write_text("the user's")
+    one_line(lab("diagnose", "--delta", "raw", "--group-size", "2"), 2, "runs")
+    assert os.listdir(tmp_path) == ["runs"] and (tmp_path / "runs").read_text() == "the user's"

@@ -43,9 +43,10 @@ def sources(tmp_path_factory):
     """A finished run and a small reward model, to damage copies of."""
     folder = tmp_path_factory.mktemp("sources")
     assert lab("run", *SHORT, "--out", folder / "run").exit_code == 0
-    result = lab("reward-model", "--size", "small", "--pairs-per-prompt", "4", "--steps", "5", "--quiet",
-                 "--out", folder / "rm")
-    assert result.exit_code == 0, result.output
+    for name, seed in (("rm", 5), ("other-rm", 6)):
+        result = lab("reward-model", "--size", "small", "--pairs-per-prompt", "4", "--steps", "5", "--quiet",
+                     "--seed", seed, "--out", folder / name)
+        assert result.exit_code == 0, result.output
     return folder
 
 
@@ -104,7 +105,7 @@ def test_a_folder_argument_longer_than_the_file_system_allows_is_one_line(reader
 
 @pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("damage", ["a listed file missing", "the mark a link", "the mark names ../victim.txt",
-                                    "the mark names an absolute path", "a listed file is a link"])
+                                    "the mark names an absolute path", "a listed file is a link", "the mark a pipe"])
 def test_a_folder_whose_mark_is_not_sound_is_not_read(reader, damage, sources, tmp_path, empty_cwd):
     """A mark proves who wrote a folder only where it is sound: a file it lists is missing (a deleted config.json
     used to train in silence), the mark is a link, it names a path outside the folder, or it lists a link."""
@@ -122,11 +123,15 @@ def test_a_folder_whose_mark_is_not_sound_is_not_read(reader, damage, sources, t
     elif damage.startswith("the mark names"):
         name = "../victim.txt" if "../" in damage else str(victim)
         (folder / MARKER).write_text(json.dumps({**mark, "files": {**mark["files"], name: sha256(victim)}}))
+    elif damage == "the mark a pipe":  # reading it would block forever
+        (folder / MARKER).unlink()
+        os.mkfifo(folder / MARKER)
     else:
         (tmp_path / "summary.json").write_bytes((folder / "summary.json").read_bytes())
         (folder / "summary.json").unlink()
         (folder / "summary.json").symlink_to(tmp_path / "summary.json")
     fragment = {"a listed file missing": "config.json is missing", "the mark a link": "is a link",
+                "the mark a pipe": "not a file",
                 "a listed file is a link": "summary.json is a link"}.get(damage, "not a file inside the folder")
     one_line(read(reader, folder), 2, fragment)
     assert os.listdir(empty_cwd) == [] and victim.read_text() == "the user's"
@@ -237,6 +242,7 @@ CONFIG_DAMAGE = {
                                               "must lie in 0..4"),
     "prompts of two lengths": (lambda data: {**data, "task": {**data["task"], "prompts": [[1, 0, 2], [1, 0]]}},
                                "one length"),
+    "null": (lambda data: None, "must be an object"),
 }
 
 
@@ -244,8 +250,8 @@ CONFIG_DAMAGE = {
 @pytest.mark.parametrize("damage", CONFIG_DAMAGE)
 def test_a_run_config_json_of_the_wrong_shape_under_a_rewritten_mark_is_one_line(reader, damage, sources, tmp_path,
                                                                                  empty_cwd):
-    """A run's config.json edited (no "config", a prompt token outside the vocabulary, prompts of two lengths) and the
-    mark rewritten: every run reader names config.json and the field."""
+    """A run's config.json edited (no "config", a prompt token outside the vocabulary, prompts of two lengths, JSON
+    null: used to be an AttributeError) and the mark rewritten: every run reader names config.json and the field."""
     folder = copy_of(sources, "run", tmp_path)
     edit, fragment = CONFIG_DAMAGE[damage]
     (folder / "config.json").write_text(json.dumps(edit(json.loads((folder / "config.json").read_text()))))
@@ -275,3 +281,27 @@ def test_only_the_readers_parse_a_folders_files():
     parsing = {str(path.relative_to(root)) for pattern in ("lab/**/*.py", "tasks/**/*.py") for path in root.glob(pattern)
                if any(parser in path.read_text() for parser in PARSERS)}
     assert parsing <= READER_MODULES, sorted(parsing - READER_MODULES)
+
+
+@pytest.mark.parametrize("reader", [r for r, (_, kind) in READERS.items() if kind == "rm"])
+@pytest.mark.parametrize("swapped", ["model.pt", "pairs.csv"])
+def test_a_model_or_pairs_from_another_fit_under_a_rewritten_mark_is_one_line(reader, swapped, sources, tmp_path,
+                                                                             empty_cwd):
+    """model.pt or pairs.csv of another fit (seed 6, the same shapes: well-formed), the mark rewritten: the model on
+    the pairs no longer gives the final loss summary.json records (to 1e-9), so the folder is refused (used to train
+    and report). Mutant tried: `check_summary` returning at once (both cases train)."""
+    folder = copy_of(sources, "rm", tmp_path)
+    shutil.copy(sources / "other-rm" / swapped, folder / swapped)
+    rewrite_mark(folder)
+    one_line(read(reader, folder), 2, "summary.json records")
+    assert os.listdir(empty_cwd) == []
+
+
+@pytest.mark.parametrize("reader", [r for r, (_, kind) in READERS.items() if kind == "run"])
+@pytest.mark.parametrize("summary", ["null", "[]", '{"status": "finished"}'])
+def test_a_run_summary_json_that_is_no_status_object_is_one_line(reader, summary, sources, tmp_path, empty_cwd):
+    folder = copy_of(sources, "run", tmp_path)
+    (folder / "summary.json").write_text(summary)
+    rewrite_mark(folder)
+    one_line(read(reader, folder), 2, "summary.json", '"status"')
+    assert os.listdir(empty_cwd) == []
