@@ -188,11 +188,11 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.lr_control, reproduction.batch_effect = c.run_controls(default_task(), reproduction, base, device,
                                                                             controls_progress)
     if length_bias:  # its own batches (other shapes), then its exact numbers (lab.experiments.length_oracle)
-        tasks = length_tasks()
+        by_name = length_tasks()
         reproduction.length_pairs = length_pairs
-        reproduction.length = {name: run_sweep(tasks[name], runs, device=device, progress=stages(next(stage)))
+        reproduction.length = {name: run_sweep(by_name[name], runs, device=device, progress=stages(next(stage)))
                                for name, runs in length_runs.items()}
-        reproduction.length_exact = lb.exact_numbers(tasks, length_runs, seeds, progress=stages(next(stage)))
+        reproduction.length_exact = lb.exact_numbers(by_name, length_runs, seeds, progress=stages(next(stage)))
     if critic:
         reproduction.critic = run_critic_experiment(seeds, base, device, stages(next(stage)))
     if dpo:
@@ -227,7 +227,8 @@ def length_tasks() -> dict:
     """The length-bias experiment's tasks by name: the lecture's, and Dr. GRPO's setting."""
     from lab.experiments.length_bias import DR_GRPO, DR_GRPO_TASK, LECTURE
 
-    return {LECTURE: default_task(), DR_GRPO: make_named_task(DEFAULT_TASK, DR_GRPO_TASK["prompts"], DR_GRPO_TASK["vocab_size"])}
+    return {LECTURE: default_task(),
+            DR_GRPO: make_named_task(DEFAULT_TASK, DR_GRPO_TASK["prompts"], DR_GRPO_TASK["vocab_size"])}
 
 
 def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]:

@@ -171,6 +171,7 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     critic_part, dpo_part = critic_part.split("## GRPO with a KL penalty and DPO", 1)
     dpo_part, before_rl_part = dpo_part.split("## Before RL", 1)
     before_rl_part, rm_part = before_rl_part.split("## Reward-model over-optimisation", 1)
+    rm_part, beyond_part = rm_part.split("## The lecture's conclusions beyond sorting", 1)
 
     def verdicts(part: str) -> list[str]:
         return [line.rsplit("**", 2)[-2] for line in part.splitlines() if line.endswith("** |")]
@@ -197,6 +198,11 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
     assert len(verdicts(rm_part)) == 3 + 2 + 3 + 2 + 2 * 3  # bon, sizes, beta, GRPO's budget, DPO against GRPO
     assert set(verdicts(rm_part)) <= {"holds", "does not hold", "inconclusive"}
     assert "DPO on its pairs, beta 0.05" in rm_part and "(the trained runs' after every epoch" in rm_part
+    from lab.experiments.beyond_sorting import COMPARISONS
+    from tasks.catalog import task_names
+
+    assert len(verdicts(beyond_part)) == len(COMPARISONS) * len(task_names())
+    assert set(verdicts(beyond_part)) <= {"holds", "reversed", "no difference", "does not hold", "inconclusive"}
     raw = reproduction.runs["lecture_deltas", 0]
     assert mean_interval(reproduction.records.final("mean_reward")[raw]).text(3) in text
     assert len(set(reproduction.runs["baselines", 1]) & set(reproduction.runs["lecture_deltas", 1])) == 6  # trained once
