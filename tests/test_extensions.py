@@ -1,8 +1,8 @@
 """docs/architecture.md's list of the files a new task, delta mode, loss or policy changes is true.
 
 For a task, a delta mode and a loss the test makes the extension in a temporary copy of lab/, tasks/ and the tests
-that check every mode (issue 36's scratch extensions: `--delta rank`, a CISPO-style surrogate, a task `echo`), writing
-exactly the files the doc's row names, and nothing else; then every command that takes the new choice runs with it
+that check every mode (issue 36's scratch extensions: `--delta rank`, a CISPO-style surrogate `capped`, a task
+`echo`), writing exactly the files the doc's row names, and nothing else; then every command that takes the new choice runs with it
 (both policies, the exact diagnosis), `lab run --help` lists it with its help, and the tests that check every delta
 mode and every loss against a reference formula (tests/core/test_deltas.py, test_losses.py) pass with the new
 one's formula added there. The copy, with its temporary
@@ -41,24 +41,24 @@ RANK_REFERENCE = """    if mode == "rank":
         return [(sorted(range(g), key=lambda j: (group[j], j)).index(i) - (g - 1) / 2) / g for i in range(g)]
 """
 """rank's formula on a list, in tests/core/test_deltas.py's `group_formula` (every mode is checked against it)."""
-CISPO = '''"""CISPO's surrogate: -sg(min(ratio, 1 + eps)) * delta * log pi (MiniMax-M1, arXiv:2506.13585)."""
+CAPPED = '''"""A CISPO-style surrogate: -sg(min(ratio, 1 + eps)) * delta * log pi (MiniMax-M1, arXiv:2506.13585)."""
 
 from lab.core.losses import as_leading, ratios
 
 
-def cispo(log_probs, token_deltas, old_log_probs, mask, clip_eps):
+def capped(log_probs, token_deltas, old_log_probs, mask, clip_eps):
     weight = ratios(log_probs, old_log_probs).clamp(max=1 + as_leading(clip_eps, log_probs)).detach()
     return -weight * token_deltas * log_probs
 '''
-CISPO_ENTRY = ('    cispo = Loss("cispo", PG, "CISPO: -sg(min(ratio, 1 + eps)) x delta x log-prob", '
-               'Ref("lab.core.cispo:cispo"), needs_old=True, clip_metrics=PPO_CLIP, settings=("clip_eps",))\n')
-CISPO_REFERENCE = """        if mode == "cispo":
+CAPPED_ENTRY = ('    capped = Loss("capped", PG, "CISPO-style: -sg(min(ratio, 1 + eps)) x delta x log-prob", '
+                'Ref("lab.core.capped:capped"), needs_old=True, clip_metrics=PPO_CLIP, settings=("clip_eps",))\n')
+CAPPED_REFERENCE = """        if mode == "capped":
             weight = min(rho, 1 + eps)
             value += -weight * delta * lp / n
             grad[b][t][q] = -weight * delta / n
             continue
 """
-"""cispo's formula, element by element, in tests/core/test_losses.py's `reference_loss_and_grad`."""
+"""capped's formula, element by element, in tests/core/test_losses.py's `reference_loss_and_grad`."""
 ECHO_TEST = '''import torch
 from tasks.echo import REWARDS
 
@@ -71,7 +71,7 @@ COMMANDS = [
     ["run", "--delta", "rank", *SHORT, "--out", "run-rank"],
     ["run", "--delta", "rank", "--policy", "autoregressive", *SHORT, "--out", "run-rank-ar"],
     ["diagnose", "--delta", "rank", "--group-size", "2", "--out", "rank.png"],
-    ["run", "--loss", "cispo", "--delta", "centered", "--policy", "autoregressive", *SHORT, "--out", "run-cispo-ar"],
+    ["run", "--loss", "capped", "--delta", "centered", "--policy", "autoregressive", *SHORT, "--out", "run-capped-ar"],
     ["run", "--task", "echo", "--policy", "autoregressive", *SHORT, "--out", "run-echo"],
     ["run", "--help"],
 ]
@@ -106,7 +106,7 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 def test_a_new_delta_mode_loss_and_task_change_the_files_the_doc_names_and_work_everywhere(tmp_path):
-    """The scratch extensions touch exactly the doc's files (NAME = rank, cispo, echo) and every command runs them."""
+    """The scratch extensions touch exactly the doc's files (NAME = rank, capped, echo) and every command runs them."""
     copy = tmp_path / "copy"
     for folder in ("lab", "tasks", "tests/core"):
         shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
@@ -117,15 +117,15 @@ def test_a_new_delta_mode_loss_and_task_change_the_files_the_doc_names_and_work_
     modes = copy / "lab" / "core" / "modes.py"
     text = modes.read_text()
     text = text.replace('    gae = Delta("gae"', RANK_ENTRY + '    gae = Delta("gae"', 1)
-    text = text.replace('    dpo = Loss("dpo"', CISPO_ENTRY + '    dpo = Loss("dpo"', 1)
+    text = text.replace('    dpo = Loss("dpo"', CAPPED_ENTRY + '    dpo = Loss("dpo"', 1)
     modes.write_text(text)
     for path, marker, reference in (("tests/core/test_deltas.py", "    raise AssertionError(mode)", RANK_REFERENCE),
                                     ("tests/core/test_losses.py", "        raise AssertionError(f\"no reference",
-                                     CISPO_REFERENCE)):
+                                     CAPPED_REFERENCE)):
         source = (copy / path).read_text()
         assert marker in source
         (copy / path).write_text(source.replace(marker, reference + marker, 1))
-    written = {"lab/core/rank.py": RANK, "lab/core/cispo.py": CISPO, "tasks/echo.py": ECHO,
+    written = {"lab/core/rank.py": RANK, "lab/core/capped.py": CAPPED, "tasks/echo.py": ECHO,
                "tests/tasks/test_echo.py": ECHO_TEST}
     for path, source in written.items():
         (copy / path).parent.mkdir(parents=True, exist_ok=True)
@@ -134,7 +134,7 @@ def test_a_new_delta_mode_loss_and_task_change_the_files_the_doc_names_and_work_
     changed = {p for p in after if before.get(p) != after[p]}
 
     rows = doc_rows()
-    named = {path.replace("NAME", name) for row, name in (("delta mode", "rank"), ("loss", "cispo"), ("task", "echo"))
+    named = {path.replace("NAME", name) for row, name in (("delta mode", "rank"), ("loss", "capped"), ("task", "echo"))
              for path in rows[row]}
     assert changed == named, (changed, named)
 
@@ -143,13 +143,13 @@ def test_a_new_delta_mode_loss_and_task_change_the_files_the_doc_names_and_work_
                             capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(copy)})
     assert result.returncode == 0, result.stderr[-2000:]
     probe = json.loads(result.stdout.splitlines()[-1])
-    assert probe["tests"] == 0, result.stdout[-3000:]  # the reference tests, rank and cispo among every mode
+    assert probe["tests"] == 0, result.stdout[-3000:]  # the reference tests, rank and capped among every mode
     answers = probe["commands"]
     for answer in answers:
         assert answer["code"] == 0, answer
     help_text = " ".join(answers[-1]["output"].split())
     assert "rank: the reward's rank in its group, centered" in help_text
-    assert "cispo: CISPO: -sg(min(ratio, 1 + eps)) x delta x log-prob" in help_text
+    assert "capped: CISPO-style: -sg(min(ratio, 1 + eps)) x delta x log-prob" in help_text
     assert json.loads((copy / "run-echo" / "config.json").read_text())["task"]["name"] == "echo"
 
 

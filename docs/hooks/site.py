@@ -3,7 +3,8 @@ reference is generated from the command line itself, so neither can drift.
 
     README.md                  the start page (a README is its folder's index)
     notebooks/README.md        the lessons' page
-    notebooks/NN_name.ipynb    executed by mkdocs-jupyter; the nav's Lessons, each lesson found by its name
+    notebooks/NN_name.ipynb    its executed copy in build/lessons/ (docs/hooks/execute_lessons.py), rendered by
+                               mkdocs-jupyter without running it; the nav's Lessons, each lesson found by its name
     figures/RESULTS.md, *.png  the results
     cli.md                     generated: the `lab` click command walked, each command's help, usage, options
     <path>                     any other repository file a page links, at its own path (a folder: a
@@ -28,6 +29,9 @@ LESSONS = "LESSONS"
 """The placeholder of the nav's Lessons section in mkdocs.yml."""
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")
 SKIPPED = ("__pycache__", ".ipynb_checkpoints")
+
+EXECUTED = ROOT / "build" / "lessons"
+"""The lessons' executed copies, which the site shows (`python docs/hooks/execute_lessons.py` writes them)."""
 
 REAL: dict[str, Path] = {}
 """Each page's source in the repository, by its place on the site (src_uri)."""
@@ -89,12 +93,29 @@ def add_source(files, config, path: Path) -> None:
                 add_source(files, config, child)
     elif relative not in REAL:
         REAL[relative] = path
+        if path.suffix == ".ipynb" and path.parent.name == "notebooks":
+            files.append(executed_lesson(config, relative, path))
+            return
         # a page the nav does not name (a linked source, such as figures/trl_comparison.md) is on the site, not in
         # the nav, and says so: mkdocs's `omitted_files` check would count it as a page forgotten from the nav
         in_nav = relative in nav_pages(config)
         files.append(File(relative, str(ROOT), config["site_dir"], config["use_directory_urls"],
                           inclusion=InclusionLevel.UNDEFINED if in_nav or not relative.endswith(".md")
                           else InclusionLevel.NOT_IN_NAV))
+
+
+def executed_lesson(config, relative: str, lesson: Path) -> File:
+    """The lesson at its own place on the site, read from its executed copy (the build runs no lesson)."""
+    from mkdocs.exceptions import PluginError
+
+    executed = EXECUTED / lesson.name
+    sources = [s for s in (lesson, lesson.with_suffix(".py")) if s.exists()]
+    if not executed.exists() or any(s.stat().st_mtime > executed.stat().st_mtime for s in sources):
+        raise PluginError(f"{relative} has no up-to-date executed copy in build/lessons/: run "
+                          "`python docs/hooks/execute_lessons.py` first (it executes the lessons that changed)")
+    file = File(relative, str(ROOT), config["site_dir"], config["use_directory_urls"])
+    file.abs_src_path = str(executed)
+    return file
 
 
 def nav_pages(config) -> set[str]:

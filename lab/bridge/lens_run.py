@@ -74,6 +74,8 @@ def run_with_lens(spec: TinyLM, make_trainer: Callable, prompts: torch.Tensor, r
         def on_train_begin(self, args, state, control, model=None, **kwargs):
             self.initial = lens(model)
             records.append({"epoch": 0, **metrics(self.initial, self.initial)})
+            if progress:  # training starts now: the time before it (loading TRL, building the model) is not per epoch
+                progress(0, state.max_steps // steps)
 
         def on_log(self, args, state, control, logs=None, model=None, **kwargs):
             if state.global_step % steps == 0 and state.global_step > 0 and "loss" in logs:

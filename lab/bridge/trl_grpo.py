@@ -8,7 +8,10 @@ TRL's fields as docs/trl.md tabulates (checked by tests/bridge):
     G -> num_generations     steps -> num_iterations     clip eps -> epsilon     T -> temperature
     beta -> beta x L (TRL weighs the per-token k3, the lab the sequence's sum; no bias correction)
     --loss-agg -> loss_type  (token-mean: bnpo, seq-mean-token-mean: grpo, seq-mean-token-sum-norm: dr_grpo)
-    --delta centered -> scale_rewards="none", normalized -> "group"
+    --delta centered -> scale_rewards="none", normalized -> "group", batch -> "batch"
+    --loss cispo|sapo|luspo|vespo -> loss_type (each with TRL's own aggregation: `TRL_AGGREGATION`)
+    --epsilon-high, --clip-delta (TRL delta), --importance-sampling-level, --top-entropy-quantile,
+    --mask-truncated-completions, --sapo-*, --vespo-* -> the GRPOConfig fields of those names
     Adam at a constant lr, no gradient clipping, no weight decay: the lab's optimizer
 
 After every epoch `lab.bridge.exact_lm` enumerates the model's whole response distribution. TRL
@@ -30,8 +33,15 @@ from tasks import Task
 
 LOSS_TYPES = {"token-mean": "bnpo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 """--loss-agg -> TRL's loss_type (seq-mean-token-sum has no TRL counterpart)."""
-SCALE_REWARDS = {"centered": "none", "normalized": "group"}
+SCALE_REWARDS = {"centered": "none", "normalized": "group", "batch": "batch"}
 """--delta -> TRL's scale_rewards (TRL's std_eps is 1e-4, the lab's default 1e-5)."""
+TRL_AGGREGATION = {"cispo": "token-mean", "vespo": "token-mean", "sapo": "seq-mean-token-mean",
+                   "luspo": "seq-mean-token-sum"}
+"""TRL's descendant loss types, each with the aggregation its loss_type does (the lab's --loss-agg for it)."""
+DESCENDANT_FIELDS = ("epsilon_high", "clip_delta", "importance_sampling_level", "top_entropy_quantile",
+                     "mask_truncated_completions", "sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos",
+                     "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+"""The settings of issue 37, each a GRPOConfig field of the same name (clip_delta: TRL's `delta`)."""
 
 TRL_NAMES = {
     "reward": "mean_reward", "frac_reward_zero_std": "zero_std_fraction", "entropy": "entropy",
@@ -68,13 +78,35 @@ class TRLGRPO:
     max_length: int | None = None
     """response cap L, EOS included (default: prompt length + 1)"""
     seed: int = 5
+    loss: str = "clipped"
+    """clipped (loss_type from --loss-agg), or one of TRL's descendants: cispo, sapo, luspo, vespo"""
+    epsilon_high: float | None = None
+    """TRL epsilon_high (None: epsilon; cispo: 5, the lab's default cap)"""
+    clip_delta: float | None = None
+    """TRL delta, the two-sided clip"""
+    importance_sampling_level: str = "token"
+    top_entropy_quantile: float = 1.0
+    mask_truncated_completions: bool = False
+    sapo_temperature_pos: float | None = None
+    sapo_temperature_neg: float | None = None
+    vespo_k_pos: float | None = None
+    vespo_lambda_pos: float | None = None
+    vespo_k_neg: float | None = None
+    vespo_lambda_neg: float | None = None
     model: TinyLM = field(default_factory=TinyLM)
 
     def cap(self, task: Task) -> int:
         return task.prompts.shape[1] + 1 if self.max_length is None else self.max_length
 
     def check(self, task: Task) -> None:
-        if self.loss_agg not in LOSS_TYPES:
+        if self.loss != "clipped":
+            if self.loss not in TRL_AGGREGATION:
+                raise TRLSettingError(f"--loss {self.loss} is no TRL loss_type; choose one of: clipped, "
+                                      f"{', '.join(TRL_AGGREGATION)}")
+            if self.loss_agg != TRL_AGGREGATION[self.loss]:
+                raise TRLSettingError(f"TRL's loss_type={self.loss} aggregates as --loss-agg "
+                                      f"{TRL_AGGREGATION[self.loss]}, not {self.loss_agg}")
+        elif self.loss_agg not in LOSS_TYPES:
             raise TRLSettingError(f"--loss-agg {self.loss_agg} has no TRL loss_type; choose one of: "
                                   f"{', '.join(LOSS_TYPES)}")
         if self.delta not in SCALE_REWARDS:
@@ -97,8 +129,18 @@ class TRLGRPO:
                                prompts * self.group_size),
             num_generations=self.group_size, steps_per_generation=1, num_iterations=self.steps,
             max_completion_length=cap, temperature=self.temperature, epsilon=self.clip_eps, beta=self.kl * cap,
-            use_bias_correction_kl=False, loss_type=LOSS_TYPES[self.loss_agg], scale_rewards=SCALE_REWARDS[self.delta],
+            use_bias_correction_kl=False, scale_rewards=SCALE_REWARDS[self.delta], **self.descendant_fields(),
         )
+
+    def descendant_fields(self) -> dict:
+        """loss_type and issue 37's GRPOConfig fields, each only where set (TRL's defaults otherwise)."""
+        fields = {name: getattr(self, name) for name in DESCENDANT_FIELDS if getattr(self, name) is not None}
+        fields["delta"] = fields.pop("clip_delta", None)
+        if self.loss == "cispo" and self.epsilon_high is None:
+            fields["epsilon_high"] = 5.0  # the lab's default cap (TRL would fall back to epsilon)
+        if self.loss == "luspo":
+            fields["importance_sampling_level"] = "sequence"  # LUSPO's (TRL: "requires" it)
+        return {"loss_type": LOSS_TYPES[self.loss_agg] if self.loss == "clipped" else self.loss, **fields}
 
 
 def reward_function(task: Task, reward: str, cap: int):

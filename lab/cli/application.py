@@ -84,6 +84,22 @@ def choice_message(e: Exception) -> str | None:
             f"{', '.join(member.value for member in kind)}")
 
 
+OTHER_NAMES = {"--gpu": "--device cuda", "--cuda": "--device cuda", "--cpu": "--device cpu",
+               "--precision": "--dtype float64", "--double": "--dtype float64", "--float64": "--dtype float64"}
+"""Options other tools have, by what the lab calls them (click's own suggestions go by spelling alone: --gpu -> --out)."""
+
+
+def other_name_message(e: Exception) -> str | None:
+    """`No such option: --gpu; the lab says --device cuda (--device auto|cpu|cuda)` where the typed option is another
+    tool's name for one of the lab's; None otherwise."""
+    name = getattr(e, "option_name", None)
+    if type(e).__name__ != "NoSuchOption" or name not in OTHER_NAMES:
+        return None
+    ours = OTHER_NAMES[name]
+    choices = {"--device": "auto|cpu|cuda", "--dtype": "float32|float64"}[ours.split()[0]]
+    return f"No such option: {name}; the lab says {ours} ({ours.split()[0]} {choices})"
+
+
 class OneLineErrors(TyperGroup):
     """Report usage mistakes (bad choices, bad numbers) as a single `Error:` line, exit code 2."""
 
@@ -119,7 +135,8 @@ class OneLineErrors(TyperGroup):
             if type(e).__name__ == "NoArgsIsHelpError":  # bare `lab`: the help, as usual
                 typer.echo(e.format_message())
                 sys.exit(0)
-            typer.echo(f"Error: {choice_message(e) or e.format_message()}", err=True)
+            message = choice_message(e) or other_name_message(e) or e.format_message()  # one mismatch a line
+            typer.echo("\n".join(f"Error: {line}" for line in message.splitlines() or [""]), err=True)
             sys.exit(e.exit_code)
         except typer.Abort as e:
             if isinstance(e.__context__, KeyboardInterrupt):  # Ctrl-C while click parsed the line

@@ -51,6 +51,7 @@ def diagnose(
     from lab.training.bounds import check_counts
     from lab.training.diagnose_memory import check_diagnose_memory
     from lab.training.limits import available_memory
+    from lab.training.settings import folder_label
     from lab.policies.factorized import Policy
     from lab.files.run_folder import check_policy_fits, load_run, run_reward
     from lab.files.writable import check_writable
@@ -92,7 +93,7 @@ def diagnose(
             source = f"init-seed{seed}-dim{dim}"
         else:
             check_policy_fits(policy, task, f"--from-run {from_run}: policy.pt")
-            source = from_run.resolve().name
+            source = folder_label(from_run)  # its name and a hash of where it is: a/run and b/run apart
         if from_run is not None and reward is None:  # the reward the run was trained under, not the default
             reward = run_reward(from_run, task.rewards)
         reward = task_reward(reward, task.name)

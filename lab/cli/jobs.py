@@ -11,6 +11,7 @@ the output folder (a name the file system takes, a folder we may write, free or 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,7 +25,8 @@ from lab.cli.options import cli_message, hashed_name_note
 from lab.cli.task_options import make_task, train_reward
 from lab.files.output_folders import RunFolder
 from lab.policies.interface import PolicyKind
-from lab.training.config import OPTION_FIELDS, ConfigError, Device, TrainConfig, resolve_device
+from lab.training.config import OPTION_FIELDS, ConfigError, TrainConfig
+from lab.training.devices import Device, resolve_device
 from lab.training.divergence import DIVERGED_EXIT_CODE
 from lab.training.lengths import resolve_max_length
 from lab.training.limits import check_memory
@@ -77,7 +79,9 @@ def prepare(command: str, build: Callable[[], tuple[list[TrainConfig], int, Call
         check_fits(points[0], task)
         check_starts(points, task)
         task = with_reward_models(task, points, torch_device)
+        check_thresholds(points, task)
         check_memory(points, options["vocab_size"], *task.prompts.shape, options["heldout"], torch_device, what, seeds)
+        check_not_read(out or Path("runs") / default_name(), points)
         folder = output_folder(out or Path("runs") / default_name(), force, command)
         note = None if out or quiet else hashed_name_note(folder.out.name)
     except USER_ERRORS as e:
@@ -87,11 +91,46 @@ def prepare(command: str, build: Callable[[], tuple[list[TrainConfig], int, Call
     return Job(points, task, torch_device, folder, options)
 
 
+def folders_read(config: TrainConfig) -> list[tuple[str, str]]:
+    """(option, folder) for every folder a config reads: its start, its demonstrations, its pairs, its reward model."""
+    learned = config.reward[len(LEARNED):] if config.reward.startswith(LEARNED) else None
+    return [(option, path) for option, path in (("--init-from", config.init_from), ("--demos-from", config.demos_from),
+                                                ("--pairs-from", config.pairs_from), ("--reward learned:", learned))
+            if path is not None]
+
+
+def check_not_read(out: Path, points: Sequence[TrainConfig]) -> None:
+    """`--out` is none of the folders the job reads: `--init-from X --out X --force` would replace the run it starts
+    from, and the new config.json's rerun line would then start from the new policy."""
+    for option, path in (pair for config in points for pair in folders_read(config)):
+        if os.path.realpath(out) == os.path.realpath(path):
+            raise ConfigError(f"--out {out} is the folder {option.rstrip(':')} reads; the lab does not replace what it "
+                              "reads (the new run could not be reproduced from it): choose another --out")
+
+
+def check_thresholds(points: Sequence[TrainConfig], task: Task) -> None:
+    """Expert iteration keeps the samples whose reward reaches `--reward-threshold`: one above every prompt's best
+    reward keeps none, and the run would train on nothing without a word."""
+    from tasks import OPTIMAL_TOLERANCE
+
+    for config in points:
+        if config.reward_threshold is not None:
+            best = float(task.optimum(config.reward).max())
+            if config.reward_threshold > best + OPTIMAL_TOLERANCE:
+                raise ConfigError(f"--reward-threshold {config.reward_threshold:g} is above the best reward any "
+                                  f"response gets ({best:g} under {config.reward[:40]}), so expert iteration would "
+                                  "keep no sample; choose a threshold of at most that")
+
+
 def config_from_options(given: dict) -> TrainConfig:
     """The `TrainConfig` of a command's options by name: each option that is a config field (`OPTION_FIELDS`) goes
     to its field, the reward checked (`train_reward`), `--pairs-from`'s and `--init-from`'s settings read."""
     folders = ("pairs", "pairs_per_prompt", "preference", "pairs_from", "init_from")
     fields = {name: given[name] for name in OPTION_FIELDS if name in given and name not in folders}
+    if fields.get("kl_estimator", "") is None:  # not named: the placement's own (k1 in the reward, claim 35)
+        from lab.training.config_checks import default_estimator
+
+        fields["kl_estimator"] = default_estimator(fields["kl_in"], fields["loss"])
     return TrainConfig(**{**fields, "reward": train_reward(fields["reward"], given.get("task", DEFAULT_TASK))},
                        **pairs_from_settings(given["pairs_from"], given["pairs"], given["pairs_per_prompt"],
                                              given["preference"]),

@@ -14,10 +14,12 @@ from typing import Annotated
 
 import typer
 
-from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Pairs, PolicyKind,
-                            Preference, Sampler, TrainingLoss)
+from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, ImportanceLevel, IPOLogps, KLEstimator, KLPlacement,
+                            LossAgg, Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
 from lab.core.choices import described
-from lab.training.config import OPTION_FIELDS, Device, TrainConfig
+from lab.core.modes import DType
+from lab.training.config import OPTION_FIELDS, TrainConfig
+from lab.training.devices import Device
 from lab.training.settings import option, text
 from lab.cli.task_options import DEFAULT_REWARD, TRAIN_REWARDS, canonical_prompts
 
@@ -45,8 +47,10 @@ SamplerOpt = Annotated[Sampler, typer.Option(help="how the run's generator draws
                                                     "its own runs)")]
 KLOpt = Annotated[float, typer.Option("--kl", help="beta, weight of the KL penalty to the reference (0 = off; k3 in "
                                                    "the loss unless --kl-estimator, --kl-in say otherwise)")]
-KLEstimatorOpt = Annotated[KLEstimator, typer.Option(help="the penalty's per-token KL estimator (verl's "
-                                                          "kl_loss_type: k1 kl, k2 mse, k3 low_var_kl)")]
+KLEstimatorOpt = Annotated[KLEstimator | None, typer.Option(help="the penalty's per-token KL estimator (verl's "
+                                                                 "kl_loss_type: k1 kl, k2 mse, k3 low_var_kl); k3 "
+                                                                 "in the reward has no fixed point (claim 35)",
+                                                            show_default="k3 in the loss, k1 in the reward")]
 KLInOpt = Annotated[KLPlacement, typer.Option(help="where the penalty goes: the loss (verl's use_kl_loss), or the "
                                                    "reward, r - beta * summed estimator before the deltas "
                                                    "(use_kl_in_reward)")]
@@ -88,6 +92,8 @@ PolicyOpt = Annotated[PolicyKind, typer.Option(help="the lecture's factorised po
 MaxLengthOpt = Annotated[int | None, typer.Option(help="autoregressive: cap on response tokens, EOS included "
                                                        "(default: prompt length + 2)")]
 LossAggOpt = Annotated[LossAgg, typer.Option(help="how per-token losses are averaged (verl's loss_agg_mode)")]
+DTypeOpt = Annotated[DType, typer.Option(help="float32 (fast; last bits depend on the CPU's kernels) or float64 "
+                                              "(exact to about 1e-12 on every machine and batch shape)")]
 DeviceOpt = Annotated[Device, typer.Option(help="auto takes CUDA when present")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="replace an existing output folder")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="no progress bar and no summary line")]
@@ -99,6 +105,30 @@ CliprangeValueOpt = Annotated[float, typer.Option(help="--delta gae: how far a v
 CriticWarmupOpt = Annotated[int, typer.Option(help="--delta gae: first epochs that train only the critic")]
 WhitenOpt = Annotated[bool, typer.Option("--whiten-advantages/--no-whiten-advantages",
                                          help="--delta gae: whiten the advantages over the batch, as verl and TRL")]
+
+EpsilonHighOpt = Annotated[float | None, typer.Option(help="the clip band's upper half-width: ratio clipped to [1 - "
+                                                          "eps, 1 + this] (DAPO's clip-higher; TRL epsilon_high); "
+                                                          "--loss cispo: the cap on the weight [default: --clip-eps; "
+                                                          "cispo 5]")]
+ClipDeltaOpt = Annotated[float | None, typer.Option(help="TRL's delta (INTELLECT-2's two-sided clip): cap the "
+                                                         "unclipped term's ratio at this value > 1 [default: off]")]
+ImportanceLevelOpt = Annotated[ImportanceLevel, typer.Option(help="ratio of each token, or of its response: exp of "
+                                                                  "the mean token log-ratio (GSPO; TRL's)")]
+TopEntropyOpt = Annotated[float, typer.Option(help="train on the top share of each step's tokens by entropy (the "
+                                                   "80/20 paper's rho, 0.2; TRL's); 1 = every token")]
+MaskTruncatedOpt = Annotated[bool, typer.Option(
+    "--mask-truncated-completions/--no-mask-truncated-completions",
+    help="autoregressive: responses cut off at --max-length leave the loss (DAPO; TRL's)")]
+SapoPosOpt = Annotated[float | None, typer.Option(help="--loss sapo: the gate's temperature where delta > 0 "
+                                                       "[default: 1.0]")]
+SapoNegOpt = Annotated[float | None, typer.Option(help="--loss sapo: the gate's temperature where delta <= 0 "
+                                                       "[default: 1.05]")]
+VespoKPosOpt = Annotated[float | None, typer.Option(help="--loss vespo: phi's power k where delta >= 0 [default: 2]")]
+VespoLambdaPosOpt = Annotated[float | None, typer.Option(help="--loss vespo: phi's decay where delta >= 0 "
+                                                              "[default: 3]")]
+VespoKNegOpt = Annotated[float | None, typer.Option(help="--loss vespo: phi's power k where delta < 0 [default: 3]")]
+VespoLambdaNegOpt = Annotated[float | None, typer.Option(help="--loss vespo: phi's decay where delta < 0 "
+                                                              "[default: 2]")]
 
 
 # `lab sweep`: the grid options repeat (--delta raw --delta centered); one value each by default,
@@ -118,7 +148,7 @@ KLsOpt = Annotated[list[float] | None, typer.Option("--kl", help="repeatable: KL
                                                     show_default=str(_RUN.kl))]
 KLEstimatorsOpt = Annotated[list[KLEstimator] | None, typer.Option("--kl-estimator", help="repeatable: the "
                                                                   "penalty's KL estimators to sweep",
-                                                                  show_default=_RUN.kl_estimator.value)]
+                                                                  show_default="k3 in the loss, k1 in the reward")]
 KLInsOpt = Annotated[list[KLPlacement] | None, typer.Option("--kl-in", help="repeatable: where the penalty goes "
                                                             "(loss or reward) to sweep",
                                                             show_default=_RUN.kl_in.value)]
@@ -153,6 +183,17 @@ GaeLambdasOpt = Annotated[list[float] | None, typer.Option("--gae-lambda", help=
 MaxGradNormsOpt = Annotated[list[float] | None, typer.Option("--max-grad-norm", help="repeatable: gradient "
                                                              "norm limits to sweep, each run clipped to its own "
                                                              "[default: off]")]
+EpsilonHighsOpt = Annotated[list[float] | None, typer.Option("--epsilon-high", help="repeatable: upper clip "
+                                                             "half-widths to sweep (the clipped, luspo and cispo "
+                                                             "points) [default: --clip-eps; cispo 5]")]
+ClipDeltasOpt = Annotated[list[float] | None, typer.Option("--clip-delta", help="repeatable: TRL's delta, the "
+                                                           "two-sided clip's cap, to sweep [default: off]")]
+ImportanceLevelsOpt = Annotated[list[ImportanceLevel] | None, typer.Option(
+    "--importance-sampling-level", help="repeatable: token or sequence ratios (the ratio losses' points)",
+    show_default=_RUN.importance_sampling_level.value)]
+TopEntropiesOpt = Annotated[list[float] | None, typer.Option("--top-entropy-quantile", help="repeatable: shares of "
+                                                             "tokens by entropy to train on",
+                                                             show_default=str(_RUN.top_entropy_quantile))]
 GroupsOpt = Annotated[list[int] | None, typer.Option("--group-size", help="repeatable: group sizes G "
                                                      "(each G trains as its own batch)",
                                                      show_default=str(_RUN.group_size))]

@@ -3,7 +3,9 @@
     terminal:      typer's bar, updated every epoch
     not terminal:  nothing for a short job; past `quiet_s` seconds, a line at every 10% and at least
                    every `every_s` seconds ("training: 30% (30/100 epochs), 12 s, about 28 s left"),
-                   the last from a timer where the job itself is between reports (writing figures)
+                   the last from a timer where the job itself is between reports (writing figures); a first
+                   report of 0 done marks where the work starts (`lab trl`: after loading TRL), and the
+                   line then shows that time apart ("12 s, 3 s of training") and takes the time left from it
     --quiet:       nothing
 
 Callers report `(done, total)` in units proportional to the time the work takes (epochs of one run;
@@ -33,11 +35,15 @@ class LineProgress:
         self.file = file or sys.stderr
         self.start = clock()
         self.last_tenth, self.last_line, self.done, self.total = 0, self.start, 0, 1
+        self.work_start: float | None = None
+        """when a first report of 0 done came (the work's own start), else None"""
         self.lock = threading.Lock()
 
     def __call__(self, done: float, total: float) -> None:
         with self.lock:
             now = self.clock()
+            if done == 0 and self.done == 0 and self.work_start is None:
+                self.work_start = now
             self.done, self.total = max(self.done * total / self.total, done), total  # never backwards
             tenth = int(10 * self.done // max(total, 1e-12))
             new_tenth, overdue = tenth > self.last_tenth, now - self.last_line >= self.every_s
@@ -54,9 +60,11 @@ class LineProgress:
 
     def _line(self, now: float) -> None:
         done, total, elapsed = self.done, self.total, now - self.start
-        left = f"about {elapsed * (total - done) / done:.0f} s left" if done else "time left not known yet"
+        working = elapsed if self.work_start is None else now - self.work_start
+        left = f"about {working * (total - done) / done:.0f} s left" if done else "time left not known yet"
         count = f" ({done:.0f}/{total:.0f} {self.unit})" if self.unit else ""
-        print(f"{self.label}: {done / total:.0%}{count}, {elapsed:.0f} s, {left}", file=self.file, flush=True)
+        own = "" if self.work_start is None else f", {working:.1f} s of {'training' if self.unit == 'epochs' else 'work'}"
+        print(f"{self.label}: {done / total:.0%}{count}, {elapsed:.0f} s{own}, {left}", file=self.file, flush=True)
         self.last_line = now
 
 

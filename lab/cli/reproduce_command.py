@@ -10,9 +10,11 @@ import typer
 
 from lab.cli.application import USER_ERRORS, app, fail, load, load_torch, writing
 from lab.cli.progress import Heartbeat, LineProgress, run_with_progress
-from lab.cli.options import DeviceOpt, QuietOpt, cli_message
+from lab.cli.options import DeviceOpt, DTypeOpt, QuietOpt, cli_message
 from lab.cli.task_options import TASKS, task_choice
-from lab.training.config import ConfigError, Device, resolve_device
+from lab.core.modes import DType
+from lab.training.config import ConfigError
+from lab.training.devices import Device, resolve_device
 from lab.experiments.endtoend import END_TO_END_RUNS
 from lab.experiments.loaded_bench import LOADED_RUNS
 from lab.training.bounds import shown
@@ -31,6 +33,7 @@ def reproduce(
     out: Annotated[Path | None, typer.Option(
         help="folder to write the figures and RESULTS.md into; `--out figures` replaces the tracked ones (only "
              "the lab's own files there are replaced)", show_default="runs/reproduce-<N>seeds")] = None,
+    dtype: DTypeOpt = DType.float32,
     task: Annotated[list[str] | None, typer.Option(
         "--task", metavar="[" + "|".join(TASKS) + "]",
         help="repeatable: the tasks on which the section 'The lecture's conclusions beyond sorting' re-decides the "
@@ -47,7 +50,8 @@ def reproduce(
     from lab.experiments import reproduce as rep
     from lab.training.limits import check_memory
     start = time.perf_counter()
-    out = Path("runs") / f"reproduce-{seeds}seeds" if out is None else out
+    suffix = "" if dtype is DType.float32 else f"-{dtype.value}"
+    out = Path("runs") / f"reproduce-{seeds}seeds{suffix}" if out is None else out
     try:
         if seeds <= rep.LECTURE_SEED:
             raise ConfigError(f"--seeds must be > {rep.LECTURE_SEED} so that the lecture's seed "
@@ -58,9 +62,10 @@ def reproduce(
                          for e in rep.EXPERIMENTS for o in e.settings}.values())
         check_memory(settings, 5, 3, 3, 0, torch_device, f"the reproduction ({len(settings)} settings x {shown(seeds)} "
                      "seeds)", seeds=seeds, advice="lower --seeds")
-        check_writable(out / "RESULTS.md", temporary=False)  # first: a name too long fails any other look at it
+        check_writable(out, temporary=False)  # first: a name too long fails any other look at it
         files = OutputFiles(out, "reproduce")
-        files.check(rep.output_names())
+        files.check(rep.output_names())  # --out a file: named as given, not as OUT/RESULTS.md
+        check_writable(out / "RESULTS.md", temporary=False)  # the longest path it writes fits too
     except USER_ERRORS as e:
         fail(cli_message(str(e)))
     load("figures")
@@ -70,8 +75,8 @@ def reproduce(
         def report(done: float, total: float) -> None:
             last[0] = total
             progress(done, total)
-        reproduction = rep.run_reproduction(seeds, device=torch_device, progress=progress and report,
-                                            after=rep.figures_work(seeds), tasks=tasks)
+        reproduction = rep.run_reproduction(seeds, base=rep.LECTURE.replace(dtype=dtype), device=torch_device,
+                                            progress=progress and report, after=rep.figures_work(seeds), tasks=tasks)
         with writing(out), files.staging() as tmp:
             paths = rep.write_figures(reproduction, tmp)
         if progress:

@@ -35,11 +35,65 @@ def _check(name: str, ok: bool, allowed: str, value) -> None:
         raise ValueError(f"{name} must be {allowed}, got {value}")
 
 
+WHAT = "this reward model"
+
+
+def check_enumerable(draw, vocab_size: int, prompt_length: int) -> None:
+    """The drawing policy's responses can be listed (the pairs, the exact measures and the model's scores enumerate
+    them all): at most `lab.exact.enumeration.LIMITS.max_responses`, counted without computing a huge power."""
+    from lab.exact.enumeration import LIMITS
+    from lab.training.bounds import capped_power
+    from lab.training.lengths import resolve_max_length
+    from lab.training.limits import space_within
+
+    cap = LIMITS.max_responses
+    if draw.policy.value == "factorized":
+        if capped_power(vocab_size, prompt_length, cap) > cap:
+            raise ValueError(f"lab reward-model lists every response: --vocab-size {vocab_size} ^ --prompt-length "
+                             f"{prompt_length} is more than the {cap} responses it enumerates; lower either")
+    elif not space_within(vocab_size, length := resolve_max_length(draw, prompt_length), cap):
+        raise ValueError(f"lab reward-model lists every response: the autoregressive policy's responses of up to "
+                         f"{length} tokens (--max-length, --prompt-length) over --vocab-size {vocab_size} are more "
+                         f"than the {cap} it enumerates; lower them")
+
+
+def check_size(draw, options: dict, prompt_count: int, prompt_length: int, pairs_per_prompt: int) -> None:
+    """The drawing policy (as a run's: `lab.training.limits.check_memory`) and the pairs, float64 one-hot features
+    of both responses each, fit in memory."""
+    import torch
+
+    from lab.training.limits import available_memory, check_memory, gigabytes
+
+    check_memory([draw], options["vocab_size"], prompt_count, prompt_length, options["heldout"],
+                 torch.device("cpu"), WHAT, advice="lower --dim, --vocab-size, the number of prompts or --max-length")
+    features = (prompt_length + draw.max_length if draw.max_length else 2 * prompt_length + 2) * \
+        (options["vocab_size"] + 1)
+    need = prompt_count * pairs_per_prompt * 2 * features * 8 * 4  # features, scores, their gradients, Adam
+    if need > available_memory():
+        raise ValueError(f"{WHAT} needs about {gigabytes(need)} for its pairs' features, more than the "
+                         f"{gigabytes(available_memory())} available; lower --pairs-per-prompt or the prompts")
+
+
+def check_finite(policy, task, from_run: str | None) -> None:
+    """The drawing policy's probabilities over every response are finite numbers (`--init-scale 1e300` makes its
+    logits overflow: "invalid multinomial distribution" once it is sampled)."""
+    import torch
+
+    from lab.exact import varlen
+
+    with torch.no_grad():
+        probs = varlen.all_probs(policy, task.prompts, torch.float64)
+    if not torch.isfinite(probs).all():
+        source = f"--from-run {from_run}'s policy" if from_run else "the initial policy (--init-scale, --dim)"
+        raise ValueError(f"{source} gives probabilities that are not finite numbers (its logits overflow), so no "
+                         "pairs can be drawn from it; lower --init-scale")
+
+
 def default_name(settings: dict, defaults: dict) -> str:
     """reward-model-<each setting that differs, as typed, glued to its value>-seed<k> (`lab run`'s scheme)."""
-    from lab.training.settings import option, text
+    from lab.training.settings import folder_label, option, text
 
-    parts = [option(k) + (Path(v).name if k == "from_run" else text(v)) for k, v in settings.items()
+    parts = [option(k) + (folder_label(v) if k == "from_run" else text(v)) for k, v in settings.items()
              if k != "seed" and v != defaults.get(k)]
     return "-".join(["reward-model", *parts, f"seed{settings['seed']}"])
 
@@ -90,13 +144,17 @@ def reward_model(
     load_torch()  # here, not for `lab reward-model --help`
     from lab.cli.jobs import check_fits
     from lab.cli.task_options import make_task
+    from lab.files.reward_model_folder import drawing_policy
     from lab.files.start_folder import start_mismatches, start_sha256
+    from lab.training.bounds import check_counts
     from lab.training.config import ConfigError, TrainConfig
+    from lab.training.limits import available_memory
     from lab.training.reward_model import RewardModelConfig
 
     try:
         reward = task_reward(reward, task)  # None: the task's default (the one a run trains against)
         options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed, task)
+        vocab_size = options["vocab_size"]  # the task's own where not given
     except ValueError as e:
         fail(cli_message(str(e)))
     settings = dict(reward=reward, size=size.value, pairs_per_prompt=pairs_per_prompt,
@@ -122,14 +180,23 @@ def reward_model(
         _check("--center-rewards-coefficient", center_rewards_coefficient is None or (
             math.isfinite(center_rewards_coefficient) and center_rewards_coefficient >= 0), "a finite number >= 0",
             center_rewards_coefficient)
+        check_counts({"--dim": dim, "--vocab-size": vocab_size, "--num-prompts": num_prompts, "--max-length": max_length,
+                      "--prompt-length": prompt_length, "--heldout": heldout}, available_memory(), WHAT)
         start = {} if from_run is None else dict(init_from=from_run,
                                                    init_sha256=start_sha256(from_run, "--from-run"))
         draw = TrainConfig(seed=seed, policy=policy, max_length=max_length, dim=dim, init_scale=init_scale,
                            **start)  # the drawing policy, checked as a run's start
+        if prompts == "random":  # before drawing them
+            check_enumerable(draw, vocab_size, prompt_length)
+            check_size(draw, options, num_prompts, prompt_length, pairs_per_prompt)
         task = make_task(**options)
         check_fits(draw, task)
+        check_enumerable(draw, vocab_size, task.prompts.shape[1])
+        check_size(draw, options, *task.prompts.shape, pairs_per_prompt)
         if from_run is not None and (lines := start_mismatches(from_run, draw, task, "--from-run")):
             raise ConfigError("\n".join(lines))
+        pi = drawing_policy(draw, task)
+        check_finite(pi, task, from_run)
         config = RewardModelConfig(size=size.value, pairs_per_prompt=pairs_per_prompt, preference=preference.value,
                                    temperature=preference_temperature, label_noise=label_noise, steps=steps, lr=lr,
                                    margin=margin, center_rewards_coefficient=center_rewards_coefficient, seed=seed)
@@ -138,10 +205,9 @@ def reward_model(
         fail(cli_message(str(e)))
 
     from lab.exact.varlen import policy_reward
-    from lab.files.reward_model_folder import drawing_policy, write_reward_model
+    from lab.files.reward_model_folder import write_reward_model
     from lab.training.reward_model import train_reward_model
 
-    pi = drawing_policy(draw, task)
     model, metrics, fitted = train_reward_model(pi, task.prompts, policy_reward(pi, task, reward), config)
     header = {"command": "reward-model", "settings": settings, "prompt_options": options,
               "task": {"name": task.name, "prompts": task.prompts.tolist(), "vocab_size": task.vocab_size},

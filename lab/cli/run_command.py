@@ -9,7 +9,9 @@ import typer
 
 from lab.cli.application import DEFAULTS, app, load, load_torch
 from lab.cli.options import (
-    CliprangeValueOpt, CriticLrOpt, CriticWarmupOpt, GaeLambdaOpt, WhitenOpt, ClipOpt, DeltaOpt, DeviceOpt,
+    ClipDeltaOpt, EpsilonHighOpt, ImportanceLevelOpt, MaskTruncatedOpt, SapoNegOpt, SapoPosOpt, TopEntropyOpt,
+    VespoKNegOpt, VespoKPosOpt, VespoLambdaNegOpt, VespoLambdaPosOpt,
+    CliprangeValueOpt, CriticLrOpt, CriticWarmupOpt, GaeLambdaOpt, WhitenOpt, ClipOpt, DeltaOpt, DeviceOpt, DTypeOpt,
     DPOLossOpt, IPOLogpsOpt, DimOpt, EntropyCoefOpt, TemperatureOpt, MaxGradNormOpt, DemoNoiseOpt, InitFromOpt,
     DemosFromOpt, DemosOpt, EIFilterOpt, RewardThresholdOpt, EpochsOpt, ForceOpt, GroupOpt, InitScaleOpt,
     KLEstimatorOpt, KLInOpt, KLOpt, KLPeriodOpt, LossAggOpt, LossOpt, LrOpt, MaxLengthOpt, PairsOpt,
@@ -20,8 +22,13 @@ from lab.cli.task_options import (
     VocabOpt, prompts_label,
 )
 from lab.cli.progress import run_with_progress
+from lab.cli.sampling_options import (AdaptiveEntropyOpt, ClipMaxOpt, ClipMinOpt, DynamicSamplingOpt, EntropyDeltaOpt,
+                                      EntropyMaxOpt, EntropyMinOpt, EntropyTargetOpt, ImportanceSamplingOpt,
+                                      MaxNumGenBatchesOpt, MixupAlphaOpt, OffPolicyMaskOpt, SamplerTemperatureOpt,
+                                      StalenessOpt, SyncRefModelOpt, SyncStepsOpt)
 from lab.files.output_folders import write_json_atomic, write_text_atomic
-from lab.training.config import OPTION_FIELDS, Device, TrainConfig
+from lab.training.config import OPTION_FIELDS, TrainConfig
+from lab.training.devices import Device
 from lab.training.settings import name_parts
 from tasks.catalog import DEFAULT_TASK
 
@@ -49,7 +56,7 @@ def run(
     reward: TrainRewardOpt = None,
     kl: KLOpt = DEFAULTS.kl,
     kl_period: KLPeriodOpt = DEFAULTS.kl_period,
-    kl_estimator: KLEstimatorOpt = DEFAULTS.kl_estimator,
+    kl_estimator: KLEstimatorOpt = None,
     kl_in: KLInOpt = DEFAULTS.kl_in,
     policy: PolicyOpt = DEFAULTS.policy,
     max_length: MaxLengthOpt = DEFAULTS.max_length,
@@ -66,6 +73,17 @@ def run(
     critic_warmup: CriticWarmupOpt = DEFAULTS.critic_warmup,
     whiten_advantages: WhitenOpt = DEFAULTS.whiten_advantages,
     clip_eps: ClipOpt = DEFAULTS.clip_eps,
+    epsilon_high: EpsilonHighOpt = DEFAULTS.epsilon_high,
+    clip_delta: ClipDeltaOpt = DEFAULTS.clip_delta,
+    importance_sampling_level: ImportanceLevelOpt = DEFAULTS.importance_sampling_level,
+    top_entropy_quantile: TopEntropyOpt = DEFAULTS.top_entropy_quantile,
+    mask_truncated_completions: MaskTruncatedOpt = DEFAULTS.mask_truncated_completions,
+    sapo_temperature_pos: SapoPosOpt = None,
+    sapo_temperature_neg: SapoNegOpt = None,
+    vespo_k_pos: VespoKPosOpt = None,
+    vespo_lambda_pos: VespoLambdaPosOpt = None,
+    vespo_k_neg: VespoKNegOpt = None,
+    vespo_lambda_neg: VespoLambdaNegOpt = None,
     epochs: EpochsOpt = DEFAULTS.epochs,
     steps: StepsOpt = DEFAULTS.steps,
     group_size: GroupOpt = DEFAULTS.group_size,
@@ -81,6 +99,22 @@ def run(
     demos_from: DemosFromOpt = DEFAULTS.demos_from,
     ei_filter: EIFilterOpt = DEFAULTS.ei_filter,
     reward_threshold: RewardThresholdOpt = DEFAULTS.reward_threshold,
+    dynamic_sampling: DynamicSamplingOpt = DEFAULTS.dynamic_sampling,
+    max_num_gen_batches: MaxNumGenBatchesOpt = None,
+    staleness: StalenessOpt = DEFAULTS.staleness,
+    sampler_temperature: SamplerTemperatureOpt = None,
+    importance_sampling_correction: ImportanceSamplingOpt = None,
+    importance_sampling_clip_min: ClipMinOpt = None,
+    importance_sampling_clip_max: ClipMaxOpt = None,
+    off_policy_mask_threshold: OffPolicyMaskOpt = None,
+    sync_ref_model: SyncRefModelOpt = DEFAULTS.sync_ref_model,
+    ref_model_mixup_alpha: MixupAlphaOpt = None,
+    ref_model_sync_steps: SyncStepsOpt = None,
+    adaptive_entropy: AdaptiveEntropyOpt = DEFAULTS.adaptive_entropy,
+    entropy_target: EntropyTargetOpt = None,
+    entropy_coef_delta: EntropyDeltaOpt = None,
+    entropy_coef_min: EntropyMinOpt = None,
+    entropy_coef_max: EntropyMaxOpt = None,
     seed: Annotated[int, typer.Option(help="seed of the run's generator (init and sampling)")] = DEFAULTS.seed,
     sampler: SamplerOpt = DEFAULTS.sampler,
     task: TaskOpt = DEFAULT_TASK,
@@ -90,6 +124,7 @@ def run(
     vocab_size: VocabOpt = None,
     heldout: HeldoutOpt = 0,
     prompt_seed: PromptSeedOpt = 0,
+    dtype: DTypeOpt = DEFAULTS.dtype,
     device: DeviceOpt = Device.auto,
     out: Annotated[Path | None, typer.Option(help="run folder (default runs/<settings>-seed<k>)")] = None,
     force: ForceOpt = False,
@@ -126,6 +161,11 @@ def run(
 
     job = prepare("run", build, options, device, out, force, quiet)
     config = job.points[0]
+    from lab.training.objective import objective, unbounded_warning
+
+    ascends = objective(config, job.task.prompts.shape[-1])  # --kl: what the run ascends, at which beta'
+    if ascends is not None and not ascends.bounded:
+        typer.echo(unbounded_warning(), err=True)
     records = run_with_progress(quiet, "training", config.epochs, lambda progress: train(
         job.task, config, device=job.device, progress=progress))
     diverged = records.divergence[0] if records.divergence else None  # (checked by lab.training.train)
@@ -145,6 +185,7 @@ def run(
         # --reward learned:PATH: where the proxy left the gold reward, exactly (lab.training.optimum.ProxyTracker)
         **{f"final_{name}": final(name) for name in ("gold_reward_exact", "proxy_reward_exact", "d")
            if name in records.epoch_metrics},
+        **({"objective": ascends.to_dict()} if ascends is not None else {}),
         "seconds": records.seconds,
         "exploration_exact": records.exploration_exact,
         # --max-grad-norm: the fraction of its optimizer steps whose gradient was clipped
@@ -172,7 +213,13 @@ def run(
             typer.echo(f"exact gold reward {summary['final_gold_reward_exact']:.3f}, proxy "
                        f"{summary['final_proxy_reward_exact']:.3f} at d = sqrt(KL to the start) "
                        f"{summary['final_d']:.3f}")
-        typer.echo(f"final mean reward {summary['final_mean_reward']:.3f} / {summary['optimum']:g}, "
+        if ascends is not None:
+            typer.echo(f"--kl {config.kl:g}: {ascends.line()}")
+        # against a learned reward the mean is on the proxy's scale: the last line gives the gold too, exactly
+        gold = (f" (proxy), gold {summary['final_gold_reward_exact']:.3f} / "
+                f"{float(job.task.optimum(job.task.rewards[config.reward].gold_name).mean()):g} exactly"
+                if "final_gold_reward_exact" in summary else "")
+        typer.echo(f"final mean reward {summary['final_mean_reward']:.3f} / {summary['optimum']:g}{gold}, "
                    f"greedy accuracy {accuracy:.0%} ({round(accuracy * len(job.task.prompts))}/{len(job.task.prompts)} "
                    f"prompts {job.task.solved}), {records.seconds:.2f} s -> {job.folder.out}")
 

@@ -10,22 +10,30 @@ import typer
 
 from lab.cli.application import DEFAULTS, app, load, load_torch
 from lab.cli.options import (
+    ClipDeltasOpt, EpsilonHighsOpt, ImportanceLevelsOpt, MaskTruncatedOpt, SapoNegOpt, SapoPosOpt, TopEntropiesOpt,
+    VespoKNegOpt, VespoKPosOpt, VespoLambdaNegOpt, VespoLambdaPosOpt,
     CliprangeValueOpt, CriticLrOpt, CriticWarmupOpt, GaeLambdasOpt, WhitenOpt, ClipsOpt, DPOLossesOpt,
-    IPOLogpsListOpt, DeltasOpt, DeviceOpt, DimOpt, EntropyCoefsOpt, TemperaturesOpt, MaxGradNormsOpt, DemoNoiseOpt,
-    InitFromOpt, DemosFromOpt, DemosOpt, EIFilterOpt, RewardThresholdOpt, EpochsOpt, ForceOpt, GroupsOpt,
-    InitScalesOpt, KLEstimatorsOpt, KLInsOpt, KLPeriodOpt, KLsOpt, LossAggsOpt, LossesOpt, LrsOpt, MaxLengthOpt,
-    PairsListOpt, PairsPerPromptOpt, PairsFromOpt, PolicyOpt, PreferencesOpt, QuietOpt, RewardsOpt, SamplerOpt,
-    StepsOpt, fitted_name,
+    IPOLogpsListOpt, DeltasOpt, DeviceOpt, DTypeOpt, DimOpt, EntropyCoefsOpt, TemperaturesOpt, MaxGradNormsOpt,
+    DemoNoiseOpt, InitFromOpt, DemosFromOpt, DemosOpt, EIFilterOpt, RewardThresholdOpt, EpochsOpt, ForceOpt,
+    GroupsOpt, InitScalesOpt, KLEstimatorsOpt, KLInsOpt, KLPeriodOpt, KLsOpt, LossAggsOpt, LossesOpt, LrsOpt,
+    MaxLengthOpt, PairsListOpt, PairsPerPromptOpt, PairsFromOpt, PolicyOpt, PreferencesOpt, QuietOpt, RewardsOpt,
+    SamplerOpt, StepsOpt, fitted_name,
 )
 from lab.cli.task_options import (
     HeldoutOpt, NumPromptsOpt, PromptLengthOpt, PromptSeedOpt, PromptsOpt, train_reward, TaskOpt, VocabOpt,
     prompts_label,
 )
 from lab.cli.progress import run_with_progress
+from lab.cli.sampling_options import (AdaptiveEntropiesOpt, ClipMaxOpt, ClipMinOpt, DynamicSamplingsOpt,
+                                      EntropyDeltaOpt, EntropyMaxOpt, EntropyMinOpt, EntropyTargetOpt,
+                                      ImportanceSamplingsOpt, MaxNumGenBatchesOpt, MixupAlphaOpt, OffPolicyMasksOpt,
+                                      SamplerTemperaturesOpt, StalenessesOpt, SyncRefModelsOpt, SyncStepsOpt,
+                                      with_sub_settings)
 from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.files.table_format import TableFormat
 from lab.core.modes import DeltaMode
-from lab.training.config import SWEPT_FIELDS, ConfigError, Device, TrainConfig
+from lab.training.config import SWEPT_FIELDS, ConfigError, TrainConfig
+from lab.training.devices import Device
 from lab.training.bounds import shown
 from lab.training.settings import name_parts, shared_and_swept, table_fields
 from tasks.catalog import DEFAULT_TASK
@@ -54,6 +62,17 @@ def sweep(
     kl_estimator: KLEstimatorsOpt = None,
     kl_in: KLInsOpt = None,
     clip_eps: ClipsOpt = None,
+    epsilon_high: EpsilonHighsOpt = None,
+    clip_delta: ClipDeltasOpt = None,
+    importance_sampling_level: ImportanceLevelsOpt = None,
+    top_entropy_quantile: TopEntropiesOpt = None,
+    mask_truncated_completions: MaskTruncatedOpt = DEFAULTS.mask_truncated_completions,
+    sapo_temperature_pos: SapoPosOpt = None,
+    sapo_temperature_neg: SapoNegOpt = None,
+    vespo_k_pos: VespoKPosOpt = None,
+    vespo_lambda_pos: VespoLambdaPosOpt = None,
+    vespo_k_neg: VespoKNegOpt = None,
+    vespo_lambda_neg: VespoLambdaNegOpt = None,
     lr: LrsOpt = None,
     group_size: GroupsOpt = None,
     init_scale: InitScalesOpt = None,
@@ -78,6 +97,22 @@ def sweep(
     demos_from: DemosFromOpt = DEFAULTS.demos_from,
     ei_filter: EIFilterOpt = DEFAULTS.ei_filter,
     reward_threshold: RewardThresholdOpt = DEFAULTS.reward_threshold,
+    dynamic_sampling: DynamicSamplingsOpt = None,
+    max_num_gen_batches: MaxNumGenBatchesOpt = None,
+    staleness: StalenessesOpt = None,
+    sampler_temperature: SamplerTemperaturesOpt = None,
+    importance_sampling_correction: ImportanceSamplingsOpt = None,
+    importance_sampling_clip_min: ClipMinOpt = None,
+    importance_sampling_clip_max: ClipMaxOpt = None,
+    off_policy_mask_threshold: OffPolicyMasksOpt = None,
+    sync_ref_model: SyncRefModelsOpt = None,
+    ref_model_mixup_alpha: MixupAlphaOpt = None,
+    ref_model_sync_steps: SyncStepsOpt = None,
+    adaptive_entropy: AdaptiveEntropiesOpt = None,
+    entropy_target: EntropyTargetOpt = None,
+    entropy_coef_delta: EntropyDeltaOpt = None,
+    entropy_coef_min: EntropyMinOpt = None,
+    entropy_coef_max: EntropyMaxOpt = None,
     seeds: Annotated[int, typer.Option(help="run seeds 0..N-1 of every grid point")] = 5,
     sampler: SamplerOpt = DEFAULTS.sampler,
     threads: Annotated[int | None, typer.Option(
@@ -95,6 +130,7 @@ def sweep(
     vocab_size: VocabOpt = None,
     heldout: HeldoutOpt = 0,
     prompt_seed: PromptSeedOpt = 0,
+    dtype: DTypeOpt = DEFAULTS.dtype,
     device: DeviceOpt = Device.auto,
     out: Annotated[Path | None, typer.Option(help="sweep folder (default runs/sweep-<grid>-<N>seeds)")] = None,
     table_format: Annotated[TableFormat, typer.Option(
@@ -125,19 +161,34 @@ def sweep(
 
     given = {name: options_given[name] for name in SWEPT_FIELDS}  # the grid's axes, each a repeatable option
     grid = {name: values or [getattr(DEFAULTS, name)] for name, values in given.items()}
+    if pairs_from is not None and not given["pairs"]:  # as in lab run: --pairs-from implies --pairs offline
+        grid["pairs"] = ["offline"]
+    if not given["kl_estimator"]:
+        grid["kl_estimator"] = [None]  # each point the estimator of its placement (build_grid: k1 in the reward)
     grid["reward"] = given["reward"] or [None]  # None: the task's default reward (checked in `build`)
     names = [name for name, values in grid.items() if len(values) > 1]
     # summary.csv names every swept setting and every one given on the command line, even once
     columns = [name for name, values in grid.items() if len(values) > 1 or given[name]]
+    columns += ["dtype"] if dtype is not DEFAULTS.dtype else []  # a float64 sweep says so in summary.csv
     options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed, task)
     critic = dict(critic_lr=critic_lr, cliprange_value=cliprange_value, critic_warmup=critic_warmup,
                   whiten_advantages=whiten_advantages)  # the --delta gae points' only
     supervised = dict(demos=demos, demo_noise=demo_noise, demos_from=demos_from, ei_filter=ei_filter,
-                      reward_threshold=reward_threshold)  # the --loss sft and expert-iteration points' only
+                      reward_threshold=reward_threshold,  # the --loss sft and expert-iteration points' only
+                      sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg,
+                      vespo_k_pos=vespo_k_pos, vespo_lambda_pos=vespo_lambda_pos, vespo_k_neg=vespo_k_neg,
+                      vespo_lambda_neg=vespo_lambda_neg)  # and the --loss sapo and vespo points' only
+    sub_settings = dict(max_num_gen_batches=max_num_gen_batches,
+                        importance_sampling_clip_min=importance_sampling_clip_min,
+                        importance_sampling_clip_max=importance_sampling_clip_max,
+                        ref_model_mixup_alpha=ref_model_mixup_alpha, ref_model_sync_steps=ref_model_sync_steps,
+                        entropy_target=entropy_target, entropy_coef_delta=entropy_coef_delta,
+                        entropy_coef_min=entropy_coef_min, entropy_coef_max=entropy_coef_max)  # switched points' only
 
     def make_base() -> TrainConfig:  # the settings every run of the sweep shares
         return TrainConfig(epochs=epochs, steps=steps, dim=dim, kl_period=kl_period, sampler=sampler,
-                           policy=policy, max_length=max_length, **start_settings(init_from))
+                           policy=policy, max_length=max_length, dtype=dtype,
+                           mask_truncated_completions=mask_truncated_completions, **start_settings(init_from))
 
     def build():
         check_threads(threads)
@@ -151,17 +202,23 @@ def sweep(
         if pairs_from is not None and pairs_per_prompt is not None:
             raise ConfigError("--pairs-per-prompt does not apply with --pairs-from: the folder's pairs are counted "
                               "already")
-        points = reward_settings(sweeps.method_settings(points, pairs_per_prompt=pairs_per_prompt,
+        points = reward_settings(sweeps.method_settings(with_sub_settings(points, sub_settings),
+                                                        pairs_per_prompt=pairs_per_prompt,
                                                         pairs_from=pairs_from, **supervised))
         return points, seeds, lambda: default_sweep_name(points, options, seeds, table_format)
 
     settings = math.prod(len(values) for values in grid.values())
     job = prepare("sweep", build, options, device, out, force, quiet, what=f"this sweep ({settings} settings x {shown(seeds)} seeds)")
     base = make_base()
-    configs = reward_settings(sweeps.method_settings(sweeps.build_grid(base, grid, seeds, critic),
+    configs = reward_settings(sweeps.method_settings(with_sub_settings(sweeps.build_grid(base, grid, seeds, critic),
+                                                                       sub_settings),
                                                      pairs_per_prompt=pairs_per_prompt, pairs_from=pairs_from,
                                                      **supervised))
 
+    from lab.training.objective import objective, unbounded_warning
+
+    if any(not o.bounded for o in (objective(c, job.task.prompts.shape[-1]) for c in configs) if o is not None):
+        typer.echo(unbounded_warning(), err=True)  # k3 in the reward (claim 35)
     from lab.experiments.bench import sweep_threads
 
     previous_threads = torch.get_num_threads()

@@ -20,18 +20,30 @@ from typing import Annotated
 import typer
 
 from lab.cli.application import USER_ERRORS, app, fail, load, load_torch, output_folder, writing
-from lab.cli.options import ForceOpt, QuietOpt, cli_message
+from lab.cli.options import (ClipDeltaOpt, EpsilonHighOpt, ForceOpt, ImportanceLevelOpt, MaskTruncatedOpt, QuietOpt,
+                             SapoNegOpt, SapoPosOpt, TopEntropyOpt, VespoKNegOpt, VespoKPosOpt, VespoLambdaNegOpt,
+                             VespoLambdaPosOpt, cli_message)
 from lab.cli.task_options import RewardOpt, TaskOpt, task_reward
+from lab.core.modes import ImportanceLevel
 from tasks.catalog import DEFAULT_TASK
 from lab.files.output_folders import write_json_atomic, write_text_atomic
 
-TRLLoss = Enum("TRLLoss", {"clipped": "clipped", "dpo": "dpo"}, type=str)
+TRLLoss = Enum("TRLLoss", {name: name for name in ("clipped", "cispo", "sapo", "luspo", "vespo", "dpo")}, type=str)
 TRLPreference = Enum("TRLPreference", {"argmax": "argmax", "bradley_terry": "bradley-terry"}, type=str)
 TRLPairs = Enum("TRLPairs", {"offline": "offline", "online": "online"}, type=str)
 TRLDPOLoss = Enum("TRLDPOLoss", {"sigmoid": "sigmoid", "ipo": "ipo"}, type=str)
-TRLDelta = Enum("TRLDelta", {"centered": "centered", "normalized": "normalized"}, type=str)
-TRLLossAgg = Enum("TRLLossAgg", {m.replace("-", "_"): m
-                                 for m in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")}, type=str)
+TRLDelta = Enum("TRLDelta", {"centered": "centered", "normalized": "normalized", "batch": "batch"}, type=str)
+TRLLossAgg = Enum("TRLLossAgg", {m.replace("-", "_"): m for m in ("token-mean", "seq-mean-token-mean",
+                                                                  "seq-mean-token-sum-norm", "seq-mean-token-sum")},
+                  type=str)
+TRL_AGGREGATION = {"cispo": "token-mean", "vespo": "token-mean", "sapo": "seq-mean-token-mean",
+                   "luspo": "seq-mean-token-sum"}
+"""TRL's descendant loss types and the aggregation each does (lab.bridge.trl_grpo, which loads torch)."""
+DESCENDANT_DEFAULTS = dict(epsilon_high=None, clip_delta=None, importance_sampling_level="token",
+                           top_entropy_quantile=1.0, mask_truncated_completions=False, sapo_temperature_pos=None,
+                           sapo_temperature_neg=None, vespo_k_pos=None, vespo_lambda_pos=None, vespo_k_neg=None,
+                           vespo_lambda_neg=None)
+"""Issue 37's settings at TRL's defaults: a run's settings list those it changes."""
 EXACT_COLUMNS = ("reward_exact", "entropy_exact", "kl_exact", "optimal_prob")
 
 
@@ -68,7 +80,30 @@ def rows_csv(records: list[dict]) -> str:
 
 
 DPO_ONLY = ("pairs", "pairs_per_prompt", "preference", "dpo_loss")
-GRPO_ONLY = ("group_size", "clip_eps", "delta", "loss_agg", "temperature")
+GRPO_ONLY = ("group_size", "clip_eps", "delta", "loss_agg", "temperature", *DESCENDANT_DEFAULTS)
+
+
+def check_descendants(loss, given: dict) -> None:
+    """Issue 37's settings in TRL's ranges, each for the loss types that read it (one line each)."""
+    for name in ("epsilon_high", "sapo_temperature_pos", "sapo_temperature_neg", "vespo_lambda_pos",
+                 "vespo_lambda_neg"):
+        value = given[name]
+        _check("--" + name.replace("_", "-"), value, value is None or (math.isfinite(value) and value > 0),
+               "a finite number > 0")
+    for name in ("vespo_k_pos", "vespo_k_neg"):
+        value = given[name]
+        _check("--" + name.replace("_", "-"), value, value is None or (math.isfinite(value) and value >= 0),
+               "a finite number >= 0")
+    _check("--clip-delta", given["clip_delta"], given["clip_delta"] is None or 1 < given["clip_delta"] < math.inf,
+           "a finite number > 1")
+    _check("--top-entropy-quantile", given["top_entropy_quantile"], 0 <= given["top_entropy_quantile"] <= 1,
+           "a number in [0, 1]")
+    readers = {"sapo_temperature": ("sapo",), "vespo": ("vespo",), "clip_delta": ("clipped", "luspo"),
+               "epsilon_high": ("clipped", "luspo", "cispo")}
+    for name, value in given.items():
+        owners = next((v for k, v in readers.items() if name.startswith(k)), None)
+        if owners and value is not None and loss.value not in owners:
+            raise ValueError(f"--{name.replace('_', '-')} applies to --loss {' or '.join(owners)} only")
 
 
 def check_applies(ctx: typer.Context, loss) -> None:
@@ -77,7 +112,8 @@ def check_applies(ctx: typer.Context, loss) -> None:
     for name in unused:
         if ctx.get_parameter_source(name).name != "DEFAULT":  # by name: typer vendors its own click
             flag = "--" + name.replace("_", "-")
-            raise ValueError(f"{flag} applies to --loss {'clipped' if loss is TRLLoss.dpo else 'dpo'} only")
+            raise ValueError(f"{flag} applies to --loss {'clipped (or a descendant)' if loss is TRLLoss.dpo else 'dpo'} "
+                             "only")
 
 
 @app.command(name="trl")
@@ -92,10 +128,24 @@ def trl_run(
     clip_eps: Annotated[float, typer.Option(help="ratio clip (TRL epsilon)")] = 0.2,
     kl: Annotated[float, typer.Option(help="the lab's beta on the sequence's k3 (TRL beta = kl x max length); "
                                       "with --loss dpo DPO's beta (> 0)")] = 0.0,
-    delta: Annotated[TRLDelta, typer.Option(help="centered: scale_rewards none; normalized: group")] = TRLDelta.centered,
-    loss_agg: Annotated[TRLLossAgg, typer.Option(help="token-mean: bnpo; seq-mean-token-mean: grpo; "
-                                                 "seq-mean-token-sum-norm: dr_grpo")] = TRLLossAgg.token_mean,
+    delta: Annotated[TRLDelta, typer.Option(help="centered: scale_rewards none; normalized: group; batch: batch")
+                     ] = TRLDelta.centered,
+    loss_agg: Annotated[TRLLossAgg | None, typer.Option(show_default="token-mean; cispo, vespo: token-mean; sapo: "
+                                                               "seq-mean-token-mean; luspo: seq-mean-token-sum",
+                                                   help="token-mean: bnpo; seq-mean-token-mean: grpo; "
+                                                 "seq-mean-token-sum-norm: dr_grpo")] = None,
     temperature: Annotated[float, typer.Option(help="sampling temperature")] = 1.0,
+    epsilon_high: EpsilonHighOpt = None,
+    clip_delta: ClipDeltaOpt = None,
+    importance_sampling_level: ImportanceLevelOpt = ImportanceLevel.token,
+    top_entropy_quantile: TopEntropyOpt = 1.0,
+    mask_truncated_completions: MaskTruncatedOpt = False,
+    sapo_temperature_pos: SapoPosOpt = None,
+    sapo_temperature_neg: SapoNegOpt = None,
+    vespo_k_pos: VespoKPosOpt = None,
+    vespo_lambda_pos: VespoLambdaPosOpt = None,
+    vespo_k_neg: VespoKNegOpt = None,
+    vespo_lambda_neg: VespoLambdaNegOpt = None,
     reward: RewardOpt = None,
     task: TaskOpt = DEFAULT_TASK,
     pairs: Annotated[TRLPairs, typer.Option(help="--loss dpo: offline (DPOTrainer, a fixed set from the initial "
@@ -127,7 +177,15 @@ def trl_run(
     settings |= dict(pairs=pairs.value, pairs_per_prompt=pairs_per_prompt, preference=preference.value,
                      dpo_loss=dpo_loss.value) \
         if loss is TRLLoss.dpo else dict(group_size=group_size, clip_eps=clip_eps, delta=delta.value,
-                                         loss_agg=loss_agg.value, temperature=temperature)
+                                         loss_agg=loss_agg.value if loss_agg else TRL_AGGREGATION.get(loss.value,
+                                                                                                     "token-mean"),
+                                         temperature=temperature)
+    given = dict(epsilon_high=epsilon_high, clip_delta=clip_delta, importance_sampling_level=importance_sampling_level.value,
+                 top_entropy_quantile=top_entropy_quantile, mask_truncated_completions=mask_truncated_completions,
+                 sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg,
+                 vespo_k_pos=vespo_k_pos, vespo_lambda_pos=vespo_lambda_pos, vespo_k_neg=vespo_k_neg,
+                 vespo_lambda_neg=vespo_lambda_neg)
+    settings |= {k: v for k, v in given.items() if v != DESCENDANT_DEFAULTS[k]}  # issue 37's, where changed
     named = {} if task == DEFAULT_TASK else {"task": task}  # the folder's name says a task that is not the lecture's
     try:
         check_applies(ctx, loss)
@@ -137,6 +195,7 @@ def trl_run(
         for name, value in (("--lr", lr), ("--clip-eps", clip_eps), ("--temperature", temperature)):
             _check(name, value, math.isfinite(value) and value > 0, "a finite number > 0")
         _check("--kl", kl, math.isfinite(kl) and kl >= 0, "a finite number >= 0")
+        check_descendants(loss, given)
         if loss is TRLLoss.dpo:
             _check("--kl", kl, kl > 0, "> 0 with --loss dpo (DPO's beta)")
             _check("--pairs-per-prompt", pairs_per_prompt, 1 <= pairs_per_prompt <= 10_000, "an integer from 1 to 10000")
@@ -160,10 +219,13 @@ def trl_run(
         task = make_named_task(task)
         method = TRLDPO if loss is TRLLoss.dpo else TRLGRPO
         fields = {k: v for k, v in settings.items() if k not in ("loss", "layers", "width", "kl")}
-        fields |= {"beta": kl} if loss is TRLLoss.dpo else {"kl": kl}
+        fields |= {"beta": kl} if loss is TRLLoss.dpo else {"kl": kl, "loss": loss.value}
         run = method(**fields, model=TinyLM(vocab_size=task.vocab_size, layers=layers, width=width, seed=seed))
         TRLGRPO(max_length=max_length).check(task)  # the cap and vocabulary checks hold for both trainers
-        defaults = dict(TRLGRPO().__dict__, **TRLDPO().__dict__, loss="clipped", layers=2, width=32)
+        if loss is not TRLLoss.dpo:
+            run.check(task)  # the loss type's own aggregation
+        defaults = dict(TRLGRPO().__dict__, **TRLDPO().__dict__, layers=2, width=32)
+        defaults |= dict(loss="clipped", loss_agg=TRL_AGGREGATION.get(loss.value, "token-mean"))
         defaults["kl"] = 0.0
         defaults["task"] = DEFAULT_TASK
         folder = output_folder(out or Path("runs") / default_name({**named, **settings}, defaults), force, "trl")
@@ -175,7 +237,7 @@ def trl_run(
     from lab.bridge.trl_grpo import train_trl
     from lab.figures.plots import plot_epoch_series
 
-    trainer = "GRPOTrainer" if loss is TRLLoss.clipped else "OnlineDPOTrainer" if pairs is TRLPairs.online \
+    trainer = "GRPOTrainer" if loss is not TRLLoss.dpo else "OnlineDPOTrainer" if pairs is TRLPairs.online \
         else "DPOTrainer"
     from lab.cli.progress import run_with_progress
 
@@ -209,37 +271,3 @@ def trl_run(
         typer.echo(f"{folder.out}: exact expected reward {records[0]['reward_exact']:.3f} -> "
                    f"{last['reward_exact']:.3f}, optimal probability {last['optimal_prob']:.3f}, "
                    f"KL to the initial model {last['kl_exact']:.3f}")
-
-
-@app.command(name="trl-compare")
-def trl_compare(
-    seeds: Annotated[int, typer.Option(help="seeds 0..N-1 per setting and learner (at least 2: the verdicts pair seeds)")] = 5,
-    out: Annotated[Path | None, typer.Option(help="output folder (figures/trl_comparison.* is a curated copy)",
-                                             show_default="runs/trl-compare-seeds<N>")] = None,
-    force: ForceOpt = False,
-    quiet: QuietOpt = False,
-) -> None:
-    """The lab's autoregressive policy and TRL's transformer on the same GRPO settings: exact curves and verdicts."""
-    load_torch()  # here, not for `lab trl-compare --help`
-    try:
-        _check("--seeds", seeds, 2 <= seeds <= 100, "an integer from 2 to 100")
-        require_trl("trl-compare")
-        folder = output_folder(out or Path("runs") / f"trl-compare-seeds{seeds}", force, "trl-compare")
-    except USER_ERRORS as e:
-        fail(cli_message(str(e)))
-    load("trl")
-    load("figures")
-    import trl
-
-    from lab.cli.progress import run_with_progress
-    from lab.experiments.trl_comparison import COMPARISON, run_comparison
-    from lab.experiments.trl_section import write_report
-    from tasks.catalog import default_task
-
-    result = run_with_progress(quiet, "trl-compare", 2 * len(COMPARISON.settings),  # the lecture's task
-                               lambda progress: run_comparison(default_task(), seeds, COMPARISON, progress),
-                               unit="trainings")
-    with writing(folder.out), folder as tmp:
-        write_report(result, {"trl": trl.__version__}, tmp)
-    if not quiet:
-        typer.echo(f"{folder.out}: trl_comparison.md, trl_comparison.png")

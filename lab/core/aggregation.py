@@ -43,13 +43,14 @@ def _masked(values: Tensor, mask: Tensor | None) -> Tensor:
 
 def _lengths(values: Tensor, mask: Tensor | None) -> Tensor | int:
     """|o| per sequence, float[... batch trial], or the fixed length."""
-    return values.shape[-1] if mask is None else mask.to(values.dtype).sum(dim=-1)
+    # at least 1, as TRL's clamp: a response masked out whole (`--mask-truncated-completions`) adds 0, not 0 / 0
+    return values.shape[-1] if mask is None else mask.to(values.dtype).sum(dim=-1).clamp(min=1.0)
 
 
 def _token_mean(values: Tensor, mask: Tensor | None, horizon: int) -> Tensor:
     if mask is None:
         return values.mean(dim=TOKEN_AXES)  # the lab's fixed-length normaliser, bit for bit
-    return _masked(values, mask).sum(dim=TOKEN_AXES) / mask.to(values.dtype).sum(dim=TOKEN_AXES)
+    return _masked(values, mask).sum(dim=TOKEN_AXES) / mask.to(values.dtype).sum(dim=TOKEN_AXES).clamp(min=1.0)
 
 
 def _seq_mean_token_mean(values: Tensor, mask: Tensor | None, horizon: int) -> Tensor:

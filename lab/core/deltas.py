@@ -7,6 +7,8 @@ For one prompt's group of G rewards r_1..r_G (axis `trial`):
     normalized  delta_i = (r_i - mean(r)) / (std(r) + std_eps)
     max         delta_i = r_i if r_i == max(r) else 0        (every tied maximum is kept)
     loo         delta_i = r_i - mean_{j != i} r_j            (leave-one-out baseline)
+    batch       delta_i = (r_i - mean(r)) / (std(R) + std_eps), R every reward of the batch (all prompts'
+                groups): the group's mean, the batch's std (TRL's scale_rewards="batch", PPO-Lite, arXiv 2508.08221)
     gae         delta_i = r_i, the return, from which the training loop's learned critic makes one
                 advantage per token (GAE, `lab.core.gae`, `lab.training.critic`): no group needed
 
@@ -47,6 +49,12 @@ def normalized(rewards: Tensor, std_eps: float, unbiased: bool) -> Tensor:
     return centered(rewards, std_eps, unbiased) / (std + std_eps)
 
 
+def batch_normalized(rewards: Tensor, std_eps: float, unbiased: bool) -> Tensor:
+    # one std over the last two axes (batch trial): the spread of the whole batch, not of each group
+    std = rewards.std(dim=(-2, -1), keepdim=True, correction=1 if unbiased else 0)
+    return centered(rewards, std_eps, unbiased) / (std + std_eps)
+
+
 def group_max(rewards: Tensor, std_eps: float, unbiased: bool) -> Tensor:
     best = rewards.amax(dim=-1, keepdim=True)
     return torch.where(rewards == best, rewards, torch.zeros_like(rewards))
@@ -58,8 +66,19 @@ def leave_one_out(rewards: Tensor, std_eps: float, unbiased: bool) -> Tensor:
     return rewards - others_mean
 
 
-REWARD_MODES = tuple(m for m in DeltaMode if not m.entry.needs_critic)
-"""The modes that are functions of a group's rewards (what the exact estimator moments cover)."""
+def unit_scale(group_size: int) -> float:
+    """s = 1: raw and leave-one-out deltas' expected update is grad J itself (claim 4)."""
+    return 1.0
+
+
+def centered_scale(group_size: int) -> float:
+    """s = (G-1)/G: the group mean includes the sample itself (claim 4)."""
+    return (group_size - 1) / group_size
+
+
+REWARD_MODES = tuple(m for m in DeltaMode if not m.entry.needs_critic and not m.entry.needs_batch)
+"""The modes that are functions of a group's rewards (what the exact estimator moments cover): not `gae` (a critic's)
+nor `batch` (its std reads every other prompt's group too)."""
 
 
 def parse_mode(mode: DeltaMode | str) -> DeltaMode:
@@ -73,7 +92,8 @@ def compute_deltas(
     std_eps: float = 1e-5,
     unbiased: bool = True,
 ) -> Tensor:
-    """Rewards float[batch trial] (any leading axes allowed) -> deltas of the same shape.
+    """Rewards float[batch trial] (any leading axes allowed) -> deltas of the same shape (`batch` reads the std over
+    the last two axes, so its rewards are float[... batch trial]).
 
     `mode` is a `DeltaMode` or its name. `std_eps` and `unbiased` apply to
     `normalized` only; see the module docstring for the conventions.

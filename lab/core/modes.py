@@ -7,10 +7,12 @@
     DPOLoss, Preference, Pairs           DPO_LOSSES in lab.core.dpo; lab.training.dpo, preference_pairs
     IPOLogps (--ipo-logps)               lab.training.dpo (pair_lengths)
     KLEstimator, KLPlacement             ESTIMATORS in lab.core.kl; lab.training.runs
+    ImportanceSampling                   lab.core.importance (--importance-sampling-correction)
     Demos (--demos), Filter (--ei-filter) lab.training.supervised
     PolicyKind (--policy)                POLICIES in lab.policies
     Sampler (--sampler)                  SAMPLERS in lab.policies.sampling
     RewardModelSize (lab reward-model)   SIZES in lab.training.reward_model
+    DType (--dtype)                      the runs' floating-point type (lab.training.kinds, runs, groups)
 
 They live here, apart from the math that dispatches on them, so that the `lab` command builds its options
 (`lab --help`, `lab run --help`) without loading torch (tests/cli/test_help_imports.py). A new delta mode or loss is
@@ -39,18 +41,27 @@ class Delta:
     needs_critic: bool = False
     """its advantages come from a learned critic (`lab.training.critic`), not from the rewards alone: its deltas
     are the returns, and exact analyses of the group modes leave it out (`lab.core.deltas.REWARD_MODES`)"""
+    scale: Ref | None = None
+    """s(G): its expected update is s grad J (claims 4, 14), what a KL'd run's beta' divides by
+    (`lab.training.objective`); None where no constant s exists (normalized, max: claims 5, 17; gae)"""
+    needs_batch: bool = False
+    """its deltas read the whole batch's rewards (every prompt's group), not one group's: exact analyses of one
+    group leave it out (`lab.core.deltas.REWARD_MODES`)"""
 
 
 class DeltaMode(Table):
     """How rewards become deltas (`--delta`)."""
 
-    raw = Delta("raw", "the reward itself", Ref("lab.core.deltas:raw"))
-    centered = Delta("centered", "minus the group mean", Ref("lab.core.deltas:centered"), needs_group=True)
+    raw = Delta("raw", "the reward itself", Ref("lab.core.deltas:raw"), scale=Ref("lab.core.deltas:unit_scale"))
+    centered = Delta("centered", "minus the group mean", Ref("lab.core.deltas:centered"), needs_group=True,
+                     scale=Ref("lab.core.deltas:centered_scale"))
     normalized = Delta("normalized", "minus the group mean, over the group std", Ref("lab.core.deltas:normalized"),
                        needs_group=True)
     max = Delta("max", "the reward where it is the group's maximum, else 0", Ref("lab.core.deltas:group_max"))
     loo = Delta("loo", "minus the mean of the group's other rewards (leave-one-out)",
-                Ref("lab.core.deltas:leave_one_out"), needs_group=True)
+                Ref("lab.core.deltas:leave_one_out"), needs_group=True, scale=Ref("lab.core.deltas:unit_scale"))
+    batch = Delta("batch", "minus the group mean, over the std of the whole batch's rewards (TRL's "
+                  "scale_rewards=batch)", Ref("lab.core.deltas:batch_normalized"), needs_group=True, needs_batch=True)
     gae = Delta("gae", "a learned critic's GAE advantages, one per token (PPO)", Ref("lab.core.deltas:raw"),
                 needs_critic=True)
 
@@ -73,6 +84,11 @@ class Method(str, Enum):
 
 PPO_CLIP = Ref("lab.core.losses:ppo_clip_fractions")
 """PPO's clip metrics: the fractions of live tokens whose clipped term has no gradient, by side."""
+CISPO_CLIP = Ref("lab.core.descendants:cispo_clip_fractions")
+"""CISPO's: the fraction of live tokens whose weight was capped (their gradient kept, scaled down)."""
+LEVEL = "importance_sampling_level"
+"""The setting that picks token or sequence ratios (GSPO); a mode, so runs are grouped by it, not given it per run."""
+CLIP_SETTINGS = ("clip_eps", "epsilon_high", "clip_delta")
 
 
 @dataclass(frozen=True)
@@ -116,15 +132,36 @@ class TrainingLoss(Table):
     naive = Loss("naive", PG, "-log-prob x delta (REINFORCE)", Ref("lab.core.losses:naive"),
                  clip_metrics=PPO_CLIP, settings=("clip_eps",))
     unclipped = Loss("unclipped", PG, "-ratio x delta", Ref("lab.core.losses:unclipped"), needs_old=True,
-                     clip_metrics=PPO_CLIP, settings=("clip_eps",))
+                     clip_metrics=PPO_CLIP, settings=("clip_eps", LEVEL))
     clipped = Loss("clipped", PG, "PPO's -min(ratio x delta, clip(ratio, 1 - eps, 1 + eps) x delta), eps = "
                    "--clip-eps", Ref("lab.core.losses:clipped"), needs_old=True, clip_metrics=PPO_CLIP, clips=True,
-                   settings=("clip_eps",))
+                   settings=(*CLIP_SETTINGS, LEVEL))
     dpo = Loss("dpo", Method.dpo, "DPO on preference pairs, beta = --kl (> 0), the reference frozen at the initial "
                "policy")
     sft = Loss("sft", Method.sft, "the NLL of demonstrations (--demos)")
     expert_iteration = Loss("expert-iteration", Method.expert_iteration,
                             "the NLL of the policy's own samples that pass --ei-filter")
+    cispo = Loss("cispo", PG, "MiniMax-M1's -sg(min(ratio, eps_max)) x delta x log-prob, eps_max = --epsilon-high "
+                 "(default 5): the weight capped, every token's gradient kept", Ref("lab.core.descendants:cispo"),
+                 needs_old=True, clip_metrics=CISPO_CLIP, clips=True, settings=("epsilon_high", LEVEL))
+    sapo = Loss("sapo", PG, "SAPO's soft gate -(4 / tau) sigmoid(tau (ratio - 1)) x delta in place of the clip, "
+                "tau = --sapo-temperature-pos/neg", Ref("lab.core.descendants:sapo"), needs_old=True,
+                clip_metrics=PPO_CLIP, settings=("clip_eps", "sapo_temperature_pos", "sapo_temperature_neg", LEVEL))
+    luspo = Loss("luspo", PG, "LUSPO: GSPO's clipped loss on sequence ratios, summed over each response's tokens "
+                 "(with --loss-agg seq-mean-token-sum; its ratios are sequence level)", Ref("lab.core.descendants:luspo"), needs_old=True,
+                 clip_metrics=PPO_CLIP, clips=True, settings=(*CLIP_SETTINGS, LEVEL))
+    vespo = Loss("vespo", PG, "VESPO: -sg(phi(w)) x delta x log-prob, phi a weight shaped as a Gamma density in "
+                 "the sequence ratio w (its shape: the four vespo options)", Ref("lab.core.descendants:vespo"),
+                 needs_old=True, clip_metrics=PPO_CLIP,
+                 settings=("clip_eps", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"))
+
+
+class ImportanceLevel(str, Enum):
+    """Whose ratio a ratio loss weighs each token by (`--importance-sampling-level`, TRL's): the token's own, or its
+    response's, exp of the mean log-ratio over its live tokens (GSPO, `lab.core.losses.log_ratios`)."""
+
+    token = "token"
+    sequence = "sequence"
 
 
 class LossAgg(str, Enum):
@@ -174,11 +211,30 @@ class KLEstimator(str, Enum):
     k3 = "k3"
 
 
+class Optimizer(str, Enum):
+    """Which optimizer steps the policy (`optimizer`, no CLI option): Adam, whose step is lr m / sqrt(v) whatever the
+    gradient's scale, or plain SGD, whose step scales with the gradient (lab.training.optim.OPTIMIZERS)."""
+
+    adam = "adam"
+    sgd = "sgd"
+
+
 class KLPlacement(str, Enum):
     """Where the KL penalty goes (`--kl-in`): verl's `use_kl_loss` (loss) or `use_kl_in_reward` (reward)."""
 
     loss = "loss"
     reward = "reward"
+
+
+class ImportanceSampling(str, Enum):
+    """How a sampler's responses are reweighted toward the trainer's policy (`--importance-sampling-correction`,
+    TRL's `vllm_importance_sampling_mode`): one weight per token or per response, truncated to [C_min, C_max] or
+    set to 0 outside it (`lab.core.importance`)."""
+
+    token_truncate = "token-truncate"
+    token_mask = "token-mask"
+    sequence_truncate = "sequence-truncate"
+    sequence_mask = "sequence-mask"
 
 
 class Demos(str, Enum):
@@ -216,3 +272,16 @@ class RewardModelSize(str, Enum):
     small = "small"
     medium = "medium"
     large = "large"
+
+
+class DType(str, Enum):
+    """The floating-point type a run trains in (`--dtype`): its parameters, Adam state, rewards, deltas and losses."""
+
+    float32 = "float32"
+    float64 = "float64"
+
+    @property
+    def torch(self):
+        import torch  # here: the config loads without torch
+
+        return getattr(torch, self.value)

@@ -12,6 +12,7 @@ keeps the flow from stalling where pi(y) is small, as a plain gradient flow on l
         k3 in the loss     v = a (r - E_pi r) - beta (1 - pi_ref / pi)                   a = s / C   (KL(pi_ref || pi))
         k2 in the loss     v = a (r - E_pi r) - beta (log pi / pi_ref - KL(pi || pi_ref))
         k1 in the reward   v = a (r - E_pi r - beta (log pi / pi_ref - KL(pi || pi_ref)))   (the penalised reward's deltas)
+        k3 in the reward   v = a (r - E_pi r - beta (log pi / pi_ref - KL(pi || pi_ref) - 1 + pi_ref / pi))
     DPO, a pair (a over b) with loss l(h_ab), h_ab = log pi(a)/pi_ref(a) - log pi(b)/pi_ref(b) (the lab's dpo_loss):
         W_ab = P(a pair is drawn, kept, a over b) = mu(a) mu(b) K_ab,  d_a = sum_b W_ab l'(h_ab) - W_ba l'(h_ba),
         u = -d (log Z cancels from h, so d is the whole gradient in theta),  v_a = -d_a / mu(a)
@@ -81,9 +82,11 @@ PENALTIES = {
     (KLEstimator.k3, KLPlacement.loss): lambda lp, ref: 1 - (ref - lp).exp(),
     (KLEstimator.k2, KLPlacement.loss): lambda lp, ref: lp - ref - _kl(lp, ref),
     (KLEstimator.k1, KLPlacement.reward): lambda lp, ref: lp - ref - _kl(lp, ref),
+    (KLEstimator.k3, KLPlacement.reward): lambda lp, ref: lp - ref - _kl(lp, ref) - 1 + (ref - lp).exp(),
 }
 """(estimator, placement) -> the natural direction beta multiplies, grad KL / pi (claim 14): k3 in the loss
-KL(pi_ref || pi), k2 in the loss and k1 in the reward KL(pi || pi_ref)."""
+KL(pi_ref || pi), k2 in the loss and k1 in the reward KL(pi || pi_ref), k3 in the reward KL(pi || pi_ref) -
+KL(pi_ref || pi) (unbounded above: claim 35)."""
 
 
 def grpo_update(method: Method, log_probs: Tensor, problem: Problem) -> Tensor:

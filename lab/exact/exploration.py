@@ -8,8 +8,8 @@
 `zero_std_prob` is the probability that all G rewards of a group are equal, so that every
 group-relative delta is 0 and the prompt gives no update: what `zero_std_fraction` estimates
 from the epoch's actual groups. Both are computed from each epoch's sampling logits, for all
-epochs at once after the training loop (in float32: relative error ~1e-6, the precision
-metrics.csv keeps).
+epochs at once after the training loop (in the run's dtype: float32 has a relative error ~1e-6, the precision
+metrics.csv keeps; a float64 run's are exact to float64 before metrics.csv rounds them to float32).
 Past `lab.exact.LIMITS.max_responses` responses they are Monte Carlo estimates instead
 (`MC_SAMPLES` responses per prompt and epoch, unbiased: the fraction optimal, and
 sum_v C(n_v, G) / C(M, G) for the all-equal probability), and `is_exact` says which.
@@ -142,8 +142,10 @@ def epoch_exploration(logits: Tensor, prompts: Tensor, reward: Callable[[Tensor,
     step = max(1, CHUNK_ENTRIES // (runs * batch * len(responses)))  # epochs per chunk
     optimal, zero = [], []
     for start in range(0, epochs, step):
-        o, z = exact_exploration(log_softmax(logits[:, start:start + step].float()), table.float(),
-                                 optimum.float(), group_size)
+        # in the logits' own dtype, at least float32: a float64 run's metrics are exact to float64
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        o, z = exact_exploration(log_softmax(logits[:, start:start + step].to(dtype)), table.to(dtype),
+                                 optimum.to(dtype), group_size)
         optimal.append(o)
         zero.append(z)
     return dict(optimal_prob=torch.cat(optimal, 1).mean(-1), zero_std_prob=torch.cat(zero, 1).mean(-1))

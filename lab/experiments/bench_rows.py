@@ -30,6 +30,8 @@ class BenchRow:
     """the same runs with --max-grad-norm (`CLIP_BENCH`)"""
     learned: bool = False
     """the same runs against a reward model (`BENCH_REWARD`)"""
+    tries: tuple[float, ...] = ()
+    """the seconds of each round of the round robin (`seconds` is their best)"""
 
 
 @dataclass
@@ -69,6 +71,13 @@ def policy_ratios(result: BenchResult) -> dict[tuple[str, int], float]:
     """(device, R) -> seconds per run of the autoregressive policy / of the factorised one."""
     rows = {(r.device, r.runs, r.policy): r.seconds for r in result.rows if _plain(r) and r.loss == "naive"}
     return {(d, n): seconds / rows[d, n, "factorized"] for (d, n, p), seconds in rows.items()
+            if p == "autoregressive" and (d, n, "factorized") in rows}
+
+
+def policy_pair_ratios(result: BenchResult) -> dict[tuple[str, int], list[float]]:
+    """(device, R) -> the autoregressive / factorised ratio of each round's pair of tries (alternating order)."""
+    rows = {(r.device, r.runs, r.policy): r.tries for r in result.rows if _plain(r) and r.loss == "naive"}
+    return {(d, n): [a / f for a, f in zip(tries, rows[d, n, "factorized"])] for (d, n, p), tries in rows.items()
             if p == "autoregressive" and (d, n, "factorized") in rows}
 
 

@@ -91,5 +91,8 @@ def batch_effect_lines(effect: dict) -> list[str]:
             f"batch of their own (as `lab sweep` with those settings alone would), the entropy-bonus runs ({effect['runs']} "
             f"runs) end with the same final mean reward in {effect['runs'] - effect['moved']} of them; "
             f"{effect['moved']} moved, by at most {effect['largest']:.3f}. Mean final reward per setting: {rows}. "
-            "So a table's number is reproduced exactly by `lab reproduce`, and by `lab sweep` to within that: float "
-            "sums over a batch depend on its size, and a run that meets a near-tie can then take another path."]
+            "So on the machine that made this page a table's number is reproduced exactly by `lab reproduce`, and by "
+            "`lab sweep` to within that: float32 sums over a batch depend on its size, and a run that meets a "
+            "near-tie can then take another path. On another CPU the same holds of its own kernels' rounding: the "
+            "verdicts come back, a number may move in its third decimal (docs/reproducibility.md; `--dtype float64` "
+            "is the same on every machine)."]

@@ -8,19 +8,18 @@
         policy tr Cov[g] per prompt of each run's own estimator at its start and its end (`lab.exact.critic_moments`:
         the group estimator for GRPO, the GAE estimator with the run's critic for gae; no whitening)
 
-Verdicts (95% intervals over seeds; `late` = the mean over the last LATE_EPOCHS epochs):
+Verdicts (lab/experiments/verdicts.py, tested on planted effects; 95% intervals over seeds, beside each the
+smallest effect its design detects at 80% power; `late` = the mean over the last LATE_EPOCHS epochs):
 - "the critic reduces the gradient's variance": per factorised gae run at its end, log(tr Cov[g] with its learned
-  critic / tr Cov[g] without a baseline, the same policy and G); t-interval below 0 -> holds, above 0 -> does not
-  hold, else inconclusive.
+  critic / tr Cov[g] without a baseline, the same policy and G); `below` 0, effect of interest log 0.9 (a 10%
+  reduction).
 - "under a terminal reward the critic's regression is hard, and harder at early tokens", per lambda (the three
   settings share seeds, so they are not pooled): per autoregressive gae run, late value_error_exact at t = 0 minus
   the visit-weighted mean of the late errors at t >= 1 (weights: the final policy's exact expected visits per
-  position, so a position few responses reach weighs little); t-interval above 0 -> holds, below 0 -> does not
-  hold (there the later tokens are the harder ones), else inconclusive.
+  position, so a position few responses reach weighs little); `above` 0, effect of interest ERROR_EFFECT.
 - "the group mean is a low-cost substitute for the critic": final mean reward of GRPO centered G = 10 minus gae
   G = 10 (factorised, equal samples per epoch; the same seeds, so a paired t-interval,
-  `lab.experiments.intervals.seed_difference`); within +-MARGIN x the optimum -> holds, beyond it
-  -> does not hold, else inconclusive; the exact variance per sample and the samples per epoch beside it (the
+  `lab.experiments.verdicts.within` +-MARGIN x the optimum; the exact variance per sample and the samples per epoch beside it (the
   seconds are `lab bench`'s gae row: a timing cannot be reproduced byte for byte, so RESULTS.md holds none).
 Pure: training is `lab.training.train.train`; the figure is `lab.experiments.critic_figures`.
 """
@@ -35,6 +34,7 @@ import torch
 
 from lab.exact import critic_moments
 from lab.exact import values as exact_values
+from lab.experiments import verdicts as v
 from lab.experiments.intervals import mean_interval, seed_difference, wilson_interval
 from lab.experiments.sweep import optimal_everywhere
 from lab.experiments.work import Stages, batch_work
@@ -52,6 +52,10 @@ SETTINGS = FACTORISED + AUTOREGRESSIVE
 LATE_EPOCHS = 10
 MARGIN = 0.05
 """'Little difference' in final mean reward: within this fraction of the optimum (as `lab.experiments.results`)."""
+VARIANCE_EFFECT = -math.log(0.9)
+"""The variance verdict's effect of interest on log(tr Cov ratio): a 10% reduction."""
+ERROR_EFFECT = 0.01
+"""The by-position verdict's effect of interest on the late exact critic error (reward units squared)."""
 
 
 @dataclass
@@ -147,12 +151,6 @@ def early_minus_later(records: Records) -> np.ndarray:
     return np.array(out)
 
 
-def _verdict(interval, above: bool) -> str:
-    if (interval.low > 0) if above else (interval.high < 0):
-        return "holds"
-    return "does not hold" if ((interval.high < 0) if above else (interval.low > 0)) else "inconclusive"
-
-
 def critic_markdown(runs: CriticRuns) -> list[str]:
     """The RESULTS.md section: per setting reward, success, exact critic error, variance, networks trained; then verdicts."""
     var = variances(runs)
@@ -190,31 +188,29 @@ def _by_position(runs: CriticRuns) -> list[str]:
 
 
 def _verdicts(runs: CriticRuns, var: dict[int, np.ndarray]) -> list[str]:
-    rows = ["| the material says | decided by | 95% interval | verdict |", "| --- | --- | --- | --- |"]
+    rows = ["| the material says | decided by (rule in `lab/experiments/verdicts.py`) | 95% interval | detectable at "
+            "80% power / needed | verdict |", "| --- | --- | --- | --- | --- |"]
     ratios = [math.log(var[i][r, 1] / _raw_variance_at_end(runs.records[i], r))
               for i in (2, 3) for r in range(runs.seeds)]
-    interval = mean_interval(np.array(ratios))
-    rows.append(f"| the critic reduces the gradient's variance | log(tr Cov with the learned critic / without a "
-                f"baseline) at the end, factorised gae runs, below 0 | {interval.text(2)} | "
-                f"**{_verdict(interval, above=False)}** |")
+    rows.append("| the critic reduces the gradient's variance | log(tr Cov with the learned critic / without a "
+                "baseline) at the end, factorised gae runs, below 0; effect of interest log 0.9 "
+                + v.cells(v.below(np.array(ratios), effect=VARIANCE_EFFECT), digits=2))
     for overrides, records in zip(SETTINGS, runs.records):
         if overrides.get("policy") != "autoregressive" or overrides["delta"] != "gae":
             continue
-        interval = mean_interval(early_minus_later(records))
         rows.append(f"| under a terminal reward the critic's regression is harder at early tokens "
                     f"(lambda = {overrides['gae_lambda']:g}) | late exact error at t = 0 minus its visit-weighted "
-                    f"mean over t >= 1 (weights: the final policy's expected visits per position), per seed, above 0 "
-                    f"| {interval.text(3)} | **{_verdict(interval, above=True)}** |")
+                    f"mean over t >= 1 (weights: the final policy's expected visits per position), per seed, above 0; "
+                    f"effect of interest {ERROR_EFFECT} " + v.cells(v.above(early_minus_later(records),
+                                                                          effect=ERROR_EFFECT)))
     grpo, gae = runs.records[1], runs.records[2]
     optimum = float(grpo.optimum.mean())
     seeds = lambda records: [c.seed for c in records.configs]  # noqa: E731
-    diff = seed_difference(grpo.final("mean_reward"), gae.final("mean_reward"), seeds(grpo), seeds(gae))
-    inside = -MARGIN * optimum <= diff.low and diff.high <= MARGIN * optimum
-    outside = diff.low > MARGIN * optimum or diff.high < -MARGIN * optimum
+    paired = v.pair(grpo.final("mean_reward"), seeds(grpo), gae.final("mean_reward"), seeds(gae))
     per_sample = [var[i][:, 1].mean() * runs.records[i].configs[0].group_size for i in (1, 2)]
     rows.append(f"| the group mean is a low-cost substitute for the critic | final mean reward, GRPO centered minus "
-                f"gae, G = 10, within +-{MARGIN:.0%} of the optimum | {diff.text(3)} | "
-                f"**{'holds' if inside else 'does not hold' if outside else 'inconclusive'}** |")
+                f"gae, G = 10, paired, within +-{MARGIN:.0%} of the optimum "
+                + v.cells(v.within(*paired, margin=MARGIN * optimum)))
     whitened = seed_difference(runs.records[4].final("mean_reward"), gae.final("mean_reward"),
                                seeds(runs.records[4]), seeds(gae))
     return rows + ["", f"Whitening the advantages over the batch (verl, TRL) against not (the lab's default), gae "

@@ -3,6 +3,9 @@
     GRPO, k3 in the loss     E[r] - beta' KL(pi_ref || pi)     closed form pi' (lab.exact.reverse_kl)  beta' = beta C G / (G-1)
     GRPO, k2 in the loss     E[r] - beta' KL(pi || pi_ref)     pi*_beta' = pi_ref exp(r / beta') / Z
     GRPO, k1 in the reward   E[r] - beta KL(pi || pi_ref)      pi*_beta  (the group scale multiplies both terms)
+
+Every method is compared at the same beta' (the section's beta): the loss placement's flow runs at beta = beta'
+(G-1) / (G C), as the section's runs do (lab.experiments.dpo_results.matched_kl).
     DPO, Bradley-Terry       stationary at pi*_beta (claim 28; online too: each pair's expected gradient is 0 there)
     DPO, argmax (offline)    no finite minimiser: the limit pi proportional to pi_ref^(1 + 1/beta) on the top set
     IPO, argmax (offline)    a convex quadratic: its minimiser, by Newton's method to |grad| < NEWTON_TOLERANCE
@@ -84,11 +87,16 @@ METHODS = {
 """The methods of the section (the labels of lab.experiments.dpo_results.SETTINGS), as the flow follows them."""
 
 
+def loss_beta(beta_prime: float, group_size: int, horizon: int) -> float:
+    """The beta a KL in the loss takes for its beta' to be `beta_prime`: beta' s / C, s = (G-1)/G (claim 14)."""
+    return beta_prime / effective_beta(1.0, (group_size - 1) / group_size / horizon)
+
+
 def closed_forms(ref_log_probs: Tensor, rewards: Tensor, beta: float, group_size: int,
                  horizon: int) -> dict[str, tuple[str, Tensor]]:
     """Per method with one: (the objective its expected update ascends, its closed-form end float64[seed batch n], None
-    where it has no finite one)."""
-    ref, prime = ref_log_probs.exp(), effective_beta(beta, (group_size - 1) / group_size / horizon)
+    where it has no finite one), every method at beta' = beta."""
+    ref, prime = ref_log_probs.exp(), beta  # the loss placement runs at beta' = beta: `loss_beta`
     star = O.kl_regularized_optimum(ref, rewards, beta)
     ipo = torch.stack([torch.stack([ipo_minimiser(r, w, beta) for r, w in zip(rs, ws)])
                        for rs, ws in zip(ref_log_probs, rewards)])
@@ -130,12 +138,14 @@ def exact_rows(configs, prompts: Tensor, beta: float, group_size: int,
     ref_log_probs, rewards = reference_tables(configs, prompts)
     horizon = prompts.shape[1]  # the factorised policy's responses are as long as the prompts
     problem = Problem(ref_log_probs, rewards, beta, group_size, horizon)
+    in_loss = Problem(ref_log_probs, rewards, loss_beta(beta, group_size, horizon), group_size, horizon)
     star = O.kl_regularized_optimum(ref_log_probs.exp(), rewards, beta)
     top = -torch.where(rewards == rewards.amax(-1, keepdim=True), ref_log_probs, -torch.inf).logsumexp(-1)
     closed = closed_forms(ref_log_probs, rewards, beta, group_size, horizon)
     rows = []
     for label, method in METHODS.items():
-        end = follow(method, problem, flow)
+        end = follow(method, in_loss if method.estimator is not None and method.placement.value == "loss" else problem,
+                     flow)
         probs = end.log_probs.exp()
         objective, point = closed.get(label, (ONLINE_OBJECTIVE, None))
         rows.append(ExactRow(label, objective, end, O.kl_divergence(probs, star), O.kl_divergence(

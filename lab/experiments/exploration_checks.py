@@ -34,6 +34,10 @@ CROSSING_KS = tuple(int(k) for k in np.unique(np.round(np.logspace(0, 5, 401))))
 """k of the crossing search: 1 to 100000, log-spaced."""
 EARLY_EPOCH = 10
 """The epoch at which the loss's effect on the sampling entropy is read."""
+SUCCESS_EFFECT = 0.25
+"""The loss-share row's effect of interest on success: a quarter of the seeds."""
+ENTROPY_EFFECT = 0.05
+"""... and on the sampling entropy at EARLY_EPOCH, in nats."""
 
 
 def auc(values: np.ndarray, success: np.ndarray) -> tuple[float, float]:
@@ -105,8 +109,14 @@ def fit_quality(entropy: np.ndarray, reward: np.ndarray) -> FitQuality:
     return FitQuality(per_seed[:, 0], per_seed[:, 1], exp_fit, _r2(h, r)[0], -slope)
 
 
-def _row(claim: str, rule: str, numbers: str, verdict: str) -> str:
-    return f"| {claim} | {rule} | {numbers} | **{verdict}** |"
+def _row(claim: str, rule: str, numbers: str, verdict, reach: str = "-") -> str:
+    """A verdict row: `verdict` a `lab.experiments.verdicts.Verdict` (its reach shown), or an answer with `reach`
+    saying what the design can see (a rank test or a fit has no detectable shift of a mean)."""
+    if isinstance(verdict, str):
+        return f"| {claim} | {rule} | {numbers} | {reach} | **{verdict}** |"
+    from lab.experiments.verdicts import cells
+
+    return f"| {claim} | {rule} " + cells(verdict, numbers)
 
 
 def _pct(interval) -> str:
@@ -122,10 +132,12 @@ def discrimination_rows(analysis: dict, success_of) -> tuple[list[str], dict]:
     chosen = [name for name, (a, p) in areas.items() if discriminates(a, p)]
     text = ("; ".join(f"{name}: AUC {a:.2f} (p {p:.1g})" for name, (a, p) in areas.items())
             + f"; discriminating: {', '.join(chosen) or 'none'}")
+    classes = int(solved.sum()), int((~np.asarray(solved, dtype=bool)).sum())
     rows = [_row("An initial quantity tells the seeds that will sort from those that will not (centered, clipped, "
                  "every init scale).", f"AUC = P(Q of a sorting seed > Q of a stuck one) >= {DISCRIMINATION} "
                  "(or <= 1 - that) with Mann-Whitney p < 0.05, over all seeds of the four scales", text,
-                 "holds" if chosen else "does not hold")]
+                 "holds" if chosen else "does not hold" if min(classes) > 0 else "underpowered",
+                 f"rank test on {classes[0]} sorting and {classes[1]} stuck seeds")]
     return rows, areas
 
 
@@ -163,34 +175,42 @@ def fit_rows(analysis: dict, label) -> list[str]:
             "R = c H + d in more seeds than not (sign test p < 0.05)",
             f"per seed median R^2 {median_exp:.2f} (line {median_line:.2f}); seed-mean curve {fit.exp_mean_curve:.2f} "
             f"(line {fit.linear_mean_curve:.2f}), a = {fit.a_mean_curve:.3f}; exp(H) better in {wins} of "
-            f"{len(fit.exp_per_seed)} seeds (p {p:.2g})", verdict))
+            f"{len(fit.exp_per_seed)} seeds (p {p:.2g})", verdict, f"sign test on {len(fit.exp_per_seed)} seeds"))
     return rows
 
 
 def loss_share_rows(analysis: dict) -> list[str]:
     """At init 0.1: naive against clipped, paired by seed (success and the sampling entropy at EARLY_EPOCH)."""
-    from lab.experiments.intervals import paired_interval, wilson_interval
+    from lab.experiments import verdicts as v
+    from lab.experiments.intervals import wilson_interval
 
     share = analysis["loss_share"]
     naive, clipped = share["naive_success"], share["clipped_success"]
-    entropy = paired_interval(share["clipped_entropy"], share["naive_entropy"])
+    entropy = v.above(share["clipped_entropy"], share["naive_entropy"], effect=ENTROPY_EFFECT)
     wn, wc = wilson_interval(int(naive.sum()), len(naive)), wilson_interval(int(clipped.sum()), len(clipped))
     # the same seeds under both losses: the success difference is paired by seed too (0, +1 or -1 per seed)
-    success = paired_interval(np.asarray(clipped, dtype=float), np.asarray(naive, dtype=float))
-    verdict = "holds" if success.low > 0 and entropy.low > 0 else "inconclusive"
+    success = v.above(np.asarray(clipped, dtype=float), np.asarray(naive, dtype=float), effect=SUCCESS_EFFECT)
+    parts = (success, entropy)
+    worst = max(parts, key=lambda x: x.detectable)
+    answer = (v.HOLDS if all(x.answer == v.HOLDS for x in parts) else v.FAILS if any(x.answer == v.FAILS for x in parts)
+              else v.UNDERPOWERED if any(x.answer == v.UNDERPOWERED for x in parts) else v.INCONCLUSIVE)
+    verdict = v.Verdict(answer, success.interval, worst.detectable, worst.needed)
     return [_row("At init scale 0.1 the loss matters as much as the start: the clipped loss keeps the policy "
                  "exploring for longer than the naive one (centered deltas).",
                  f"success (optimal on every prompt, 0 or 1 per seed), clipped - naive, and the sampling entropy "
-                 f"at epoch {EARLY_EPOCH}, clipped - naive, both paired t over seeds, above 0",
-                 f"success naive {_pct(wn)}, clipped {_pct(wc)}, difference {success.text(2)}; entropy at epoch "
-                 f"{EARLY_EPOCH}: {entropy.text(3)}", verdict)]
+                 f"at epoch {EARLY_EPOCH}, clipped - naive, both paired t over seeds, above 0 (effects of interest "
+                 f"{SUCCESS_EFFECT} of the seeds, {ENTROPY_EFFECT} nats)",
+                 f"success naive {_pct(wn)}, clipped {_pct(wc)}, difference {success.interval.text(2)}; entropy at "
+                 f"epoch {EARLY_EPOCH}: {entropy.interval.text(3)}", verdict)]
 
 
 def lr_rows(analysis: dict) -> list[str]:
     """The learning-rate control (lab.experiments.controls): success at other learning rates and epochs."""
     rows = []
     for (scale, lr, epochs), interval in analysis.get("lr_control", {}).items():
+        from lab.experiments.verdicts import share_above
+
+        verdict = share_above(round(interval.estimate * interval.n), interval.n, share=0.5)
         rows.append(_row(f"Learning-rate control: centered GRPO (clipped loss) sorts at init scale {scale:g} with "
-                         f"lr {lr:g} for {epochs} epochs.", "success above 1/2 (Wilson)", _pct(interval),
-                         "holds" if interval.low > 0.5 else "does not hold" if interval.high < 0.5 else "inconclusive"))
+                         f"lr {lr:g} for {epochs} epochs.", "success above 1/2 (Wilson)", _pct(interval), verdict))
     return rows

@@ -5,16 +5,17 @@
     R = -a exp(H) + b   least squares of the epoch's mean reward on exp(its sampling entropy), per setting
                         (Cui et al. 2025); fit quality R^2 = 1 - SS_res / SS_tot over all (seed, epoch) points
 
-Verdict rules (95% intervals: Wilson for fractions, Student t over seeds for means of unbounded
-quantities, a percentile bootstrap over seeds for means of probabilities and for the per-seed
-differences after - before, which pair each seed with itself; lab.experiments.intervals):
-- "sorts" / "does not sort": the Wilson interval of success lies above / below 1/2, else inconclusive;
+Verdict rules (lab/experiments/verdicts.py, tested on planted effects; 95% intervals: Wilson for fractions, a
+paired t over seeds for the per-seed differences after - before; beside each verdict the smallest effect its
+design detects at 80% power, and "underpowered" where it cannot see what the claim needs):
+- "sorts" / "does not sort": `share_above` 1/2 on success;
 - "stuck from the start": every setting at the lecture's init scale does not sort, and the initial
   entropy discriminates sorting from stuck seeds (lab.experiments.exploration_checks: AUC over every
   centered, clipped seed of all scales); the old rule, P(a group of G contains the optimum) < 1/2,
   holds at init 0.1 too, where every seed sorts, so it cannot tell stuck from exploring;
 - "rescues": some entropy coefficient sorts (holds); every coefficient does not sort (does not hold);
-- "training raises X": the interval of X(after) - X(before) lies above 0 (holds), below 0 (does not hold);
+  underpowered where a coefficient's share rule is;
+- "training raises X": `above` on X(after) - X(before), paired by seed, effect of interest RAISE;
 - "the toy shows the trade-off": per seed median R^2 >= FIT_QUALITY, a > 0, and exp(H) beats a straight
   line in H in most seeds (exploration_checks.fit_rows); a high R^2 alone does not test the exp(H) form.
 Nothing here prints; figures are drawn by lab.experiments.figures.plot_exploration_*.
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 
 from lab.exact.enumeration import all_probs, reward_table
+from lab.experiments import verdicts as v
 from lab.experiments import exploration_checks as checks
 from lab.experiments.intervals import Interval, mean_interval, probability_interval, wilson_interval
 from lab.policies.factorized import Policy
@@ -62,8 +64,22 @@ class Fit:
     reward: np.ndarray
 
 
-def _sorts(interval: Interval) -> str:
-    return "holds" if interval.low > 0.5 else "does not hold" if interval.high < 0.5 else "inconclusive"
+RAISE = 0.05
+"""'Training raises pass@k / maj@k': the effect of interest, 5 percentage points."""
+
+
+def sorts(records, runs) -> v.Verdict:
+    """"Setting sorts": success (optimal on every prompt) in more than half the seeds, Wilson."""
+    return v.share_above(int(optimal_everywhere(records)[runs].sum()), len(runs), share=0.5)
+
+
+def either(verdicts: list, holds: bool, fails: bool) -> v.Verdict:
+    """A composite answer (holds / does not hold as the caller decides from the parts), else underpowered where a
+    part is, else inconclusive; the design's reach is the parts' widest."""
+    worst = max(verdicts, key=lambda x: x.detectable)
+    answer = (v.HOLDS if holds else v.FAILS if fails else
+              v.UNDERPOWERED if any(x.answer == v.UNDERPOWERED for x in verdicts) else v.INCONCLUSIVE)
+    return v.Verdict(answer, worst.interval, worst.detectable, worst.needed)
 
 
 def success(records, runs) -> Interval:
@@ -119,8 +135,11 @@ def initial_group_hit(records, runs, prompts: torch.Tensor, reward: str) -> np.n
     return pass_at_k_from_probs(probs, table, [records.configs[runs[0]].group_size])[..., 0].mean(1).numpy()
 
 
-def _row(claim: str, rule: str, numbers: str, verdict: str) -> str:
-    return f"| {claim} | {rule} | {numbers} | **{verdict}** |"
+def _row(claim: str, rule: str, numbers: str, verdict) -> str:
+    """A verdict row; `verdict` a `lab.experiments.verdicts.Verdict` (its reach shown) or an answer alone."""
+    if isinstance(verdict, str):
+        return f"| {claim} | {rule} | {numbers} | - | **{verdict}** |"
+    return f"| {claim} | {rule} " + v.cells(verdict, numbers)
 
 
 def _fraction(interval: Interval) -> str:
@@ -138,13 +157,15 @@ def exploration_markdown(analysis: dict) -> list[str]:
     initial_h = sampling_entropy(records)[:, 0]
     medians = {scale: float(np.median(initial_h[analysis["runs"][_key({**EXPLORING, "init_scale": scale})]]))
                for scale in INIT_SCALES}
-    stuck_verdict = ("holds" if all(i.high < 0.5 for i in stuck_everywhere) and checks.discriminates(*entropy_auc)
-                     else "does not hold" if any(i.low > 0.5 for i in stuck_everywhere) else "inconclusive")
+    stuck_parts = [sorts(records, analysis["runs"][_key(s)]) for s in lecture_settings]
+    stuck_verdict = either(stuck_parts, all(x.interval.high < 0.5 for x in stuck_parts)
+                           and checks.discriminates(*entropy_auc), any(x.answer == v.HOLDS for x in stuck_parts))
     exploring = success(records, analysis["runs"][_key(EXPLORING)])
     stuck = success(records, analysis["runs"][_key(STUCK)])
     bonus_success = [success(records, analysis["runs"][_key(s)]) for s in bonus]
-    rescue = ("holds" if any(i.low > 0.5 for i in bonus_success) else
-              "does not hold" if all(i.high < 0.5 for i in bonus_success) else "inconclusive")
+    bonus_parts = [sorts(records, analysis["runs"][_key(s)]) for s in bonus]
+    rescue = either(bonus_parts, any(x.answer == v.HOLDS for x in bonus_parts),
+                    all(x.answer == v.FAILS for x in bonus_parts))
     best = max(range(len(bonus)), key=lambda i: bonus_success[i].estimate)
     out = ["## Exploration: why the lecture's runs get stuck, and what makes GRPO sort", "",
            f"{seeds} seeds per setting, trained in the same batch as the experiments above. `init_scale` multiplies "
@@ -153,7 +174,8 @@ def exploration_markdown(analysis: dict) -> list[str]:
            "1/s^2 (0.1: temperature 100, almost uniform). `entropy_coef` adds an entropy bonus (loss - coef x exact mean "
            "entropy). Success = final greedy response optimal on every prompt. Rules: the docstring of "
            "`lab/experiments/exploration_results.py`.", "",
-           "| claim | decided by | 95% interval | verdict |", "| --- | --- | --- | --- |",
+           "| claim | decided by | 95% interval | detectable at 80% power / needed | verdict |",
+           "| --- | --- | --- | --- | --- |",
            _row("The lecture's runs are stuck from the start: their initial policy explores too little.",
                 "at init scale 1 every delta x loss setting sorts in fewer than half the seeds (Wilson), and the "
                 "initial entropy tells sorting seeds from stuck ones (next row)",
@@ -162,9 +184,9 @@ def exploration_markdown(analysis: dict) -> list[str]:
                     f"{medians[scale]:.3f} (scale {scale:g})" for scale in INIT_SCALES), stuck_verdict),
            *discrimination,
            _row("An exploring initialisation (init scale 0.1) makes centered GRPO (clipped loss) sort.",
-                "success above 1/2 (Wilson)", _fraction(exploring), _sorts(exploring)),
+                "success above 1/2 (Wilson)", _fraction(exploring), sorts(records, analysis["runs"][_key(EXPLORING)])),
            _row("At the lecture's initialisation centered GRPO (clipped loss) sorts.",
-                "success above 1/2 (Wilson)", _fraction(stuck), _sorts(stuck)),
+                "success above 1/2 (Wilson)", _fraction(stuck), sorts(records, analysis["runs"][_key(STUCK)])),
            _row("An entropy bonus at the lecture's initialisation rescues the stuck runs "
                 "(centered, clipped).", "some coefficient's success above 1/2 (all below: does not hold)",
                 f"best coef {bonus[best]['entropy_coef']:g}: {_fraction(bonus_success[best])}", rescue)]
@@ -172,10 +194,9 @@ def exploration_markdown(analysis: dict) -> list[str]:
     for name, setting in (("stuck (init scale 1)", STUCK), ("exploring (init scale 0.1)", EXPLORING)):
         curves = analysis["at_k"][_key(setting)]
         for label, key, k in (("pass@1", "pass", 1), (f"pass@{top}", "pass", top), (f"maj@{top}", "maj", top)):
-            change = probability_interval(curves[f"{key}_after"][:, k - 1] - curves[f"{key}_before"][:, k - 1])
-            verdict = "holds" if change.low > 0 else "does not hold" if change.high < 0 else "inconclusive"
-            out.append(_row(f"Training raises {label}, {name}, centered clipped.",
-                            "after - before, paired by seed, bootstrap interval above 0", change.text(4), verdict))
+            verdict = v.above(curves[f"{key}_after"][:, k - 1], curves[f"{key}_before"][:, k - 1], effect=RAISE)
+            out.append(_row(f"Training raises {label}, {name}, centered clipped.", "after - before, paired by seed "
+                            f"(t), above 0; effect of interest {RAISE}", verdict.interval.text(4), verdict))
     out += checks.fit_rows(analysis, lambda key: _label(dict(key)))
     out += checks.loss_share_rows(analysis)
     out += checks.lr_rows(analysis)

@@ -11,8 +11,10 @@
     predicted  = the sign of slope(1/|o|) - slope(C) at initialisation (lab.experiments.length_oracle: the change
                  of the exact E[|o| | wrong] per unit of expected reward along each exact expected update), when
                  at least PREDICTION_AGREEMENT of the seeds share it; else no prediction
-    verdict    = the paired interval above 0: "lengthens"; below 0: "shortens"; else "no difference seen";
-                 then "as predicted" or "against the prediction" when there is one
+    verdict    = the paired interval above 0: "lengthens"; below 0: "shortens"; else "no difference seen", and
+                 "underpowered" beside it when the design's detectable shift at 80% power
+                 (lab.experiments.verdicts.detectable_shift) exceeds LENGTH_EFFECT; then "as predicted" or
+                 "against the prediction" when there is one
 
 A run-mean over all epochs keeps an early effect that later vanishes (lengths that converge under both
 divisors add exact zeros, which leave the paired t statistic unchanged). The early (epochs 1..EARLY_EPOCHS)
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lab.experiments.intervals import paired_interval, paired_p_value
+from lab.experiments.verdicts import detectable_shift, differences
 from lab.experiments.work import Stages
 from lab.training.config import TrainConfig
 from lab.training.records import Records
@@ -126,9 +129,15 @@ def predicted_sign(slope_difference: np.ndarray) -> int:
     return 0
 
 
-def verdict(low: float, high: float, predicted: int) -> str:
+LENGTH_EFFECT = 0.25
+"""The effect of interest on the run-mean wrong length, 1/|o| minus C: a quarter of a token."""
+
+
+def verdict(low: float, high: float, predicted: int, detectable: float = 0.0) -> str:
     seen = 1 if low > 0 else -1 if high < 0 else 0
     words = {1: "lengthens", -1: "shortens", 0: "no difference seen"}[seen]
+    if not seen and detectable > LENGTH_EFFECT:
+        words += ", underpowered"
     if seen and predicted:
         words += ", as predicted" if seen == predicted else ", against the prediction"
     return words
@@ -140,8 +149,8 @@ def length_bias_markdown(records: dict[str, Records], pairs, slopes: dict[str, n
     flows[task]: float[run epoch+1] exact E[|o| | wrong] (NaN rows for runs without a flow)."""
     lines = ["| setting | exact at init: slope(1/\\|o\\|) - slope(C), median; seeds > 0 | predicted | "
              "run-mean incorrect length, 1/\\|o\\| - C [95% paired t] | p (two-sided) | seeds longer under 1/\\|o\\| | "
-             f"epochs 1-{EARLY_EPOCHS} | last {LATE_EPOCHS} epochs | verdict |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"epochs 1-{EARLY_EPOCHS} | last {LATE_EPOCHS} epochs | detectable at 80% power / needed | verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for setting, (biased, unbiased) in zip(SETTINGS, pairs):
         run = records[setting.task]
         slope = slopes[setting.task][biased] - slopes[setting.task][unbiased]
@@ -150,13 +159,14 @@ def length_bias_markdown(records: dict[str, Records], pairs, slopes: dict[str, n
         early = window(run, "incorrect_length", slice(1, EARLY_EPOCHS + 1))
         final = late(run, "incorrect_length")
         diff = paired_interval(whole[biased], whole[unbiased])
+        reach = detectable_shift(differences(whole[biased], whole[unbiased]))
         longer = int(np.nansum(whole[biased] > whole[unbiased]))
         cells = [f"{i.text(2)} (n={i.n})" for i in (paired_interval(w[biased], w[unbiased]) for w in (early, final))]
         lines.append(
             f"| {setting.label} | {np.median(slope):+.3f}; {int((slope > 0).sum())} of {len(slope)} | "
             f"{ {1: 'longer', -1: 'shorter', 0: 'none'}[sign] } | {diff.text(3)} (n={diff.n}) | "
             f"{paired_p_value(whole[biased], whole[unbiased]):.2g} | {longer} of {diff.n} | {cells[0]} | {cells[1]} | "
-            f"**{verdict(diff.low, diff.high, sign)}** |")
+            f"{reach:.3g} / {LENGTH_EFFECT} | **{verdict(diff.low, diff.high, sign, reach)}** |")
     lines += ["", "The exact expected-gradient flow (`lab.experiments.length_oracle`: each epoch the exact expected "
               "naive surrogate of the epoch's policy, the runs' Adam steps), E[\\|o\\| \\| wrong] at epochs 0, "
               f"{EARLY_EPOCHS} and the end, mean over the seeds it ran for:", "",

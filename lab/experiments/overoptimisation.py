@@ -8,7 +8,10 @@ pairs), then two ways to optimise the proxy, each seen through the gold (true) r
     the optimum pi*_beta = pi_0 exp(r_phi / beta) / Z of the proxy's KL-regularised objective (where GRPO with
                 k1 in the reward converges, claim 14), for a grid of beta: exact, no sampling
     GRPO        the lab's loop with the proxy as its reward (`--reward learned:PATH`: centered deltas, clipped
-                loss) at each KL weight, its exact gold, proxy and d after every epoch
+                loss, k1 in the reward with pi_0 frozen: it ascends J_beta = E[r_phi] - beta KL(pi || pi_0), the
+                objective DPO's beta and reference set) at each KL weight, its exact gold, proxy and d every epoch
+    peaked      best-of-n again from a peaked pi_0 (init scale `peaked_init`) with its own proxy: a proxy whose
+                top responses pi_0 already favours, where best-of-n over-optimises (issue 35)
     DPO         offline DPO on the proxy's own training pairs (`--pairs-from`), at each beta: the same
                 preference data, no reward model
 
@@ -51,8 +54,10 @@ class Overoptimisation:
 
     reward: str = "inclusion-ordering"
     init_scale: float = 0.1
-    proxies: tuple = (("small", 16), ("small", 256), ("large", 256))
-    """(reward-model size, pairs per prompt) of each proxy"""
+    proxies: tuple = (("small", 16), ("large", 4), ("large", 256))
+    """(reward-model size, pairs per prompt) of each proxy: a large model on 4 pairs per prompt overfits them"""
+    peaked_init: float = 0.5
+    """init scale of the peaked pi_0 of the second best-of-n path"""
     best_of: tuple = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
     kl_weights: tuple = (0.0, 0.05, 0.5)
     dpo_betas: tuple = (0.05, 0.5)
@@ -87,7 +92,7 @@ def section_work(seeds: int, experiment: Overoptimisation) -> float:
     batch = [TrainConfig(epochs=experiment.epochs, steps=experiment.steps, seed=seed) for seed in range(seeds)]
     batches = len(experiment.kl_weights) + len(experiment.dpo_betas)
     fit = RM_FIT_S * experiment.rm_steps / OVEROPTIMISATION.rm_steps
-    return len(experiment.proxies) * (seeds * fit + batches * batch_work(batch))
+    return len(experiment.proxies) * (2 * seeds * fit + batches * batch_work(batch))  # 2: the peaked fit too
 
 
 @dataclass
@@ -140,8 +145,9 @@ def trained_curves(task: Task, proxies: dict[int, object], configs: dict[int, Tr
 def rl_curves(task: Task, proxies: dict[int, object], base: dict[int, torch.Tensor], gold: torch.Tensor,
               scores: dict[int, torch.Tensor], experiment: Overoptimisation, kl: float) -> dict[int, Curve]:
     """GRPO (centered, clipped) against each seed's proxy at one KL weight: {seed: Curve over the epochs}."""
-    configs = {seed: TrainConfig(epochs=experiment.epochs, steps=experiment.steps, seed=seed, reward=f"{LEARNED}proxy-{seed}", delta="centered",
-                                 loss="clipped", init_scale=experiment.init_scale, kl=kl) for seed in proxies}
+    configs = {seed: TrainConfig(epochs=experiment.epochs, steps=experiment.steps, seed=seed, reward=f"{LEARNED}proxy-{seed}",
+                                 delta="centered", loss="clipped", init_scale=experiment.init_scale, kl=kl,
+                                 kl_estimator="k1", kl_in="reward", kl_period=0) for seed in proxies}
     start = {seed: (*path_point(base[seed], base[seed], gold, scores[seed])[:2], 0.0) for seed in proxies}
     return trained_curves(task, proxies, configs, start, experiment)
 
@@ -163,13 +169,27 @@ def dpo_curves(task: Task, proxies: dict[int, object], fits: dict, base: dict[in
         return trained_curves(task, proxies, configs, start, experiment)
 
 
+def peaked_best_of_n(task: Task, seed: int, size: str, pairs: int, experiment: Overoptimisation) -> Curve:
+    """Best-of-n's exact path from seed's peaked pi_0 (init `peaked_init`), ranked by a proxy fitted on its pairs."""
+    policy = make_policy("factorized", task.vocab_size, task.prompts.shape[1], task.response_length, 10,
+                         torch.Generator().manual_seed(seed), experiment.peaked_init)
+    config = RewardModelConfig(size=size, pairs_per_prompt=pairs, steps=experiment.rm_steps, seed=seed)
+    model = train_reward_model(policy, task.prompts, experiment.reward, config)[0]
+    with torch.no_grad():
+        base = varlen.all_probs(policy, task.prompts, torch.float64)
+        scores = model(task.prompts.unsqueeze(1), varlen.enumerate_responses(policy).unsqueeze(0))
+    gold = varlen.reward_table(policy, task.prompts, experiment.reward).double()
+    return best_of_n_curve(base, gold, scores, experiment.best_of)
+
+
 def run_overoptimisation(task: Task, seeds: int, experiment: Overoptimisation = OVEROPTIMISATION, progress=None):
-    """{(size, pairs): {"bon" and "optimum": {seed: Curve}, "rl": {kl: {seed: Curve}}, "dpo": {beta: {seed: Curve}},
+    """{(size, pairs): {"bon", "peaked" and "optimum": {seed: Curve}, "rl": {kl: {seed: Curve}}, "dpo": {beta: {seed: Curve}},
     "rm": {seed: metrics}, "kl_gap": seed 0's best-of-n KL against its bound}}."""
     results, done = {}, 0
     total = len(experiment.proxies) * (1 + len(experiment.kl_weights) + len(experiment.dpo_betas))
     for size, pairs in experiment.proxies:
         models, fits, base, scores, metrics, bon, optimum = {}, {}, {}, {}, {}, {}, {}
+        peaked = {seed: peaked_best_of_n(task, seed, size, pairs, experiment) for seed in range(seeds)}
         for seed in range(seeds):
             policy = make_policy("factorized", task.vocab_size, task.prompts.shape[1], task.response_length, 10,
                                  torch.Generator().manual_seed(seed), experiment.init_scale)
@@ -192,7 +212,7 @@ def run_overoptimisation(task: Task, seeds: int, experiment: Overoptimisation = 
             dpo[beta] = dpo_curves(task, models, fits, base, gold, scores, experiment, beta)
             done += 1
             progress and progress(done, total)
-        results[(size, pairs)] = {"bon": bon, "optimum": optimum, "rl": rl, "dpo": dpo, "rm": metrics,
+        results[(size, pairs)] = {"bon": bon, "peaked": peaked, "optimum": optimum, "rl": rl, "dpo": dpo, "rm": metrics,
                                   "kl_gap": bon_kl_gap(base[0], scores[0], experiment.best_of)}
     return results
 

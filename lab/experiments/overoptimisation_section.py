@@ -3,20 +3,24 @@
     overoptimisation.png   gold (solid) and proxy (dashed) reward against d = sqrt(KL(pi || pi_0)), mean over
                            seeds: best-of-n per proxy (left), GRPO against the middle proxy per KL weight (right)
 
-Verdict rules (each can fail; seeds share pi_0 and the proxy's data across settings, so comparisons pair them):
+Verdict rules (lab/experiments/verdicts.py, tested on planted effects; seeds share pi_0 and the proxy's data across
+settings, so comparisons pair them; beside each verdict the smallest effect its design detects at 80% power):
 
     "the proxy keeps rising while the gold reward peaks and falls"  best-of-n, per proxy: the share of seeds whose
         exact gold curve over n has its maximum before the last n and ends more than FALL below it, while the
-        proxy never falls; holds when the share's 95% Wilson interval lies above 1/2, does not when below
-    "a larger reward model or more pairs moves the gold peak to larger d"  paired t interval of the d of the
-        gold peak (best-of-n), larger minus smaller proxy; holds when above 0, does not when below
+        proxy never falls: `share_above` 1/2 (Wilson)
+    "best-of-n over-optimises": gold at a fixed middle n (`early_index`) minus gold at the largest n, paired by seed,
+        `above` with effect of interest EFFECT, from pi_0 and from the peaked pi_0 (init `peaked_init`)
     "the KL penalty limits over-optimisation"  decided where the penalised objective converges: the share of
         seeds whose exact optimum path pi*_beta has more gold at some beta than at the smallest beta (nearest
-        the proxy's argmax) by more than FALL; Wilson, as above
-    how far GRPO gets in its budget: gold at its last epoch, each KL weight minus none, paired t (a
-        separate question: a run short of its peak shows the penalty's cost, not where it converges)
-    "DPO on the proxy's own pairs ends with more gold than GRPO against the proxy": gold at the last epoch, DPO at
-        beta minus GRPO at the same KL weight, paired t, per proxy where both were run
+        the proxy's argmax) by more than FALL; `share_above` 1/2
+    "GRPO over-optimises the proxy in its budget": gold at a third of the epochs minus gold at the last, paired,
+        `above` EFFECT, per proxy without a penalty
+    how far GRPO gets in its budget: gold at its last epoch, each KL weight minus none, `above` EFFECT (a separate
+        question: a run short of its peak shows the penalty's cost, not where it converges)
+    "DPO on the proxy's own pairs ends with more gold than GRPO against the proxy" (both ascend J_beta with pi_0
+        frozen at the same beta): gold at the last epoch, `above` EFFECT, once per set of pairs (proxies fitted on the
+        same pairs share their DPO runs)
 """
 
 from __future__ import annotations
@@ -26,12 +30,15 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from lab.experiments.intervals import mean_interval, paired_interval, wilson_interval
+from lab.experiments import verdicts as v
+from lab.experiments.intervals import mean_interval
 from lab.experiments.overoptimisation import OVEROPTIMISATION, fit_gao
 from lab.files.temporaries import atomic_path
 
 FALL = 0.01
 """A gold curve 'falls' when it ends more than this below its peak (reward units)."""
+EFFECT = 0.05
+"""The effect of interest of the paired gold comparisons: 1% of the optimum reward 5."""
 
 
 def peaks_and_falls(curve) -> bool:
@@ -40,55 +47,65 @@ def peaks_and_falls(curve) -> bool:
         np.all(np.diff(curve.proxy) >= -1e-9))
 
 
-def peak_d(curve) -> float:
-    return float(curve.d[int(np.argmax(curve.gold))])
+def early_index(points: int) -> int:
+    """The fixed checkpoint a path's end is compared with: its middle point (best-of-n) or a third of it (epochs)."""
+    return points // 2
 
 
-def decide(interval, above: float = 0.0) -> str:
-    return "holds" if interval.low > above else "does not hold" if interval.high < above else "inconclusive"
+def _gold(curves: dict, index: int) -> np.ndarray:
+    return np.array([curves[s].gold[index] for s in sorted(curves)])
 
 
-def verdict_rows(results: dict, experiment=OVEROPTIMISATION) -> list[tuple[str, str, str]]:
+def verdict_rows(results: dict, experiment=OVEROPTIMISATION) -> list[tuple[str, str, v.Verdict]]:
+    """(claim, rule, verdict) per row (module docstring)."""
     rows = []
     for key, result in results.items():
         seeds = list(result["bon"])
         falls = sum(peaks_and_falls(result["bon"][s]) for s in seeds)
-        interval = wilson_interval(falls, len(seeds))
         rows.append((f"best-of-n against the {key[0]} proxy on {key[1]} pairs per prompt: the proxy keeps rising "
-                     "while the gold reward peaks and falls", f"{falls} of {len(seeds)} seeds, {interval.text(2)} "
-                     "(Wilson)", decide(interval, 0.5)))
-    keys = list(results)
-    for small, large in zip(keys, keys[1:]):
-        seeds = list(results[small]["bon"])
-        interval = paired_interval([peak_d(results[large]["bon"][s]) for s in seeds],
-                                   [peak_d(results[small]["bon"][s]) for s in seeds])
-        rows.append((f"the {large[0]} proxy on {large[1]} pairs moves best-of-n's gold peak to larger d than the "
-                     f"{small[0]} one on {small[1]}", f"{interval.text()} (paired t)", decide(interval)))
+                     "while the gold reward peaks and falls", f"{falls} of {len(seeds)} seeds (Wilson), above 1/2",
+                     v.share_above(falls, len(seeds), share=0.5)))
+        for label, path in (("pi_0", "bon"), (f"a peaked pi_0 (init {experiment.peaked_init})", "peaked")):
+            curves = result[path]
+            i = early_index(len(experiment.best_of))
+            rows.append((f"best-of-n from {label} over-optimises the {key[0]} proxy on {key[1]} pairs",
+                         f"gold at n = {experiment.best_of[i]} minus gold at n = {experiment.best_of[-1]}, paired by "
+                         f"seed, above 0; effect of interest {EFFECT}",
+                         v.above(_gold(curves, i), _gold(curves, -1), effect=EFFECT)))
     for key, result in results.items():
         seeds = list(result["optimum"])
         limited = sum(float(np.max(result["optimum"][s].gold[:-1]) - result["optimum"][s].gold[-1]) > FALL
                       for s in seeds)
-        interval = wilson_interval(limited, len(seeds))
         rows.append((f"the KL penalty limits over-optimisation of the {key[0]} proxy on {key[1]} pairs: some beta's "
                      f"optimum has more gold than beta = {experiment.betas[-1]}'s", f"{limited} of {len(seeds)} "
-                     f"seeds, {interval.text(2)} (Wilson)", decide(interval, 0.5)))
-    middle = results[keys[len(keys) // 2]]["rl"]
+                     "seeds (Wilson), above 1/2", v.share_above(limited, len(seeds), share=0.5)))
     none = experiment.kl_weights[0]
-    for kl in experiment.kl_weights[1:]:
-        seeds = list(middle[kl])
-        interval = paired_interval([middle[kl][s].gold[-1] for s in seeds], [middle[none][s].gold[-1] for s in seeds])
-        rows.append((f"in {experiment.epochs} epochs, GRPO against the proxy ends with more gold at KL {kl} than at "
-                     f"KL {none}", f"{interval.text()} (paired t)", decide(interval)))
     for key, result in results.items():
+        curves = result["rl"][none]
+        points = len(next(iter(curves.values())).gold)
+        i = max(1, (points - 1) // 3)
+        rows.append((f"GRPO without a penalty over-optimises the {key[0]} proxy on {key[1]} pairs in "
+                     f"{experiment.epochs} epochs", f"gold after epoch {i} minus gold at the last, paired by seed, "
+                     f"above 0; effect of interest {EFFECT}", v.above(_gold(curves, i), _gold(curves, -1), effect=EFFECT)))
+    keys = list(results)
+    middle = results[keys[len(keys) // 2]]["rl"]
+    for kl in experiment.kl_weights[1:]:
+        rows.append((f"in {experiment.epochs} epochs, GRPO against the {keys[len(keys) // 2][0]} proxy on "
+                     f"{keys[len(keys) // 2][1]} pairs ends with more gold at KL {kl} than at KL {none} (k1 in the "
+                     "reward, pi_0 frozen)", f"final gold, paired by seed, above 0; effect of interest {EFFECT}",
+                     v.above(_gold(middle[kl], -1), _gold(middle[none], -1), effect=EFFECT)))
+    seen = set()
+    for key, result in results.items():
+        if key[1] in seen:  # the same pairs: the same DPO runs, not another confirmation
+            continue
+        seen.add(key[1])
         for beta, curves in result["dpo"].items():
             if beta not in result["rl"]:
                 continue
-            seeds = list(curves)
-            interval = paired_interval([curves[s].gold[-1] for s in seeds], [result["rl"][beta][s].gold[-1]
-                                                                            for s in seeds])
             rows.append((f"DPO at beta {beta} on the {key[0]} proxy's own {key[1]} pairs per prompt ends with more gold "
-                         f"than GRPO against that proxy at KL {beta}", f"{interval.text()} (paired t)",
-                         decide(interval)))
+                         f"than GRPO against that proxy at KL {beta} (both J_beta, pi_0 frozen)",
+                         f"final gold, DPO minus GRPO, paired by seed, above 0; effect of interest {EFFECT}",
+                         v.above(_gold(curves, -1), _gold(result["rl"][beta], -1), effect=EFFECT)))
     return rows
 
 
@@ -96,8 +113,10 @@ def final_rows(results: dict) -> list[str]:
     """Where each trained path ends: gold, proxy and d at the last epoch, mean over seeds [95% t]."""
     lines = ["| proxy | method | final gold [95% t] | final proxy | final d |", "| --- | --- | --- | --- | --- |"]
     for key, result in results.items():
-        paths = [(f"GRPO, KL {kl}", curves) for kl, curves in result["rl"].items()] + [
-            (f"DPO on its pairs, beta {beta}", curves) for beta, curves in result["dpo"].items()]
+        paths = [(f"GRPO, KL {kl}" + (" (k1 in the reward: ascends J_beta, pi_0 frozen)" if kl else ""), curves)
+                 for kl, curves in result["rl"].items()] + [
+            (f"DPO on its pairs, beta {beta} (J_beta's pi* under Bradley-Terry pairs, pi_0 frozen)", curves)
+            for beta, curves in result["dpo"].items()]
         for name, curves in paths:
             gold, proxy, d = (mean_interval([getattr(c, f)[-1] for c in curves.values()]) for f in ("gold", "proxy", "d"))
             lines.append(f"| {key[0]}, {key[1]} pairs | {name} | {gold.text()} | {proxy.estimate:.3f} | "
@@ -168,15 +187,18 @@ def section_lines(results: dict, seeds: int, experiment=OVEROPTIMISATION) -> lis
         f"Per seed (0..{seeds - 1}): the lecture's factorised policy at init scale {experiment.init_scale} is pi_0; "
         "a proxy reward model (`lab.training.reward_model`, sizes and pairs below) is fitted on Bradley-Terry pairs "
         f"drawn from pi_0 under the {experiment.reward} reward; best-of-n ranks pi_0's draws by the proxy "
-        "(`lab.exact.best_of_n`, exact); GRPO (centered, clipped) trains on the proxy (`--reward learned:PATH`) and "
+        "(`lab.exact.best_of_n`, exact), and again from a peaked pi_0 (init scale "
+        f"{experiment.peaked_init}) with its own proxy; GRPO (centered, clipped, k1 in the reward to pi_0 frozen: it "
+        "ascends J_beta, as DPO at the same beta) trains on the proxy (`--reward learned:PATH`) and "
         "offline DPO on the proxy's own training pairs (`--pairs-from`), each for "
         f"{experiment.epochs} epochs. Gold = the true reward. Every value is an exact sum over all responses "
         "(the trained runs' after every epoch, `gold_reward_exact`, `proxy_reward_exact`, `d`).",
         "",
-        "| the claim | 95% interval | verdict |",
-        "| --- | --- | --- |",
+        "| the claim | decided by (rule in `lab/experiments/verdicts.py`) | 95% interval | detectable at 80% power "
+        "/ needed | verdict |",
+        "| --- | --- | --- | --- | --- |",
     ]
-    lines += [f"| {claim} | {interval} | **{verdict}** |" for claim, interval, verdict in verdict_rows(results, experiment)]
+    lines += [f"| {claim} | {rule} " + v.cells(verdict) for claim, rule, verdict in verdict_rows(results, experiment)]
     lines += ["", f"Where the trained runs end after {experiment.epochs} epochs, mean over seeds [95% t]. DPO reads the "
               "pairs only, never the reward model: proxies fitted on the same pairs (the same seed and number, another "
               "size) share their DPO runs.", "",

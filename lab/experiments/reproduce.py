@@ -30,7 +30,7 @@ from lab.policies.sampling import Sampler
 from lab.experiments.sweep import run_sweep, sweep_work
 from lab.experiments.work import Stages
 from lab.experiments.sections import (BEFORE_RL_FIGURE, CRITIC_FIGURE, DPO_FIGURE, LENGTH_FIGURE,
-                                      OVEROPTIMISATION_FIGURE, section_files)
+                                      OVEROPTIMISATION_FIGURE, SAMPLERS_FIGURE, section_files)
 from tasks.catalog import DEFAULT_TASK, default_task, make_named_task, task_names
 
 LECTURE = TrainConfig()
@@ -118,6 +118,8 @@ class Reproduction:
     """the reward-model section's results (`lab.experiments.overoptimisation.run_overoptimisation`)"""
     beyond: dict | None = None
     """the section beyond sorting: each task's records (`lab.experiments.beyond_sorting.run_beyond_sorting`)"""
+    samplers: dict | None = None
+    """the samplers section's results (`lab.experiments.sampler_results.run_samplers`: issue 38)"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -135,7 +137,7 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                      experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
                      controls: bool = True, critic: bool = True, dpo: bool = True,
                      before_rl: bool = True, overoptimisation: bool = True, after: float = 0.0,
-                     beyond: bool = True, tasks: tuple[str, ...] | None = None) -> Reproduction:
+                     beyond: bool = True, tasks: tuple[str, ...] | None = None, samplers: bool = True) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
     controls (`lab.experiments.controls`), the length-bias experiment (`lab.experiments.length_bias`) as its
     own batches, the critic experiment (`lab.experiments.critic_results`), a batch per setting, and the DPO
@@ -152,22 +154,9 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     from lab.experiments.dpo_results import dpo_configs
     from lab.experiments.beyond_sorting import beyond_work, run_beyond_sorting
     from lab.experiments.overoptimisation import for_base, run_overoptimisation, section_work as rm_work
+    from lab.experiments.sampler_results import run_samplers, samplers_work
 
-    configs: list[TrainConfig] = []
-    index: dict[TrainConfig, int] = {}
-    runs, lecture_runs = {}, {}
-
-    def add(config: TrainConfig) -> int:
-        if config not in index:
-            index[config] = len(configs)
-            configs.append(config)
-        return index[config]
-
-    for experiment in experiments:
-        for i, overrides in enumerate(experiment.settings):
-            runs[experiment.name, i] = [add(config_of(overrides, seed, base)) for seed in range(seeds)]
-            lecture_runs[experiment.name, i] = add(config_of(overrides, LECTURE_SEED, base.replace(
-                sampler=Sampler.multinomial)))
+    configs, runs, lecture_runs = experiment_configs(experiments, seeds, base)
     controls = controls and any(e.exploration for e in experiments)
     length_runs, length_pairs = lb.length_configs(seeds, base) if length_bias else ({}, [])
     dpo_runs, dpo_groups = dpo_configs(seeds, base) if dpo else ([], [])
@@ -179,7 +168,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                                *([sweep_work(dpo_runs)] if dpo else []),
                                *(section_work(seeds, base, sweep_work) if before_rl else ()),
                                *([rm_work(seeds, for_base(base))] if overoptimisation else []),
-                               *([beyond_work(seeds, base, tasks or task_names())] if beyond else []), after])
+                               *([beyond_work(seeds, base, tasks or task_names())] if beyond else []),
+                               *([samplers_work(seeds, base, sweep_work)] if samplers else []), after])
     stage = iter(range(len(stages.works)))
     records = run_sweep(default_task(), configs, device=device, progress=stages(next(stage)))
     reproduction = Reproduction(records, seeds, runs, lecture_runs)
@@ -206,7 +196,31 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.overoptimisation = run_overoptimisation(default_task(), seeds, for_base(base), stages(next(stage)))
     if beyond:
         reproduction.beyond = run_beyond_sorting(seeds, base, device, stages(next(stage)), tasks)
+    if samplers:
+        reproduction.samplers = run_samplers(seeds, base, run_sweep, device, stages(next(stage)))
     return reproduction
+
+
+def experiment_configs(experiments: tuple[Experiment, ...], seeds: int, base: TrainConfig
+                       ) -> tuple[list[TrainConfig], dict[tuple[str, int], list[int]], dict[tuple[str, int], int]]:
+    """Every distinct config of the experiments once, and which of them make up each (experiment, setting): its
+    seeds' runs and its run drawn as the lecture's script draws (seed 5, `sampler multinomial`)."""
+    configs: list[TrainConfig] = []
+    index: dict[TrainConfig, int] = {}
+    runs, lecture_runs = {}, {}
+
+    def add(config: TrainConfig) -> int:
+        if config not in index:
+            index[config] = len(configs)
+            configs.append(config)
+        return index[config]
+
+    for experiment in experiments:
+        for i, overrides in enumerate(experiment.settings):
+            runs[experiment.name, i] = [add(config_of(overrides, seed, base)) for seed in range(seeds)]
+            lecture_runs[experiment.name, i] = add(config_of(overrides, LECTURE_SEED, base.replace(
+                sampler=Sampler.multinomial)))
+    return configs, runs, lecture_runs
 
 
 FIGURES_S = (16.0, 1.6)
@@ -236,7 +250,8 @@ def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]
     from lab.experiments.exploration_results import FIGURES
 
     return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
-            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, BEFORE_RL_FIGURE, OVEROPTIMISATION_FIGURE, "RESULTS.md"]
+            LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, BEFORE_RL_FIGURE, OVEROPTIMISATION_FIGURE, SAMPLERS_FIGURE,
+            "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,

@@ -1,25 +1,22 @@
 """figures/RESULTS.md, written from a reproduction's records: tables, verdicts on the lecture's claims.
 
-Verdict rules (all intervals 95%: Student t for means, a paired t for differences of means (every setting runs
-seeds 0..N-1: `seed_difference`), Wilson for fractions, a percentile bootstrap for mean shares;
-lab.experiments.intervals):
-- "X is higher than Y":   holds if the interval of mean(X) - mean(Y) lies above 0,
-                          does not hold if it lies below 0, else inconclusive.
-- "X makes little difference to Y": holds if that interval lies inside +-MARGIN x optimum,
-                          does not hold if it lies wholly outside, else inconclusive.
-- "runs get stuck" (end with a greedy response not optimal on some prompt):
-                          holds if the Wilson interval of the stuck fraction lies above STUCK_SHARE,
-                          does not hold if below, else inconclusive.
-- "stuck in local optima" (a stuck ending is a local optimum when no single-token change raises
-                          its reward, lab.exact.stuck): per run with a stuck ending, the share of its
-                          stuck endings that are local optima; percentile bootstrap interval over those runs (inside [0, 1]).
-                          holds if it lies above 1 - STUCK_SHARE (nearly all are), does not hold
-                          if below STUCK_SHARE (nearly none are), partly if it lies between them
-                          (some are, some are one token from a better reward), else inconclusive.
-- "X does not learn well": holds if the Wilson interval of the fraction of runs optimal on every
-                          prompt lies below 1/2, does not hold if above, else inconclusive. When no
-                          setting has an optimal run this cannot tell settings apart; RESULTS.md
-                          then says so and shows what does (final reward, share of prompts solved).
+Verdict rules (`lab/experiments/verdicts.py`, each tested on planted effects in tests/experiments/test_verdicts.py;
+all intervals 95%: a paired t over seeds for differences of means (every setting runs seeds 0..N-1), Wilson for
+fractions, a percentile bootstrap for mean shares). Beside each verdict: the smallest effect the design detects
+with 80% power (from the observed spread) and the effect the claim needs; a verdict whose design cannot see what
+it needs says "underpowered".
+- "X is higher than Y":   `above`, effect of interest MARGIN x optimum: holds if the paired interval of X - Y lies
+                          above 0, does not hold if it lies below that effect.
+- "X makes little difference to Y": `within` +-MARGIN x optimum (equivalence).
+- "runs get stuck" (end with a greedy response not optimal on some prompt): `share_above` STUCK_SHARE (Wilson;
+                          with 20 runs "does not hold" is out of reach: even 0 stuck runs reach 16%, so a straddling
+                          interval reads "underpowered").
+- "stuck in local optima" (a stuck ending is a local optimum when no single-token change raises its reward,
+                          lab.exact.stuck): `mostly` of the per-run share of stuck endings that are local optima:
+                          holds above 1 - STUCK_SHARE, does not hold below STUCK_SHARE, partly between.
+- "X does not learn well": `share_below` 1/2 of the fraction of runs optimal on every prompt. When no setting has an
+                          optimal run this cannot tell settings apart; RESULTS.md then says so and shows what does
+                          (final reward, share of prompts solved).
 """
 
 from __future__ import annotations
@@ -32,6 +29,7 @@ from lab.experiments.intervals import (Interval, seed_difference, median_quartil
                                        probability_interval, wilson_interval)
 from lab.experiments.sweep import final_endings
 from lab.experiments.sweep import batches, optimal_everywhere
+from lab.experiments import verdicts as v
 
 MARGIN = 0.05
 """'little difference': within 5% of the optimum reward."""
@@ -50,26 +48,8 @@ def _count(n: int, noun: str) -> str:
 
 
 def _by_sign(interval: Interval) -> str:
+    """The sign of an interval (the share-of-prompts sentence below the verdicts; not a verdict rule)."""
     return "holds" if interval.low > 0 else "does not hold" if interval.high < 0 else "inconclusive"
-
-
-def _equivalent(interval: Interval, margin: float) -> str:
-    if -margin <= interval.low and interval.high <= margin:
-        return "holds"
-    return "does not hold" if interval.low > margin or interval.high < -margin else "inconclusive"
-
-
-def _above(interval: Interval, share: float) -> str:
-    return "holds" if interval.low > share else "does not hold" if interval.high < share else "inconclusive"
-
-
-def _mostly(interval: Interval, share: float) -> str:
-    """A share judged against `share` and 1 - `share`: nearly all, nearly none, or some."""
-    if interval.low > 1 - share:
-        return "holds"
-    if interval.high < share:
-        return "does not hold"
-    return "partly" if share < interval.low and interval.high < 1 - share else "inconclusive"
 
 
 def _share_interval(shares) -> Interval:
@@ -102,53 +82,65 @@ def _setting_text(experiment, overrides: dict) -> str:
     return ", ".join(f"{n}={overrides.get(n, '')}" for n in experiment.names)
 
 
+def _objective_text(records, run: int) -> str:
+    """What a KL'd run ascends and at which beta' (lab.training.objective), or '-' without a penalty."""
+    from lab.training.objective import objective
+
+    ascends = objective(records.configs[run], records.prompts.shape[1])
+    return "-" if ascends is None else ascends.line()
+
+
 def _experiment_table(records, experiment, groups, lecture_runs) -> list[str]:
     final, optimal = records.final(experiment.metric), optimal_everywhere(records)
     kl, with_kl = final_kl(records), "kl" in experiment.names
     lines = [f"| setting | final {experiment.metric.replace('_', ' ')} [95% t] | seed 5, the lecture's draw | "
-             "optimal on every prompt [95% Wilson] |" + (" exact KL to the reference, last period: median [quartiles] over seeds |" if with_kl else ""),
-             "| --- | --- | --- | --- |" + (" --- |" if with_kl else "")]
+             "optimal on every prompt [95% Wilson] |" + (" exact KL to the reference, last period: median [quartiles] "
+                                                        "over seeds | objective ascended |" if with_kl else ""),
+             "| --- | --- | --- | --- |" + (" --- | --- |" if with_kl else "")]
     for overrides, runs, lecture_run in zip(experiment.settings, groups, lecture_runs):
         lines.append(f"| {_setting_text(experiment, overrides)} | {mean_interval(final[runs]).text(3)} | "
                      f"{final[lecture_run]:.3f} | {_fraction(wilson_interval(int(optimal[runs].sum()), len(runs)))} |"
-                     + (f" {median_quartiles(kl[runs]).text(4)} |" if with_kl else ""))
+                     + (f" {median_quartiles(kl[runs]).text(4)} | {_objective_text(records, runs[0])} |"
+                        if with_kl else ""))
     return lines
 
 
 def _claims(records, lecture, groups, optimum: float) -> list[str]:
     final, optimal = records.final("mean_reward"), optimal_everywhere(records)
     raw, centered, normalized = groups
-    stuck = lambda runs: wilson_interval(int((~optimal[runs]).sum()), len(runs))  # noqa: E731
-    solved_raw = wilson_interval(int(optimal[raw].sum()), len(raw))
     seeds = lambda runs: [records.configs[r].seed for r in runs]  # noqa: E731
-    help_diff = seed_difference(final[centered], final[raw], seeds(centered), seeds(raw))
-    norm_diff = seed_difference(final[normalized], final[centered], seeds(normalized), seeds(centered))
+    paired = lambda a, b: v.pair(final[a], seeds(a), final[b], seeds(b))  # noqa: E731
+    effect = MARGIN * optimum
     everything = [r for g in groups for r in g]
     shares = final_endings(records, centered).local_optimum_share()  # one per stuck centered run
-    local = _share_interval(shares) if len(shares) else None
+    stuck = lambda runs: v.share_above(int((~optimal[runs]).sum()), len(runs), share=STUCK_SHARE)  # noqa: E731
     rows = [
         ("Raw rewards do not learn sorting well, even on the training prompts.",
-         "fraction of raw runs optimal on every prompt below 1/2", _fraction(solved_raw),
-         "holds" if solved_raw.high < 0.5 else "does not hold" if solved_raw.low > 0.5 else "inconclusive"),
-        ("Centered rewards help (compared with raw).", "final mean reward, centered - raw, above 0",
-         help_diff.text(3), _by_sign(help_diff)),
+         "fraction of raw runs optimal on every prompt below 1/2 (Wilson)",
+         v.share_below(int(optimal[raw].sum()), len(raw), share=0.5)),
+        ("Centered rewards help (compared with raw).",
+         f"final mean reward, centered - raw (paired), above 0; effect of interest {effect:.2f} ({MARGIN:.0%} of "
+         "the optimum)", v.above(*paired(centered, raw), effect=effect)),
         ("Centered rewards still get stuck ...",
-         f"fraction of centered runs not optimal on every prompt above {STUCK_SHARE:.0%}",
-         _fraction(stuck(centered)), _above(stuck(centered), STUCK_SHARE)),
+         f"fraction of centered runs not optimal on every prompt above {STUCK_SHARE:.0%} (Wilson)", stuck(centered)),
         ("... in local optima.", "per centered run, share of its stuck endings (prompts it ends not optimal on) "
          "where no single-token change raises the reward: above "
-         f"{1 - STUCK_SHARE:.0%} holds, between {STUCK_SHARE:.0%} and {1 - STUCK_SHARE:.0%} partly",
-         f"{_fraction(local)} (bootstrap, {len(shares)} runs)" if local else "no stuck run",
-         _mostly(local, STUCK_SHARE) if local else "does not hold"),
+         f"{1 - STUCK_SHARE:.0%} holds, between {STUCK_SHARE:.0%} and {1 - STUCK_SHARE:.0%} partly (bootstrap, "
+         f"{len(shares)} runs)", v.mostly(shares, share=STUCK_SHARE) if len(shares) > 1 else None),
         ("Normalizing by the std makes little difference (compared with centered).",
-         f"final mean reward, normalized - centered, within +-{MARGIN:.0%} of the optimum "
-         f"(+-{MARGIN * optimum:.2f})", norm_diff.text(3), _equivalent(norm_diff, MARGIN * optimum)),
+         f"final mean reward, normalized - centered (paired), within +-{MARGIN:.0%} of the optimum "
+         f"(+-{effect:.2f})", v.within(*paired(normalized, centered), margin=effect)),
         ("RL is easy to get stuck.", f"fraction of all runs of the three experiments not optimal on every prompt "
-         f"above {STUCK_SHARE:.0%}", _fraction(stuck(everything)), _above(stuck(everything), STUCK_SHARE)),
+         f"above {STUCK_SHARE:.0%} (Wilson)", stuck(everything)),
     ]
-    lines = ["| the lecture says | decided by (rule in `lab/experiments/results.py`) | 95% interval | verdict |",
-             "| --- | --- | --- | --- |"]
-    lines += [f"| {claim} | {rule} | {numbers} | **{verdict}** |" for claim, rule, numbers, verdict in rows]
+    lines = ["| the lecture says | decided by (rule in `lab/experiments/verdicts.py`) | 95% interval | "
+             "detectable at 80% power / needed | verdict |", "| --- | --- | --- | --- | --- |"]
+    for claim, rule, verdict in rows:
+        if verdict is None:
+            lines.append(f"| {claim} | {rule} | fewer than two stuck runs | - | **underpowered** |")
+        else:  # fractions and shares in percent, differences of reward in its units
+            percent = "fraction" in rule or "share" in rule
+            lines.append(f"| {claim} | {rule} " + v.cells(verdict, _fraction(verdict.interval) if percent else None))
     return lines
 
 
@@ -202,6 +194,31 @@ def _stuck_responses(records, lecture, groups) -> list[str]:
     return lines
 
 
+def _stuck_section(records, lecture, lecture_groups, optimum: float) -> list[str]:
+    """Where the lecture's runs get stuck: the wrong responses they end on, their final greedy rewards, and why they
+    stay (the share of groups with equal rewards late)."""
+    out = ["## What the lecture did not show: where runs get stuck", "",
+            "Per setting of the lecture's three experiments, the prompts on which runs end with a wrong "
+            "greedy response, and the responses they end on:", ""]
+    out += _stuck_responses(records, lecture, lecture_groups)
+    final_greedy = records.epoch_metrics["greedy_reward"][:, -1]
+    out += ["", "Final greedy reward (mean over the three prompts, optimum "
+            f"{optimum:g}) per run, lecture experiments:", "",
+            "| setting | distribution of final greedy reward (value: runs) |", "| --- | --- |"]
+    for overrides, runs in zip(lecture.settings, lecture_groups):
+        counts = sorted(Counter(np.round(final_greedy[runs], 3).tolist()).items(), reverse=True)
+        out.append(f"| {_setting_text(lecture, overrides)} | "
+                   + ", ".join(f"{value:g}: {n}" for value, n in counts) + " |")
+    # why runs stay stuck: a group whose rewards are all equal gives zero deltas, so no update at all
+    zero = records.epoch_metrics["zero_std_fraction"][:, -LATE_EPOCHS:].mean(axis=1)
+    out += ["", f"Why they stay there: the fraction of groups whose rewards are all equal (no GRPO signal, "
+            f"`zero_std_fraction`), averaged over the last {LATE_EPOCHS} epochs, mean over seeds [95% bootstrap]:", "",
+            "| setting | groups with equal rewards, last epochs |", "| --- | --- |"]
+    for overrides, runs in zip(lecture.settings, lecture_groups):
+        out.append(f"| {_setting_text(lecture, overrides)} | {_fraction(probability_interval(zero[runs]))} |")
+    return out
+
+
 def results_markdown(reproduction, experiments, exploration: dict | None = None) -> str:
     """The whole RESULTS.md text; every number comes from `reproduction.records` (the exploration
     section's from `exploration`, lab.experiments.exploration_analysis, when given)."""
@@ -227,7 +244,11 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
            "and mean reward it reproduces at every step (`tests/experiments/test_lecture_run.py`).",
            "", "## The lecture's claims against the data", ""]
     out += _claims(records, lecture, lecture_groups, optimum)
-    out += ["", "Verdict rules: see the docstring of `lab/experiments/results.py` "
+    out += ["", "Beside each verdict: the smallest effect its design detects with 80% power, from the observed spread "
+            "(a paired noncentral t; for fractions of runs, every binomial count enumerated; 'out of reach' where no "
+            "true value would do), and the effect the claim needs to see. 'underpowered' = the interval straddles "
+            "and the design could not have seen that effect: more seeds decide it, not a verdict against the claim. "
+            "Verdict rules: see the docstring of `lab/experiments/results.py` "
             f"(little difference = within {MARGIN:.0%} of the optimum; stuck = greedy response not optimal on "
             f"some prompt at the end; 'gets stuck' holds when the stuck share is above {STUCK_SHARE:.0%} with 95% "
             "confidence; a stuck ending is a local optimum when no single-token change of the response raises its "
@@ -245,25 +266,7 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
 
             out += ["", *temperature_lines(records, experiment.settings, groups)]
         out.append("")
-    out += ["## What the lecture did not show: where runs get stuck", "",
-            "Per setting of the lecture's three experiments, the prompts on which runs end with a wrong "
-            "greedy response, and the responses they end on:", ""]
-    out += _stuck_responses(records, lecture, lecture_groups)
-    final_greedy = records.epoch_metrics["greedy_reward"][:, -1]
-    out += ["", "Final greedy reward (mean over the three prompts, optimum "
-            f"{optimum:g}) per run, lecture experiments:", "",
-            "| setting | distribution of final greedy reward (value: runs) |", "| --- | --- |"]
-    for overrides, runs in zip(lecture.settings, lecture_groups):
-        counts = sorted(Counter(np.round(final_greedy[runs], 3).tolist()).items(), reverse=True)
-        out.append(f"| {_setting_text(lecture, overrides)} | "
-                   + ", ".join(f"{value:g}: {n}" for value, n in counts) + " |")
-    # why runs stay stuck: a group whose rewards are all equal gives zero deltas, so no update at all
-    zero = records.epoch_metrics["zero_std_fraction"][:, -LATE_EPOCHS:].mean(axis=1)
-    out += ["", f"Why they stay there: the fraction of groups whose rewards are all equal (no GRPO signal, "
-            f"`zero_std_fraction`), averaged over the last {LATE_EPOCHS} epochs, mean over seeds [95% bootstrap]:", "",
-            "| setting | groups with equal rewards, last epochs |", "| --- | --- |"]
-    for overrides, runs in zip(lecture.settings, lecture_groups):
-        out.append(f"| {_setting_text(lecture, overrides)} | {_fraction(probability_interval(zero[runs]))} |")
+    out += _stuck_section(records, lecture, lecture_groups, optimum)
     if exploration is not None:
         from lab.experiments.exploration_results import exploration_markdown
 

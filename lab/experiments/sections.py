@@ -4,6 +4,7 @@
     GRPO + KL against DPO (lab.experiments.dpo_results)   before RL (lab.experiments.before_rl_results)
     reward-model over-optimisation (lab.experiments.overoptimisation)
     the lecture's conclusions beyond sorting (lab.experiments.beyond_sorting)
+    what is sampled, and from which policy (lab.experiments.sampler_results, sampler_section)
 
 A section whose runs the reproduction did not make is left out.
 """
@@ -17,6 +18,7 @@ CRITIC_FIGURE = "critic.png"
 DPO_FIGURE = "dpo.png"
 LENGTH_FIGURE = "length_bias.png"
 OVEROPTIMISATION_FIGURE = "overoptimisation.png"
+SAMPLERS_FIGURE = "samplers.png"
 
 
 def section_files(reproduction, out: Path) -> tuple[list[Path], str]:
@@ -64,4 +66,9 @@ def section_files(reproduction, out: Path) -> tuple[list[Path], str]:
         from lab.experiments.beyond_sorting import section_lines as beyond_lines
 
         text += "\n".join(["", *beyond_lines(reproduction.beyond, reproduction.seeds)]) + "\n"
+    if reproduction.samplers is not None:
+        from lab.experiments.sampler_section import plot_samplers, section_lines as sampler_lines
+
+        paths.append(plot_samplers(reproduction.samplers, out / SAMPLERS_FIGURE))
+        text += "\n".join(["", *sampler_lines(reproduction.samplers)]) + "\n"
     return paths, text

@@ -4,7 +4,8 @@
 
 Runs that share every `SHARED_FIELDS` value (group size, epochs, ...) train
 together in one call of `lab.training.train.train`; a seed's run is the same alone or
-inside a sweep, so batching changes speed, never results. The summary gives,
+inside a sweep (in float64 to about 1e-13; in float32 to its rounding, which a near-tie can grow:
+docs/reproducibility.md), so batching changes speed, not results. The summary gives,
 per grid point, the final mean reward with a Student-t 95% interval over seeds
 and the fraction of runs whose greedy response is optimal on every training
 prompt with a Wilson 95% interval (`lab.experiments.intervals`), both over the runs that did not diverge;
@@ -28,7 +29,8 @@ from lab.exact.stuck import Endings, judge_endings
 from lab.core.modes import NEEDS_CRITIC
 from lab.core.modes import TrainingLoss
 from lab.training.config import SHARED_FIELDS, SWEPT_FIELDS, ConfigError, TrainConfig
-from lab.training.config_checks import DPO_DEFAULTS, KL_DEFAULTS
+from lab.training.config_checks import DPO_DEFAULTS, KL_DEFAULTS, default_estimator
+from lab.experiments.loss_grid import check_loss_fields, drop_unread
 from lab.experiments.intervals import Interval, mean_interval, wilson_interval
 from lab.experiments.work import Stages, batch_work
 from lab.experiments.merged_records import merge_records
@@ -77,14 +79,18 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
         raise ConfigError(f"--{dpo_given[0].replace('_', '-')} applies to --loss dpo only; drop it or add --loss dpo")
     if "ipo_logps" in dpo_given and "ipo" not in [getattr(v, "value", v) for v in grid.get("dpo_loss", [])]:
         raise ConfigError("--ipo-logps applies to --dpo-loss ipo only; drop it or add --dpo-loss ipo")
+    check_loss_fields(base, grid)
     points, seen = [], set()
     for point in itertools.product(*(list(grid[n]) for n in names)):
         settings = dict(zip(names, point))
+        drop_unread(settings, base)  # a loss's own settings on its points only
         delta = settings.get("delta", base.delta)  # a wrong name is the config's error to report
         if getattr(delta, "value", delta) in {m.value for m in NEEDS_CRITIC}:
             settings.update(critic or {})
         else:
             settings.pop("gae_lambda", None)
+        if "kl_estimator" in settings and settings["kl_estimator"] is None:  # not named: the placement's own
+            settings["kl_estimator"] = default_estimator(settings.get("kl_in", base.kl_in), settings.get("loss", base.loss))
         loss = settings.get("loss", base.loss)
         if getattr(loss, "value", loss) == TrainingLoss.dpo.value:
             for name in KL_DEFAULTS:
@@ -104,8 +110,13 @@ def build_grid(base: TrainConfig, grid: dict[str, Sequence], seeds: int,
 
 METHOD_FIELDS = {"pairs_per_prompt": "offline pairs", "pairs_from": "offline pairs", "demos": TrainingLoss.sft, "demo_noise": TrainingLoss.sft,
                  "demos_from": TrainingLoss.sft, "ei_filter": TrainingLoss.expert_iteration,
-                 "reward_threshold": TrainingLoss.expert_iteration}
-"""A sweep's single-valued settings that belong to one method's points: offline DPO's, SFT's, expert iteration's."""
+                 "reward_threshold": TrainingLoss.expert_iteration,
+                 "sapo_temperature_pos": TrainingLoss.sapo, "sapo_temperature_neg": TrainingLoss.sapo,
+                 "vespo_k_pos": TrainingLoss.vespo, "vespo_lambda_pos": TrainingLoss.vespo,
+                 "vespo_k_neg": TrainingLoss.vespo, "vespo_lambda_neg": TrainingLoss.vespo}
+"""A sweep's single-valued settings that belong to one method's or loss's points: offline DPO's, SFT's, expert
+iteration's, SAPO's and VESPO's."""
+
 
 
 def method_settings(configs: list[TrainConfig], **given) -> list[TrainConfig]:

@@ -11,9 +11,12 @@ Verdict, for each comparison of two settings a and b that the lab draws conclusi
 
     d_k = J_a,k(E) - J_b,k(E)   (same seed k: paired; 95% paired t interval over seeds)
     category: "a higher" (interval > 0), "a lower" (< 0), "little difference" (inside +-MARGIN,
-              5% of the optimum), else "inconclusive"
-    "the lab's conclusion carries over to TRL's trainer": holds when both learners fall in the same
-    decided category; does not hold when they fall in different decided ones; inconclusive otherwise.
+              5% of the optimum), else "inconclusive"   (each learner's own reading, shown beside the verdict)
+    "the lab's conclusion carries over to TRL's trainer" is a question about the interaction, tested directly:
+    i_k = (J^TRL_a,k - J^TRL_b,k) - (J^lab_a,k - J^lab_b,k), paired by seed (both learners run seeds 0..N-1);
+    `lab.experiments.verdicts.within` +-MARGIN: holds when the interval of mean(i) lies inside, does not hold
+    when wholly outside, underpowered when the seeds cannot fit an interval inside the margin (the smallest
+    margin the design reaches at 80% power beside it), else inconclusive.
 
 A different network learns at its own pace, so only the direction of a comparison is asked to carry
 over, never the numbers.
@@ -112,12 +115,6 @@ def category(interval: Interval, margin: float, a: str = "a") -> str:
     return "inconclusive"
 
 
-def verdict(lab: str, theirs: str) -> str:
-    if "inconclusive" in (lab, theirs):
-        return "inconclusive"
-    return "holds" if lab == theirs else "does not hold"
-
-
 @dataclass
 class ComparisonResult:
     """Both learners' curves per setting: float[2 seed checkpoint] (J, H), and the mean optimum reward."""
@@ -143,14 +140,20 @@ def run_comparison(task: Task, seeds: int, comparison: Comparison = COMPARISON, 
 
 
 def comparison_rows(result: ComparisonResult) -> list[dict]:
-    """One row per comparison: each learner's paired interval of the final J difference, category, verdict."""
+    """One row per comparison: each learner's paired interval of the final J difference and its category, and the
+    interaction's `within` verdict (`interaction`: a `lab.experiments.verdicts.Verdict`; `verdict`: its answer)."""
+    from lab.experiments.verdicts import within
+
     margin = result.comparison.margin_fraction * result.optimum
     rows = []
     for a, b, what in result.comparison.comparisons:
         row = {"comparison": what}
+        effect = {}
         for name, curves in (("lab", result.lab), ("trl", result.trl)):
+            effect[name] = curves[a][0, :, -1] - curves[b][0, :, -1]  # float[seed]
             interval = paired_interval(curves[a][0, :, -1], curves[b][0, :, -1])
             row[name] = (interval, category(interval, margin))
-        row["verdict"] = verdict(row["lab"][1], row["trl"][1])
+        row["interaction"] = within(effect["trl"], effect["lab"], margin=margin)
+        row["verdict"] = row["interaction"].answer
         rows.append(row)
     return rows

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 
 from lab.experiments.intervals import mean_interval
 from lab.experiments.trl_comparison import ComparisonResult, comparison_rows
+from lab.experiments.verdicts import cells
 from lab.files.temporaries import atomic_path
 
 NAMES = ("trl_comparison.md", "trl_comparison.png")
@@ -46,17 +47,20 @@ def section_markdown(result: ComparisonResult, versions: dict) -> str:
     margin = c.margin_fraction * result.optimum
     lines += [
         "",
-        f"Rule (`lab/experiments/trl_comparison.py`): per learner, the final exact reward difference is 'higher' "
+        f"Rule (`lab/experiments/trl_comparison.py`): per learner, the final exact reward difference reads 'higher' "
         f"or 'lower' when its interval excludes 0, 'little difference' when it lies within +-{margin:.3f} "
-        f"({c.margin_fraction:.0%} of the optimum {result.optimum:.2f}), else inconclusive; the lab's conclusion "
-        "carries over when both learners reach the same decided category.",
+        f"({c.margin_fraction:.0%} of the optimum {result.optimum:.2f}), else inconclusive. Whether the lab's "
+        "conclusion carries over is the interaction, tested directly: the TRL difference minus the lab's, paired "
+        f"by seed, within +-{margin:.3f} (`lab.experiments.verdicts.within`); beside it the smallest margin the "
+        "design reaches with 80% power.",
         "",
-        "| comparison (final exact reward) | lab | TRL | carries over to TRL's trainer |",
-        "| --- | --- | --- | --- |",
+        "| comparison (final exact reward) | lab | TRL | TRL minus lab (interaction) | detectable at 80% power / "
+        "needed | carries over to TRL's trainer |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for row in comparison_rows(result):
         lines.append(f"| {row['comparison']} | {row['lab'][0].text()}: {row['lab'][1]} | "
-                     f"{row['trl'][0].text()}: {row['trl'][1]} | **{row['verdict']}** |")
+                     f"{row['trl'][0].text()}: {row['trl'][1]} " + cells(row["interaction"]))
     return "\n".join(lines) + "\n"
 
 

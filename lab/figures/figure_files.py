@@ -5,6 +5,8 @@
             "files": {NAME: sha256}}; "grpo-sorting-lab diagnose" in the metadata too (PNG Software, ...)
     replace an existing file  <=>  its mark names the lab and diagnose, and the file still has the sha256 the
                                   mark lists; a user's file, or a lab figure edited since, is never replaced
+    write the mark            <=>  no file by its name, or one the lab could have written for this figure (a user's
+                                  file or a link named `.NAME.lab-output` is never replaced, nor NAME beside it)
 
 The metadata says who made a figure wherever it travels; only the mark beside it, a hash the lab can check,
 lets the lab replace it (text in a file can be copied into any file: a user's SVG may mention the lab).
@@ -57,14 +59,28 @@ def sign(path: Path) -> None:
                                         "files": {Path(path).name: sha256(path)}})
 
 
+def own_mark(path: Path) -> dict | None:
+    """The mark beside `path` where it is a file (no link) the lab could have written for it: the lab's name,
+    diagnose, and a "files" list naming this figure alone; None otherwise (missing, a user's file, a link)."""
+    mark = mark_path(path)
+    try:
+        if mark.is_symlink() or not mark.is_file():
+            return None
+        data = json.loads(mark.read_bytes()[:4096])
+    except (OSError, ValueError, RecursionError):
+        return None
+    if (isinstance(data, dict) and data.get("written_by") == WRITER and data.get("command") == COMMAND
+            and isinstance(data.get("files"), dict) and list(data["files"]) == [Path(path).name]):
+        return data
+    return None
+
+
 def written_by_lab(path: Path) -> bool:
     """Whether the mark beside the file names the lab and diagnose and lists the file's current sha256."""
-    path = Path(path)
+    mark = own_mark(path)
     try:
-        mark = json.loads(mark_path(path).read_bytes()[:4096])
-        return (isinstance(mark, dict) and mark.get("written_by") == WRITER and mark.get("command") == COMMAND
-                and isinstance(mark.get("files"), dict) and mark["files"].get(path.name) == sha256(path))
-    except (OSError, ValueError, RecursionError):
+        return mark is not None and mark["files"][Path(path).name] == sha256(path)
+    except OSError:
         return False
 
 
@@ -84,4 +100,8 @@ def check_figure_path(path: Path, flag: str = "--out") -> str:
         raise OutputError(f"{flag} {path} exists and is not a figure lab diagnose wrote unchanged (no mark "
                           f"{mark_path(path).name} beside it with its sha256), so it is not replaced; "
                           f"move it away or choose another {flag}")
+    if os.path.lexists(mark_path(path)) and own_mark(path) is None:  # the mark's name is a name diagnose writes
+        raise OutputError(f"{flag} {path}: {mark_path(path).name} beside it is not a mark lab diagnose wrote for this "
+                          f"figure (a file of yours, or a link), so the lab writes neither; move it away or choose "
+                          f"another {flag}")
     return fmt

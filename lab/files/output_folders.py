@@ -61,10 +61,24 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+MARK_BYTES = 1 << 20
+"""The largest mark the lab reads (one sha256 per file: a few hundred bytes)."""
+
+
+def plain_name(name) -> bool:
+    """A name of a file directly inside the folder: not empty, no `/`, not `.` or `..`, not the mark itself."""
+    return isinstance(name, str) and name not in ("", ".", "..", MARKER) and "/" not in name and "\0" not in name
+
+
 def marker_problem(folder: Path) -> str | None:
-    """Why `folder` carries no usable marker ('no .lab-output inside', '... is not valid JSON', ...), or None."""
+    """Why `folder` carries no usable marker ('no .lab-output inside', '... is not valid JSON', '... is a link',
+    '... lists a path outside the folder'), or None."""
     path = Path(folder) / MARKER
+    if path.is_symlink():
+        return f"its {MARKER} is a link (the lab writes its mark as a file)"
     try:
+        if path.stat().st_size > MARK_BYTES:
+            return f"its {MARKER} is larger than any mark the lab writes"
         marker = json.loads(path.read_text())
     except FileNotFoundError:
         return f"no {MARKER} inside"
@@ -74,8 +88,12 @@ def marker_problem(folder: Path) -> str | None:
         return f"its {MARKER} is not valid JSON"
     if not isinstance(marker, dict) or marker.get("written_by") != WRITER:
         return f"its {MARKER} does not name the lab as writer"
-    if not isinstance(marker.get("files", {}), dict):
+    files = marker.get("files", {})
+    if not isinstance(files, dict) or not all(isinstance(digest, str) for digest in files.values()):
         return f"its {MARKER} has no valid \"files\" list"
+    outside = [name for name in files if not plain_name(name)]
+    if outside:
+        return f"its {MARKER} lists {outside[0][:40]!r}, not a file inside the folder"
     return None
 
 
@@ -105,8 +123,13 @@ def foreign_files(folder: Path, marker: dict | None) -> list[str]:
     """Files in `folder` that the marker does not vouch for: unlisted, or changed since the lab wrote them."""
     listed = (marker or {}).get("files", {})
     names = sorted(p.name for p in Path(folder).iterdir() if p.name != MARKER)
-    return [n for n in names if n not in listed or not (Path(folder) / n).is_file()
+    return [n for n in names if n not in listed or (Path(folder) / n).is_symlink() or not (Path(folder) / n).is_file()
             or sha256(Path(folder) / n) != listed[n]]
+
+
+def missing_files(folder: Path, marker: dict | None) -> list[str]:
+    """Files the marker lists that are not in `folder`: damage, so `--force` does not take the folder for the lab's."""
+    return sorted(name for name in (marker or {}).get("files", {}) if not os.path.lexists(Path(folder) / name))
 
 
 def check_same_command(out: Path, marker: dict | None, command: str, flag: str = "--out") -> None:
@@ -150,6 +173,10 @@ def check_replaceable(out: Path, force: bool, flag: str = "--out", command: str 
         shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
         raise OutputError(f"{out} holds files the lab did not write or that changed since ({shown}), so "
                           f"--force does not replace it; move them away or choose another {flag}")
+    missing = missing_files(out, read_marker(out))
+    if missing:
+        raise OutputError(f"{out} lacks {', '.join(missing[:3])}, which its {MARKER} lists: a damaged folder, so "
+                          f"--force does not replace it; move it away or choose another {flag}")
 
 
 def make_temp_folder(parent: Path, name: str, command: str = "run") -> Path:

@@ -17,12 +17,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.files.output_folders import MARKER, marker_problem, read_marker, sha256
+from lab.files.lab_folders import check_folder, check_marked, read_json, shown
+from lab.files.output_folders import sha256
 
 COMMAND = "reward-model"
 MODEL_FILE = "model.pt"
-READ_FILES = ("config.json", MODEL_FILE, "summary.json", "metrics.csv", "pairs.csv")
-"""Every file of the folder: each must be as the lab wrote it (the mark's sha256), or the folder is refused."""
 
 
 @dataclass(frozen=True)
@@ -48,88 +47,142 @@ class RewardModelFolder:
         return sha256(self.path / name)
 
 
-def _field(config: dict, where: str, *keys, kind=(int,)):
+def _field(config: dict, where: str, *keys, kind=(int,), low: int | None = None, high: int | None = None):
     value = config
     for key in keys:
         value = value.get(key) if isinstance(value, dict) else None
     if value is None and None in kind:
         return None
+    named = ".".join(f'"{k}"' for k in keys)
     if not isinstance(value, tuple(k for k in kind if k is not None)) or isinstance(value, bool):
-        raise ValueError(f"{where}: its config.json has no valid "
-                         + ".".join(f'"{k}"' for k in keys))
+        raise ValueError(f"{where}: its config.json has no valid {named}")
+    if low is not None and not low <= value <= high:
+        raise ValueError(f"{where}: its config.json's {named} must be from {low} to {high}, got {shown_count(value)}")
     return value
+
+
+def shown_count(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 20 else f"{text[:8]}... ({len(text)} digits)"
 
 
 def read_reward_model(folder: str | Path, option: str = "--reward") -> RewardModelFolder:
     """The folder checked as the module docstring says (a `ValueError` naming the first problem); `option`: the
-    command-line option that named it (`--reward`, as learned:PATH, or `--pairs-from`)."""
-    folder = Path(folder)
+    command-line option that named it (`--reward`, as learned:PATH, or `--pairs-from`). The one reader of a
+    reward-model folder: the path and the mark (`lab.files.lab_folders`), config.json's fields and their ranges,
+    model.pt (`load_model`) and pairs.csv (`read_pairs`), all before any training."""
+    from lab.exact.enumeration import LIMITS
+    from lab.training.bounds import capped_power
+    from lab.training.limits import space_within
+    from lab.training.reward_model import SIZES
+    from tasks.catalog import DEFAULT_TASK, task_facts
+
     prefix = "--reward learned:" if option == "--reward" else f"{option} "
-    where = f"{prefix}{folder}"
-    if not folder.is_dir():
-        raise ValueError(f"{where}: no such folder (train one with lab reward-model)")
-    if not (folder / MARKER).is_file():
-        raise ValueError(f"{where}: no {MARKER} mark in it: not a folder written by lab reward-model")
-    problem = marker_problem(folder)
-    if problem is not None:
-        raise ValueError(f"{where}: {problem}")
-    marker = read_marker(folder)
-    if marker.get("command") != COMMAND:
-        raise ValueError(f"{where}: written by lab {marker.get('command')}, not lab reward-model")
-    for name in READ_FILES:  # read only as the lab wrote them
-        path = folder / name
-        if path.is_file() and (name not in marker["files"] or sha256(path) != marker["files"][name]):
-            raise ValueError(f"{where}: its {name} is not the file lab reward-model wrote (its sha256 differs from "
-                             f"{MARKER}'s); put the file back, or fit the model again")
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        raise ValueError(f"{where}: its config.json cannot be read as JSON") from None
+    folder = check_folder(folder, prefix, "folder (train one with lab reward-model)")
+    where = f"{prefix}{shown(folder)}"
+    check_marked(folder, prefix, COMMAND)
+    config = read_json(folder / "config.json", where)
     if not isinstance(config, dict):
         raise ValueError(f"{where}: its config.json is not a JSON object")
-    for keys, kind in ((("task", "vocab_size"), (int,)), (("task", "prompts"), (list,)),
-                       (("response_space", "response_length"), (int,)), (("response_space", "eos"), (int, None)),
-                       (("response_space", "policy"), (str,)), (("gold_reward",), (str,)),
-                       (("reward_model", "size"), (str,)), (("reward_model", "pairs_per_prompt"), (int,))):
-        _field(config, where, *keys, kind=kind)
-    if not (folder / MODEL_FILE).is_file():
-        raise ValueError(f"{where}: no {MODEL_FILE} in it")
-    if not (folder / "pairs.csv").is_file():
-        raise ValueError(f"{where}: no pairs.csv in it")
-    return RewardModelFolder(folder, config, sha256(folder / MODEL_FILE), prefix)
+    if not isinstance(read_json(folder / "summary.json", where), dict):  # not used, but parsed as every file is
+        raise ValueError(f"{where}: its summary.json is not a JSON object")
+    vocab = _field(config, where, "task", "vocab_size", low=1, high=2**31 - 1)
+    length = _field(config, where, "response_space", "response_length", low=1, high=LIMITS.max_responses)
+    eos = _field(config, where, "response_space", "eos", kind=(int, None))
+    policy = _field(config, where, "response_space", "policy", kind=(str,))
+    _field(config, where, "reward_model", "pairs_per_prompt", low=1, high=10_000)
+    task_name = config["task"].get("name", DEFAULT_TASK)  # folders written before tasks had names: sorting's
+    try:
+        rewards = task_facts(task_name).reward_names if isinstance(task_name, str) else ()
+    except ValueError:
+        raise ValueError(f"{where}: its config.json names a task there is no file for in tasks/") from None
+    if _field(config, where, "gold_reward", kind=(str,)) not in rewards or \
+            _field(config, where, "reward_model", "size", kind=(str,)) not in SIZES:
+        raise ValueError(f"{where}: its config.json names an unknown \"gold_reward\" or \"reward_model\".\"size\"")
+    if (policy, eos) not in (("factorized", None), ("autoregressive", vocab)):
+        raise ValueError(f"{where}: its config.json's \"response_space\" must be the factorized policy's (\"eos\" "
+                         f"null) or the autoregressive one's (\"eos\" {vocab}, the vocabulary size)")
+    cap = LIMITS.max_responses
+    if not (capped_power(vocab, length, cap) <= cap if eos is None else space_within(vocab, length, cap)):
+        raise ValueError(f"{where}: its config.json's response space has more than the {LIMITS.max_responses} "
+                         "responses the lab enumerates")
+    prompts = _field(config, where, "task", "prompts", kind=(list,))
+    if not prompts or not all(isinstance(row, list) and len(row) == len(prompts[0]) > 0 and all(
+            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in row) for row in prompts):
+        raise ValueError(f"{where}: its config.json's \"task\".\"prompts\" must be a non-empty list of token lists "
+                         f"of one length, tokens in 0..{vocab - 1}")
+    found = RewardModelFolder(folder, config, sha256(folder / MODEL_FILE), prefix)
+    load_model(found)
+    read_folder_pairs(found)
+    return found
+
+
+def read_folder_pairs(found: RewardModelFolder):
+    """The folder's pairs.csv as int[batch 2N pos] (`lab.training.preference_pairs.read_pairs`: its header, the
+    prompt of each row, the number of rows, each response's length and tokens), a `ValueError` naming the line."""
+    from lab.training.preference_pairs import read_pairs
+
+    config, space = found.config, found.config["response_space"]
+    top = config["task"]["vocab_size"] - (space["eos"] is None)
+    try:
+        return read_pairs(found.path, len(config["task"]["prompts"]), config["reward_model"]["pairs_per_prompt"],
+                          space["response_length"], top)
+    except FileNotFoundError:
+        raise ValueError(f"{found.where}: no pairs.csv in it") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{found.where}: its pairs.csv cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    except ValueError as e:
+        raise ValueError(f"{found.where}: {e}") from None
+
+
+def load_model(found: RewardModelFolder):
+    """The folder's model.pt as the `RewardMLP` its config.json describes: float64, every parameter finite."""
+    import torch
+
+    from lab.training.reward_model import SIZES, RewardMLP
+
+    config, where = found.config, found.where
+    vocab, length = config["task"]["vocab_size"], config["response_space"]["response_length"]
+    prompt_length = len(config["task"]["prompts"][0])
+    with torch.device("meta"):  # the shapes, without allocating (config.json's sizes are checked, not yet trusted)
+        wanted = RewardMLP(vocab, prompt_length, length, SIZES[config["reward_model"]["size"]], None)
+    try:
+        state = torch.load(found.path / MODEL_FILE, map_location="cpu", weights_only=True)
+        shapes = {name: tuple(value.shape) for name, value in state.items()}
+    except Exception as e:  # a damaged or foreign file: say which, not how torch failed
+        raise ValueError(f"{where}: cannot read {MODEL_FILE} ({type(e).__name__})") from None
+    if shapes != {name: tuple(p.shape) for name, p in wanted.named_parameters()}:
+        raise ValueError(f"{where}: its {MODEL_FILE} is not the model its config.json describes (parameters "
+                         f"{', '.join(f'{k} {list(v)}' for k, v in list(shapes.items())[:3])})")
+    for name, value in state.items():
+        if value.dtype != torch.float64:
+            raise ValueError(f"{where}: its {MODEL_FILE}'s parameter {name} is {value.dtype}; the lab writes float64")
+        if not torch.isfinite(value).all():
+            raise ValueError(f"{where}: its {MODEL_FILE}'s parameter {name} holds inf or NaN")
+    model = RewardMLP(vocab, prompt_length, length, SIZES[config["reward_model"]["size"]],
+                      torch.Generator().manual_seed(0)).double()
+    model.load_state_dict(state)
+    return model
 
 
 def load_learned_reward(found: RewardModelFolder, device=None):
     """The folder's model as a `LearnedReward` (its gold reward for the folder's response space beside it)."""
-    import torch
-
     from lab.exact.enumeration import all_responses
     from lab.exact.varlen import varlen_responses
     from lab.training.learned_reward import LearnedReward
-    from lab.training.reward_model import SIZES, RewardMLP
-    from tasks.catalog import make_named_task
-    from tasks.catalog import DEFAULT_TASK
+    from tasks.catalog import DEFAULT_TASK, make_named_task
 
-    config, where = found.config, found.where
+    config = found.config
     vocab, length, eos = config["task"]["vocab_size"], config["response_space"]["response_length"], \
         config["response_space"]["eos"]
-    size, gold_name = config["reward_model"]["size"], config["gold_reward"]
+    gold_name, where = config["gold_reward"], found.where
     try:  # the task the folder was fitted on (its rewards do not depend on its prompts)
         task = make_named_task(config["task"].get("name", DEFAULT_TASK))
     except (ValueError, TypeError, AttributeError):
         raise ValueError(f"{where}: its config.json names a task there is no file for in tasks/") from None
-    if size not in SIZES or gold_name not in task.rewards or eos not in (None, vocab):
-        raise ValueError(f"{where}: its config.json names an unknown size, gold reward or EOS token")
-    prompt_length = len(config["task"]["prompts"][0]) if config["task"]["prompts"] else 0
-    model = RewardMLP(vocab, prompt_length, length, SIZES[size], torch.Generator().manual_seed(0)).double()
-    try:
-        state = torch.load(found.path / MODEL_FILE, map_location="cpu", weights_only=True)
-        model.load_state_dict(state)
-    except Exception as e:  # a damaged or foreign file: say which, not how torch failed
-        raise ValueError(f"{where}: cannot read {MODEL_FILE} as the model its config.json describes "
-                         f"({type(e).__name__})") from None
-    if not all(torch.isfinite(p).all() for p in model.parameters()):
-        raise ValueError(f"{where}: its {MODEL_FILE} holds inf or NaN")
+    if gold_name not in task.rewards:
+        raise ValueError(f"{where}: its config.json names a gold reward its task ({task.name}) does not have")
+    model = load_model(found)
     responses = all_responses(vocab, length) if eos is None else varlen_responses(vocab, length)
     gold = task.reward_for(gold_name, eos)
     learned = LearnedReward(model, responses, gold, gold_name)

@@ -1,26 +1,116 @@
-"""Reading a `lab run` folder back: its final policy and the task it was trained on, or a clear error.
+"""Reading a `lab run` folder back (`read_run`, the one reader every command uses): its files checked, then its
+policy and the task it was trained on, or a clear error.
 
-    RUN/policy.pt    -> the policy (`lab.policies.load_policy`)
+    RUN/.lab-output  -> the lab's mark, sound, naming lab run, every file it lists there and unchanged
+                        (`lab.files.lab_folders.check_marked`; `lab diagnose` also reads a folder with no mark, as
+                        the user assembled it, its content checked all the same)
     RUN/config.json  -> "task": {"name": str, "prompts": [[int, ...], ...], "vocab_size": int, ...}
+                        "config": {"reward": str, "policy": str, "dim": int, "max_length": int | null, ...}
     RUN/summary.json -> "status": "ok" | "diverged" (a diverged run has no final policy)
-    RUN/config.json  -> "config": {"reward": str, ...}   the reward it was trained under (`run_reward`)
-    RUN/.lab-output  -> where present, every one of these files must still have the sha256 it lists
-                        (a policy.pt dropped in from another run is refused, naming the file)
+    RUN/policy.pt    -> the policy (`lab.policies.load_policy`): finite, and the policy config.json describes
+                        (kind, vocabulary, prompt length, response length, width)
 
-Every problem (missing file, bad JSON, a missing key, a wrong type, a policy that does not fit the
-prompts) is a `ValueError` naming the file and what is wrong: a damaged folder never makes a
-command fall back to other prompts.
+Every problem (missing file, bad or too deep JSON, a missing key, a wrong type, a policy that does not fit) is a
+`ValueError` naming the option, the file and what is wrong: a damaged folder never makes a command fall back to
+other prompts.
 """
 
 from __future__ import annotations
 
-import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from lab.files.lab_folders import check_folder, check_marked, check_unmarked_files, named, read_json, shown
+from lab.files.output_folders import MARKER
 from tasks import LEARNED
+
+READ_FILES = ("config.json", "summary.json", "policy.pt")
+STATUSES = ("ok", "diverged")
+
+
+@dataclass(frozen=True)
+class LabRun:
+    """A run folder whose mark and JSON files were checked (`read_run`)."""
+
+    path: Path
+    option: str
+    config: dict | None
+    """config.json (None only in a folder without a mark and without one)"""
+    summary: dict | None
+
+    @property
+    def where(self) -> str:
+        return named(self.option, self.path)
+
+
+def read_run(folder, option: str = "--from-run", marked: bool = True) -> LabRun:
+    """The run folder `option` names, checked as the module docstring says; `marked=False` also takes a folder
+    without the lab's mark (the user's own assembly: only the files that are there are read, each checked)."""
+    folder = check_folder(folder, option, "run folder")
+    where = named(option, folder)
+    if marked or os.path.lexists(folder / MARKER):
+        check_marked(folder, option, "run")
+    else:
+        check_unmarked_files(folder, option, READ_FILES)
+    config = read_json(folder / "config.json", where, required=marked)
+    summary = read_json(folder / "summary.json", where, required=marked)
+    if summary is not None and not (isinstance(summary, dict) and summary.get("status") in STATUSES):
+        raise ValueError(f"{where}: its summary.json must be an object whose \"status\" is \"ok\" or \"diverged\" "
+                         "(lab run writes one)")
+    if config is not None and not isinstance(config, dict):
+        raise ValueError(f"{where}: its config.json must be an object (lab run writes one)")
+    if marked and not isinstance(config.get("config"), dict):
+        raise ValueError(f"{where}: its config.json has no \"config\" object with the run's settings")
+    if marked:
+        _run_task(folder / "config.json", config)
+    return LabRun(folder, option, config, summary)
+
+
+def load_run_policy(run: LabRun) -> nn.Module:
+    """The run's policy.pt as a policy: readable, every parameter finite, and the policy its config.json describes."""
+    from lab.policies import policy_from_state
+
+    path = run.path / "policy.pt"
+    if not path.is_file():
+        raise ValueError(f"{run.where}: no policy.pt in it (a folder written by lab run holds one)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        policy = policy_from_state({name: value.unsqueeze(0) for name, value in state.items()})
+    except Exception as e:  # a damaged or foreign file: say which, not how torch failed
+        raise ValueError(f"{run.where}: cannot read policy.pt ({type(e).__name__})") from None
+    for name, value in state.items():
+        if not torch.is_floating_point(value) or not torch.isfinite(value).all():
+            raise ValueError(f"{run.where}: its policy.pt's parameter {name} holds NaN or inf values (or is not a "
+                             "float tensor); a diverged policy cannot be read back")
+    fits = policy_mismatch(run, policy, state)
+    if fits:
+        raise ValueError(f"{run.where}: its policy.pt is not a policy of this run: {fits}")
+    return policy
+
+
+def policy_mismatch(run: LabRun, policy: nn.Module, state: dict) -> str | None:
+    """How the policy differs from the one the run's config.json describes (None: it fits, or nothing says)."""
+    from lab.training.lengths import LENGTH_MARGIN
+
+    settings, task = (run.config or {}).get("config"), (run.config or {}).get("task")
+    if not isinstance(settings, dict) or not isinstance(task, dict):
+        return None
+    prompts = task.get("prompts")
+    prompt_length = len(prompts[0]) if isinstance(prompts, list) and prompts and isinstance(prompts[0], list) else None
+    kind, width = "autoregressive" if "previous" in state else "factorized", state["embedding"].shape[-1]
+    length = prompt_length if kind == "factorized" else settings.get("max_length") or (
+        None if prompt_length is None else prompt_length + LENGTH_MARGIN)
+    for words, have, need in (("kind", kind, settings.get("policy")), ("width", width, settings.get("dim")),
+                              ("vocabulary size", policy.vocab_size, task.get("vocab_size")),
+                              ("prompt length", policy.prompt_length, prompt_length),
+                              ("response length", policy.response_length, length)):
+        if need is not None and have != need:
+            return f"its {words} is {have}, its config.json says {str(need)[:40]}"
+    return None
 
 
 def load_run(folder, need_task: bool = True) -> tuple[nn.Module, dict | None]:
@@ -28,59 +118,29 @@ def load_run(folder, need_task: bool = True) -> tuple[nn.Module, dict | None]:
     PATH/config.json (`{"name", "prompts", "vocab_size", ...}`), so the policy is diagnosed on the
     prompts it was trained on. A damaged or incomplete folder is a `ValueError` naming the file and
     the problem; nothing falls back to other prompts. `need_task=False` (the caller gives the
-    prompts) skips config.json."""
+    prompts) skips config.json's task."""
     from lab.policies.autoregressive import AutoregressivePolicy
-    from lab.policies import load_policy
 
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise ValueError(f"--from-run {folder}: no such run folder")
-    check_unchanged(folder)  # before any of its JSON is parsed: a marked folder is read only as the lab wrote it
-    summary = _read_json(folder / "summary.json", required=False)
-    if isinstance(summary, dict) and summary.get("status") == "diverged":
-        raise ValueError(f"{folder / 'summary.json'}: the run diverged, so it has no final policy to diagnose")
-    if not (folder / "policy.pt").is_file():
-        raise ValueError(f"--from-run {folder}: no policy.pt in it (a folder written by lab run)")
-    try:
-        policy = load_policy(folder / "policy.pt")
-    except Exception as e:  # a damaged or foreign file: say which, not how torch failed
-        raise ValueError(f"{folder / 'policy.pt'}: cannot read policy.pt ({type(e).__name__})") from None
-    for name, parameter in policy.named_parameters():
-        if not torch.isfinite(parameter).all():
-            raise ValueError(f"{folder / 'policy.pt'}: its parameter {name} holds NaN or inf values; a diverged "
-                             "policy has no gradient to diagnose")
+    run = read_run(folder, "--from-run", marked=False)
+    if run.summary is not None and run.summary["status"] == "diverged":
+        raise ValueError(f"{run.where}: its summary.json says the run diverged, so it has no final policy to diagnose")
+    policy = load_run_policy(run)
     if isinstance(policy, AutoregressivePolicy):
         raise ValueError(f"--from-run {folder}: an autoregressive run; lab diagnose analyses the factorised policy "
                          "(for variable-length responses use lab.exact.varlen.expected_update from Python)")
-    return policy, _run_task(folder / "config.json") if need_task else None
-
-
-def check_unchanged(folder: Path, option: str = "--from-run") -> None:
-    """A folder that carries the lab's marker is read only as lab run wrote it: a file the marker does not
-    list, or whose sha256 differs, is a `ValueError` naming it. (A folder without a marker is the
-    user's own assembly and is read as it is.) `option`: the command-line option that named the folder."""
-    from lab.files.output_folders import MARKER, marker_problem, read_marker, sha256
-
-    if not (folder / MARKER).exists():
-        return
-    problem = marker_problem(folder)
-    if problem is not None:
-        raise ValueError(f"{option} {folder}: {problem}")
-    listed = read_marker(folder)["files"]
-    for name in ("policy.pt", "config.json", "summary.json"):
-        path = folder / name
-        if not path.is_file():
-            continue
-        if name not in listed or sha256(path) != listed[name]:
-            raise ValueError(f"{path}: not the file lab run wrote into this folder (its sha256 differs from "
-                             f"{MARKER}'s); put the run's own file back, or diagnose it from a folder of its own")
+    if not need_task:
+        return policy, None
+    if run.config is None:
+        raise ValueError(f"{Path(folder) / 'config.json'}: missing (lab run writes it; or pass --prompts to say "
+                         "which prompts)")
+    return policy, _run_task(Path(folder) / "config.json", run.config)
 
 
 def run_reward(folder, rewards) -> str | None:
     """The reward the run was trained under (config.json "config"."reward", one of `rewards`), or None where the
     folder has no config.json; a config.json of the wrong shape is a `ValueError` naming the file and field."""
     path = Path(folder) / "config.json"
-    data = _read_json(path, required=False)
+    data = read_json(path, f"--from-run {shown(folder)}", required=False)
     if data is None:
         return None
     config = data.get("config") if isinstance(data, dict) else None
@@ -96,24 +156,8 @@ def run_reward(folder, rewards) -> str | None:
     return reward
 
 
-def _read_json(path: Path, required: bool = True):
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        if not required:
-            return None
-        raise ValueError(f"{path}: missing (lab run writes it; or pass --prompts to say which prompts)") from None
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read it ({e.strerror})") from None
-    except ValueError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
-    except RecursionError:
-        raise ValueError(f"{path}: not valid JSON (nested too deeply)") from None
-
-
-def _run_task(path: Path) -> dict:
+def _run_task(path: Path, data) -> dict:
     """config.json's "task", checked: name a string, prompts a non-empty list of int lists, vocab_size an int."""
-    data = _read_json(path)
     task = data.get("task") if isinstance(data, dict) else None
     if not isinstance(task, dict):
         raise ValueError(f"{path}: no \"task\" object in it (lab run writes one)")
@@ -128,6 +172,10 @@ def _run_task(path: Path) -> dict:
     if not task["prompts"] or not all(isinstance(row, list) and row and all(
             isinstance(t, int) and not isinstance(t, bool) for t in row) for row in task["prompts"]):
         raise ValueError(f"{path}: \"task\".\"prompts\" must be a non-empty list of non-empty integer lists")
+    if any(not 0 <= t < task["vocab_size"] for row in task["prompts"] for t in row):
+        raise ValueError(f"{path}: \"task\".\"prompts\" tokens must lie in 0..{task['vocab_size'] - 1}")
+    if len({len(row) for row in task["prompts"]}) > 1:
+        raise ValueError(f"{path}: \"task\".\"prompts\" must all have one length")
     return task
 
 

@@ -13,35 +13,21 @@ return before anything is written.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from lab.files.output_folders import MARKER, read_marker, sha256
-from lab.files.run_folder import check_unchanged
+from lab.files.output_folders import sha256
+from lab.files.run_folder import load_run_policy, read_run
 
 
 def start_sha256(folder: str | Path, option: str = "--init-from") -> str:
-    """The sha256 of a lab run folder's policy.pt, after checking the folder (a `ValueError` naming the problem)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise ValueError(f"{option} {folder}: no such run folder")
-    if not (folder / MARKER).is_file():
-        raise ValueError(f"{option} {folder}: no {MARKER} mark in it: not a folder written by lab run")
-    check_unchanged(folder, option)
-    command = (read_marker(folder) or {}).get("command")
-    if command != "run":
-        raise ValueError(f"{option} {folder}: written by lab {command}, not lab run (a sweep keeps no policy; train "
-                         "the start with lab run)")
-    try:
-        status = json.loads((folder / "summary.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        status = None
-    if status != "ok":
-        raise ValueError(f"{option} {folder}: its summary.json does not say \"status\": \"ok\" (a diverged or "
+    """The sha256 of a lab run folder's policy.pt, after checking the folder (`read_run`: the path, the mark, every
+    file) and its policy (finite, the one its config.json describes): a `ValueError` naming the problem."""
+    run = read_run(folder, option)
+    if run.summary["status"] != "ok":
+        raise ValueError(f"{run.where}: its summary.json does not say \"status\": \"ok\" (a diverged or "
                          "unfinished run has no final policy)")
-    if not (folder / "policy.pt").is_file():
-        raise ValueError(f"{option} {folder}: no policy.pt in it")
-    return sha256(folder / "policy.pt")
+    load_run_policy(run)
+    return sha256(run.path / "policy.pt")
 
 
 def start_mismatches(folder: str | Path, config, task, option: str = "--init-from") -> list[str]:
@@ -68,8 +54,8 @@ def start_mismatches(folder: str | Path, config, task, option: str = "--init-fro
     for words, option_name, have, need in (
             ("vocabulary size", "--vocab-size", start.vocab_size, wanted.vocab_size),
             ("prompt length", "--prompt-length / --prompts", start.prompt_length, wanted.prompt_length),
-            ("response length" if kind == "factorized" else "max length", "--max-length", start.response_length,
-             wanted.response_length),
+            *([] if kind == "factorized" else  # its response length is its prompt length: that line says it
+              [("max length", "--max-length", start.response_length, wanted.response_length)]),
             ("width", "--dim", state["embedding"].shape[-1], config.dim)):
         if have != need:
             lines.append(f"{option} {folder}: its policy has {words} {have}, these settings need {need} "

@@ -23,7 +23,7 @@ import numpy as np
 from lab.files.table_format import TableFormat
 from lab.files.temporaries import atomic_path
 from lab.training.records import (DPO_STEP_METRICS, EPOCH_METRICS, GRAD_CLIP_METRICS, METHOD_STEP_METRICS,
-                                  STEP_METRICS, TRACKED_EPOCH_METRICS, Records,
+                                  SAMPLER_STEP_METRICS, STEP_METRICS, TRACKED_EPOCH_METRICS, Records,
                                   epoch_metric_names, is_critic_metric, step_metric_names)
 
 SETTING_PREFIX = "config_"
@@ -89,7 +89,7 @@ def _write_parquet(table, path: Path) -> None:
 
     metrics = [n for n in table.column_names
                if n in {**STEP_METRICS, **EPOCH_METRICS, **DPO_STEP_METRICS, **GRAD_CLIP_METRICS,
-                        **METHOD_STEP_METRICS, **TRACKED_EPOCH_METRICS} or is_critic_metric(n)]
+                        **METHOD_STEP_METRICS, **TRACKED_EPOCH_METRICS, **SAMPLER_STEP_METRICS} or is_critic_metric(n)]
     # measured floats rarely repeat: split their bytes for zstd instead of trying a dictionary
     pq.write_table(table, path, compression=PARQUET_COMPRESSION,
                    use_dictionary=[n for n in table.column_names if n not in metrics],

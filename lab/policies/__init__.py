@@ -52,10 +52,12 @@ def make_policy(kind: PolicyKind | str, vocab_size: int, prompt_length: int, max
 
 
 def make_stack(kind: PolicyKind | str, vocab_size: int, prompt_length: int, max_length: int, dim: int,
-               generators: list[torch.Generator], init_scales: list[float] | None = None) -> nn.Module:
+               generators: list[torch.Generator], init_scales: list[float] | None = None,
+               dtype: torch.dtype | None = None) -> nn.Module:
     """R policies of the given kind with a leading run axis, run r drawn from generators[r] (embedding
-    scaled by init_scales[r], default 1: `TrainConfig.init_scale`)."""
-    return POLICIES[parse_kind(kind)].build(vocab_size, prompt_length, max_length, dim, generators, init_scales)
+    scaled by init_scales[r], default 1: `TrainConfig.init_scale`), in `dtype` (default: torch's float32)."""
+    return POLICIES[parse_kind(kind)].build(vocab_size, prompt_length, max_length, dim, generators, init_scales,
+                                            dtype)
 
 
 def _params(policy: nn.Module) -> dict[str, Tensor]:

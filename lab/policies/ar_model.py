@@ -19,28 +19,29 @@ from torch import Tensor
 from lab.policies.factorized import embed, init_parameters
 
 
-def causal_mask(length: int, device=None) -> Tensor:
+def causal_mask(length: int, device=None, dtype: torch.dtype | None = None) -> Tensor:
     """float[q j 1 1]: 1 where j < q (position q sees the tokens emitted before it)."""
-    return torch.ones(length, length, device=device).tril(-1)[..., None, None]
+    return torch.ones(length, length, device=device, dtype=dtype).tril(-1)[..., None, None]
 
 
 def init_autoregressive(vocab_size: int, prompt_length: int, max_length: int, dim: int,
                         generator: torch.Generator | None = None, device=None,
-                        init_scale: float = 1.0) -> dict[str, Tensor]:
+                        init_scale: float = 1.0, dtype: torch.dtype | None = None) -> dict[str, Tensor]:
     """One policy's parameters; `vocab_size` counts content tokens (EOS is the extra id vocab_size).
 
     `init_scale` multiplies the whole embedding, EOS row included, as `lab.policies.factorized.init_parameters`
     does the lecture's (the same draws at every scale).
     """
     device = generator.device if generator is not None else device
-    lecture = init_parameters(vocab_size, prompt_length, max_length, dim, generator, device, init_scale=init_scale)
-    eos_row = torch.randn(1, dim, generator=generator, device=device) * init_scale  # as nn.Embedding: N(0, 1)
-    previous = torch.randn(max_length, max_length, dim, dim, generator=generator, device=device) / math.sqrt(dim)
+    lecture = init_parameters(vocab_size, prompt_length, max_length, dim, generator, device, init_scale, dtype)
+    eos_row = torch.randn(1, dim, generator=generator, device=device, dtype=dtype) * init_scale  # as nn.Embedding
+    previous = torch.randn(max_length, max_length, dim, dim, generator=generator, device=device,
+                           dtype=dtype) / math.sqrt(dim)
     return {
         "embedding": torch.cat([lecture["embedding"], eos_row]),  # float[(vocab + 1) dim]
         "encode": lecture["encode"],  # float[pos dim dim]
         "decode": lecture["decode"],  # float[pos dim dim]
-        "previous": previous * causal_mask(max_length, device),  # float[q j dim dim]
+        "previous": previous * causal_mask(max_length, device, dtype),  # float[q j dim dim]
     }
 
 

@@ -67,12 +67,13 @@ class AutoregressiveStack(AutoregressivePolicy):
     """
 
     def __init__(self, vocab_size: int, prompt_length: int, max_length: int, dim: int,
-                 generators: list[torch.Generator], init_scales: list[float] | None = None) -> None:
+                 generators: list[torch.Generator], init_scales: list[float] | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         nn.Module.__init__(self)
         self.vocab_size, self.prompt_length, self.response_length, self.dim = (
             vocab_size, prompt_length, max_length, dim)
         scales = init_scales or [1.0] * len(generators)
-        per_run = [init_autoregressive(vocab_size, prompt_length, max_length, dim, g, init_scale=s)
+        per_run = [init_autoregressive(vocab_size, prompt_length, max_length, dim, g, init_scale=s, dtype=dtype)
                    for g, s in zip(generators, scales)]
         stacked = {name: torch.stack([p[name] for p in per_run]) for name in per_run[0]}
         # Speed path: kept in memory as [run d q e] and [run d j q e], so the fused log-probs' matrices of

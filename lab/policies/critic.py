@@ -57,28 +57,29 @@ def autoregressive_values(params: dict[str, Tensor], prompts: Tensor, responses:
     return torch.einsum("...btqe,...e->...btq", z, params["readout"]) + params["bias"][..., None, None, None]
 
 
-def _randn(generator: torch.Generator | None, *shape: int) -> Tensor:
-    return torch.randn(*shape, generator=generator, device=None if generator is None else generator.device)
+def _randn(generator: torch.Generator | None, *shape: int, dtype: torch.dtype | None = None) -> Tensor:
+    return torch.randn(*shape, generator=generator, device=None if generator is None else generator.device,
+                       dtype=dtype)
 
 
 def init_factorized(vocab_size: int, prompt_length: int, max_length: int, dim: int,
-                    generator: torch.Generator | None = None) -> dict[str, Tensor]:
+                    generator: torch.Generator | None = None, dtype: torch.dtype | None = None) -> dict[str, Tensor]:
     """E' ~ N(0, 1), A'_p ~ N(0, 1/dim) as the policy's; w = 0, b = 0."""
-    embedding = _randn(generator, vocab_size, dim)
-    encode = _randn(generator, prompt_length, dim, dim) / math.sqrt(dim)
+    embedding = _randn(generator, vocab_size, dim, dtype=dtype)
+    encode = _randn(generator, prompt_length, dim, dim, dtype=dtype) / math.sqrt(dim)
     return {"embedding": embedding, "encode": encode,
             "readout": embedding.new_zeros(dim), "bias": embedding.new_zeros(())}
 
 
 def init_autoregressive(vocab_size: int, prompt_length: int, max_length: int, dim: int,
-                        generator: torch.Generator | None = None) -> dict[str, Tensor]:
+                        generator: torch.Generator | None = None, dtype: torch.dtype | None = None) -> dict[str, Tensor]:
     """E' ~ N(0, 1) over the V content tokens and EOS, A', B', C' ~ N(0, 1/dim) (C'_qj = 0 for j >= q); w = 0, b = 0."""
     scale = 1 / math.sqrt(dim)
-    embedding = _randn(generator, vocab_size + 1, dim)
+    embedding = _randn(generator, vocab_size + 1, dim, dtype=dtype)
     return {"embedding": embedding,
-            "encode": _randn(generator, prompt_length, dim, dim) * scale,
-            "decode": _randn(generator, max_length, dim, dim) * scale,
-            "previous": _randn(generator, max_length, max_length, dim, dim) * scale
+            "encode": _randn(generator, prompt_length, dim, dim, dtype=dtype) * scale,
+            "decode": _randn(generator, max_length, dim, dim, dtype=dtype) * scale,
+            "previous": _randn(generator, max_length, max_length, dim, dim, dtype=dtype) * scale
             * causal_mask(max_length, embedding.device),
             "readout": embedding.new_zeros(dim), "bias": embedding.new_zeros(())}
 
@@ -121,10 +122,10 @@ class Critic(nn.Module):
     """
 
     def __init__(self, kind: PolicyKind | str, vocab_size: int, prompt_length: int, max_length: int, dim: int,
-                 generators: list[torch.Generator]) -> None:
+                 generators: list[torch.Generator], dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.kind = PolicyKind(kind)
-        per_run = [CRITICS[self.kind].init(vocab_size, prompt_length, max_length, dim, g) for g in generators]
+        per_run = [CRITICS[self.kind].init(vocab_size, prompt_length, max_length, dim, g, dtype) for g in generators]
         for name in per_run[0]:
             setattr(self, name, nn.Parameter(torch.stack([p[name] for p in per_run])))
 

@@ -33,16 +33,20 @@ def init_parameters(
     generator: torch.Generator | None = None,
     device: torch.device | str | None = None,
     init_scale: float = 1.0,
+    dtype: torch.dtype | None = None,
 ) -> dict[str, Tensor]:
     """Draw one policy's parameters: E ~ N(0, 1) (as nn.Embedding), A_p, B_q ~ N(0, 1/dim); then E *= init_scale.
 
     The draws are the lecture's whatever the scale (same generator calls), so a scale of 1 gives
     exactly the lecture's parameters and any other scale the same directions, shrunk or stretched.
+    `dtype` float64 draws in float64 (`--dtype float64`): torch's float32 normals differ in their last bits
+    between CPU kernel sets, its float64 ones do not (tests/training/test_dtype.py), so a float64 run starts
+    from the same parameters on every machine. (They are other draws than the float32 ones.)
     """
     device = generator.device if generator is not None else device
 
     def randn(*shape: int) -> Tensor:
-        return torch.randn(*shape, generator=generator, device=device)
+        return torch.randn(*shape, generator=generator, device=device, dtype=dtype)
 
     scale = 1.0 / math.sqrt(dim)  # keeps h and logits O(1) at initialisation
     params = {
@@ -106,12 +110,14 @@ class Policy(nn.Module):
         dim: int = 10,
         generator: torch.Generator | None = None,
         init_scale: float = 1.0,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         self.vocab_size, self.prompt_length, self.response_length, self.dim = (
             vocab_size, prompt_length, response_length, dim,
         )
-        params = init_parameters(vocab_size, prompt_length, response_length, dim, generator, init_scale=init_scale)
+        params = init_parameters(vocab_size, prompt_length, response_length, dim, generator, init_scale=init_scale,
+                                 dtype=dtype)
         self.embedding = nn.Parameter(params["embedding"])
         self.encode = nn.Parameter(params["encode"])
         self.decode = nn.Parameter(params["decode"])
@@ -136,13 +142,14 @@ class PolicyStack(nn.Module):
         dim: int,
         generators: list[torch.Generator],
         init_scales: list[float] | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         self.vocab_size, self.prompt_length, self.response_length, self.dim = (
             vocab_size, prompt_length, response_length, dim,
         )
         init_scales = init_scales or [1.0] * len(generators)
-        per_run = [init_parameters(vocab_size, prompt_length, response_length, dim, g, init_scale=s)
+        per_run = [init_parameters(vocab_size, prompt_length, response_length, dim, g, init_scale=s, dtype=dtype)
                    for g, s in zip(generators, init_scales)]
         self.embedding = nn.Parameter(torch.stack([p["embedding"] for p in per_run]))  # float[run vocab dim]
         self.encode = nn.Parameter(torch.stack([p["encode"] for p in per_run]))  # float[run pos dim dim]

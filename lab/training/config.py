@@ -14,8 +14,8 @@ metadata) how the rest of the lab treats it, and every list of fields is read of
     (checked)       loss_only=True read only by the losses whose entry names it (`lab.core.modes.Loss.settings`):
                                    set for another loss, a `ConfigError`
 
-The checks every config passes are `lab.training.config_checks`. The module loads without torch (its modes come
-from `lab.core.modes`; only `resolve_device` needs torch), so that the `lab` command shows its options and their
+The checks every config passes are `lab.training.config_checks`; the device is `lab.training.devices`. The module
+loads without torch (its modes come from `lab.core.modes`), so that the `lab` command shows its options and their
 defaults without loading it.
 """
 
@@ -24,37 +24,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
 
 from lab.core.choices import ConfigError
-from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Method,
-                            Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
+from lab.core.modes import (DeltaMode, Demos, DPOLoss, DType, Filter, ImportanceLevel, IPOLogps, KLEstimator,
+                            KLPlacement, LossAgg, Method, Optimizer, Pairs, PolicyKind, Preference, Sampler,
+                            TrainingLoss)
+from lab.core.modes import ImportanceSampling
 from lab.training.config_checks import check_config
-
-if TYPE_CHECKING:
-    import torch
-
-
-class Device(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-def resolve_device(device: Device | str = Device.auto) -> torch.device:
-    """`auto` takes CUDA when present; asking for CUDA without it is a `ConfigError`."""
-    import torch  # here, not above: the config (and `lab --help`, which shows its defaults) loads without torch
-
-    try:
-        device = Device(device)
-    except ValueError:
-        raise ConfigError(f"unknown device {device!r}; choose one of: auto, cpu, cuda") from None
-    if device is Device.cuda and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for, but torch finds no CUDA device; "
-                          "use --device cpu or --device auto")
-    if device is Device.auto:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device.value)
 
 
 def setting(default, *, shared: bool = False, option: bool = True, omit: tuple = (), column: int | None = None,
@@ -103,7 +79,9 @@ class TrainConfig:
     """where the penalty goes: `loss`, beta * the estimator added to the loss (verl `use_kl_loss`, TRL's GRPO), or
     `reward`, each response's reward becomes r - beta * its summed estimator, detached, before the deltas (verl
     `use_kl_in_reward`, PPO-RLHF; the `reward` metrics stay the task's). Claim 14: k2 in the loss and k1 in the
-    reward follow grad KL(pi_theta || pi_ref); k3 in the loss grad KL(pi_ref || pi_theta). Left out of `to_dict`
+    reward follow grad KL(pi_theta || pi_ref); k3 in the loss grad KL(pi_ref || pi_theta); k3 in the reward an
+    objective unbounded above (claim 35: `lab run` and `lab sweep` name k1 for the reward when no estimator is
+    given, and warn about k3 there; lab.training.objective names what each setting ascends). Left out of `to_dict`
     at loss"""
     kl_period: int = setting(10, shared=True)
     """refresh the reference every this many epochs; 0 = freeze it once at the start"""
@@ -111,6 +89,9 @@ class TrainConfig:
     """added to the group std in `normalized` deltas (the lecture's 1e-5)"""
     std_unbiased: bool = setting(True, shared=True, option=False)
     """Bessel-corrected group std (the lecture, torch.std) rather than the population std"""
+    optimizer: Optimizer = setting(Optimizer.adam, shared=True, option=False, omit=('adam',))
+    """what steps the policy: Adam (the lecture's, TRL's, verl's) or plain SGD, whose step scales with the gradient
+    (lab.training.optim); left out of `to_dict` at adam"""
     adam_betas: tuple[float, float] = setting((0.9, 0.999), shared=True, option=False)
     """Adam's moment decay rates (torch defaults)"""
     adam_eps: float = setting(1e-8, shared=True, option=False)
@@ -167,9 +148,42 @@ class TrainConfig:
     """sampling temperature T: responses drawn from softmax(logits / T), and the loss's (and the reference's)
     log-probs taken at the same T, as verl's rollout and actor do (lab.training.kinds); 1 = the plain policy.
     Left out of `to_dict` at 1, so the files of a run without it are unchanged"""
+    dtype: DType = setting(DType.float32, shared=True, column=10)
+    """the floating-point type the run trains in: `float32` (fast; its last bits depend on the CPU's kernels, so a
+    sampled token can flip between machines), or `float64` for exactness (results agree across machines and
+    batch shapes to about 1e-12; docs/reproducibility.md). Both start from the same float32 draws of the
+    parameters, so a float64 run is the float32 run computed more exactly"""
     max_grad_norm: float | None = setting(None, omit=(None,), swept=True)
     """clip each run's gradient to this global L2 norm over all its policy parameters before each Adam step (TRL
     `max_grad_norm`, verl `grad_clip`; lab.training.clipping); None = off"""
+    dynamic_sampling: bool = setting(False, omit=(False,), swept=True)
+    """DAPO's dynamic sampling (verl `filter_groups`): a prompt whose rewards are all equal is drawn again, up to
+    `max_num_gen_batches` (default 10) groups (lab.training.sampler_runs; metrics groups_drawn, _kept, _discarded)"""
+    max_num_gen_batches: int | None = setting(None, omit=(None,))
+    staleness: int = setting(0, omit=(0,), swept=True)
+    """K: responses drawn by the policy of K optimizer steps earlier (an asynchronous sampler); 0 = on-policy"""
+    sampler_temperature: float | None = setting(None, omit=(None,), swept=True)
+    """a mismatched sampler: responses drawn at this temperature, the trainer's log-probs at `temperature` (None)"""
+    importance_sampling_correction: ImportanceSampling | None = setting(None, omit=(None,), swept=True)
+    """TRL's `vllm_importance_sampling_mode` (lab.core.importance), with `importance_sampling_clip_min` (default
+    None) and `_clip_max` (default 3; finite: config.json is JSON); a stale or mismatched sampler only. None = no correction"""
+    importance_sampling_clip_min: float | None = setting(None, omit=(None,))
+    importance_sampling_clip_max: float | None = setting(None, omit=(None,))
+    off_policy_mask_threshold: float | None = setting(None, omit=(None,), swept=True)
+    """delta of TRL's off-policy sequence mask (DeepSeek-V3.2; lab.core.importance); None = off"""
+    sync_ref_model: bool = setting(False, omit=(False,), swept=True)
+    """TRL's `sync_ref_model` (TR-DPO): every `ref_model_sync_steps` (default 512) optimizer steps phi_ref <- alpha
+    phi_theta + (1 - alpha) phi_ref, alpha = `ref_model_mixup_alpha` (default 0.6); needs --kl > 0, --kl-period 0"""
+    ref_model_mixup_alpha: float | None = setting(None, omit=(None,))
+    ref_model_sync_steps: int | None = setting(None, omit=(None,))
+    adaptive_entropy: bool = setting(False, omit=(False,), swept=True)
+    """TRL's `use_adaptive_entropy` (Skywork-OR1; lab.core.adaptive_entropy): `entropy_coef` moves by
+    `entropy_coef_delta` (0.005) within [`entropy_coef_min`, `entropy_coef_max`] ([0, 1]) to hold `entropy_target`
+    (0.2 nats); factorised policy. The whole block's checks: lab.training.sampling_checks"""
+    entropy_target: float | None = setting(None, omit=(None,))
+    entropy_coef_delta: float | None = setting(None, omit=(None,))
+    entropy_coef_min: float | None = setting(None, omit=(None,))
+    entropy_coef_max: float | None = setting(None, omit=(None,))
     demos: Demos | None = setting(None, shared=True, omit=(None,))
     """`--loss sft` only (default `optimal`): its G demonstrations per prompt, one fixed set drawn before training:
     `optimal`, the task's target sorted(x) (then EOS) repeated, the one response that is optimal under every reward
@@ -198,8 +212,40 @@ class TrainConfig:
     pairs_sha256: str | None = setting(None, omit=(None,), option=False)
     """the sha256 of the pairs.csv that `pairs_from` read (set by the command that read it)"""
 
+    epsilon_high: float | None = setting(None, omit=(None,), swept=True, loss_only=True)
+    """the clip band's upper half-width, [1 - clip_eps, 1 + this] (TRL `epsilon_high`, DAPO's clip-higher); None =
+    clip_eps. `--loss cispo`: TRL's eps_max, the absolute cap on the weight (default 5, TRL's recommendation)"""
+    clip_delta: float | None = setting(None, omit=(None,), swept=True, loss_only=True)
+    """TRL `delta` (`--delta` is the lab's deltas): INTELLECT-2's two-sided clip, the unclipped ratio capped (> 1)"""
+    importance_sampling_level: ImportanceLevel = setting(ImportanceLevel.token, omit=('token',), swept=True,
+                                                         loss_only=True)
+    """each token's ratio (`token`), or its response's, exp of the mean log-ratio over its tokens (`sequence`, GSPO;
+    TRL `importance_sampling_level`); left out of `to_dict` at token"""
+    sapo_temperature_pos: float | None = setting(None, omit=(None,), loss_only=True)
+    """`--loss sapo` only (TRL's defaults: 1.0; neg 1.05): the gate's temperature where delta > 0 (neg: <= 0)"""
+    sapo_temperature_neg: float | None = setting(None, omit=(None,), loss_only=True)
+    vespo_k_pos: float | None = setting(None, omit=(None,), loss_only=True)
+    """`--loss vespo` only: phi's power k and decay lambda (TRL's: 2, 3 where delta >= 0; 3, 2 below; descendants)"""
+    vespo_lambda_pos: float | None = setting(None, omit=(None,), loss_only=True)
+    vespo_k_neg: float | None = setting(None, omit=(None,), loss_only=True)
+    vespo_lambda_neg: float | None = setting(None, omit=(None,), loss_only=True)
+    top_entropy_quantile: float = setting(1.0, omit=(1.0,), swept=True)
+    """policy-gradient only: train on the top share rho of each step's live tokens by entropy (lab.core.token_masks;
+    TRL `top_entropy_quantile`, the 80/20 paper's 0.2); 1 = every token, left out of `to_dict`"""
+    mask_truncated_completions: bool = setting(False, omit=(False,))
+    """autoregressive, policy-gradient only: responses that reach the length cap without EOS leave the loss and
+    its KL term (DAPO; TRL `mask_truncated_completions`); their rewards still count in the deltas"""
+
     def __post_init__(self) -> None:
         check_config(self)  # fills the method's defaults (DPO's, SFT's) and refuses what does not apply
+
+    def loss_setting(self, name: str) -> float:
+        """The number a loss reads for `name` (`Loss.settings`): epsilon_high falls back to clip_eps, clip_delta to
+        inf (no cap), as TRL's; NaN where this run's loss does not read it (a batch's other runs may)."""
+        value = getattr(self, name)
+        if value is None:
+            return {"epsilon_high": self.clip_eps, "clip_delta": float("inf")}.get(name, float("nan"))
+        return float(value)
 
     @property
     def is_dpo(self) -> bool:
@@ -252,17 +298,3 @@ SWEPT_FIELDS = (*(n for n in ALWAYS_COLUMNS if n in marked("swept")),
 """The fields `lab sweep` takes as repeatable options: the grid's axes, in the grid's order."""
 CRITIC_FIELDS = marked("critic")
 """The critic's settings (`--delta gae` only)."""
-
-
-def check_batchable(configs: list[TrainConfig]) -> None:
-    if not configs:
-        raise ConfigError("no runs to train")
-    for name in SHARED_FIELDS:
-        values = {getattr(c, name) for c in configs}
-        if len(values) > 1:
-            raise ConfigError(f"runs trained together must share {name}; got {sorted(values, key=str)}. "
-                              "Train them in separate batches.")
-    methods = {c.method.value for c in configs}
-    if len(methods) > 1:
-        raise ConfigError(f"runs trained together must share their method; got {sorted(methods)}. "
-                          "Train them in separate batches.")

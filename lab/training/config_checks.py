@@ -14,8 +14,10 @@ import dataclasses
 import math
 
 from lab.core.choices import ConfigError, parse_choice
-from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, IPOLogps, KLEstimator, KLPlacement, LossAgg, Pairs,
-                            PolicyKind, Preference, Sampler, TrainingLoss)
+from lab.core.modes import (DeltaMode, Demos, DPOLoss, DType, Filter, ImportanceLevel, IPOLogps, KLEstimator,
+                            KLPlacement, LossAgg, Method, Optimizer, Pairs, PolicyKind, Preference, Sampler,
+                            TrainingLoss)
+from lab.training.sampling_checks import check_sampling
 
 DPO_DEFAULTS = {"pairs": Pairs.online, "pairs_per_prompt": 16, "preference": Preference.argmax,
                 "dpo_loss": DPOLoss.sigmoid, "ipo_logps": IPOLogps.sum}
@@ -24,24 +26,70 @@ DPO_DEFAULTS = {"pairs": Pairs.online, "pairs_per_prompt": 16, "preference": Pre
 SUPERVISED_DEFAULTS = {"demos": Demos.optimal, "demo_noise": 0.2, "ei_filter": Filter.group_best}
 """The SFT and expert-iteration settings their runs take when not given (None for the other losses)."""
 
+DESCENDANT_DEFAULTS = {TrainingLoss.cispo: {"epsilon_high": 5.0},
+                       TrainingLoss.sapo: {"sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05},
+                       TrainingLoss.vespo: {"vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0,
+                                            "vespo_lambda_neg": 2.0}}
+"""The settings a descendant's run takes when not given (TRL 1.16's defaults; CISPO's cap TRL's recommended 5)."""
+
+DESCENDANT_RANGES = (  # (the field, whether a value is allowed, what is allowed); None (not set) always passes
+    ("epsilon_high", lambda v: 0 < v < math.inf, "must be > 0 and finite"),
+    ("clip_delta", lambda v: 1 < v < math.inf, "must be > 1 and finite (it caps a ratio above 1)"),
+    ("sapo_temperature_pos", lambda v: 0 < v < math.inf, "must be > 0 and finite"),
+    ("sapo_temperature_neg", lambda v: 0 < v < math.inf, "must be > 0 and finite"),
+    ("vespo_k_pos", lambda v: 0 <= v < math.inf, "must be >= 0 and finite"),
+    ("vespo_lambda_pos", lambda v: 0 < v < math.inf, "must be > 0 and finite"),
+    ("vespo_k_neg", lambda v: 0 <= v < math.inf, "must be >= 0 and finite"),
+    ("vespo_lambda_neg", lambda v: 0 < v < math.inf, "must be > 0 and finite"),
+    ("top_entropy_quantile", lambda v: 0 <= v <= 1, "must lie in [0, 1] (1 = every token)"),
+)
+
 KL_DEFAULTS = {"kl_estimator": KLEstimator.k3, "kl_in": KLPlacement.loss}
 """Where the KL penalty goes and which estimator it uses, by default: k3 in the loss (TRL's GRPO, verl's default)."""
 
-MODES = (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind),
-         ("loss_agg", LossAgg), ("kl_estimator", KLEstimator), ("kl_in", KLPlacement))
+PLACEMENT_ESTIMATORS = {KLPlacement.loss: KLEstimator.k3, KLPlacement.reward: KLEstimator.k1}
+"""The estimator `lab run` and `lab sweep` give each placement when none is named: k3 in the loss (TRL's GRPO, verl's
+GRPO recipe), k1 in the reward (verl's `use_kl_in_reward`, `kl_penalty="kl"`): k3 there has no fixed point (claim 35)."""
+
+
+def default_estimator(placement, loss=TrainingLoss.naive) -> KLEstimator:
+    """The estimator of `PLACEMENT_ESTIMATORS` for a placement (a member or its name); for a loss with no KL penalty
+    (DPO, SFT, expert iteration) the plain default, so that its check names the option that does not apply."""
+    method = parse_choice(TrainingLoss, loss, "loss", ConfigError).entry.method
+    if method is not Method.policy_gradient:
+        return KL_DEFAULTS["kl_estimator"]
+    return PLACEMENT_ESTIMATORS[parse_choice(KLPlacement, placement, "kl_in", ConfigError)]
+
+
+MODES = (("delta", DeltaMode), ("loss", TrainingLoss), ("sampler", Sampler), ("policy", PolicyKind), ("dtype", DType),
+         ("loss_agg", LossAgg), ("kl_estimator", KLEstimator), ("kl_in", KLPlacement), ("optimizer", Optimizer),
+         ("importance_sampling_level", ImportanceLevel))
 """The fields given as a mode's name or member, parsed to the member."""
 
 POSITIVE_INTEGERS = ("epochs", "steps", "group_size", "dim", "sample_every")
+MIN_BETA = 1e-30
+"""The least positive beta: the exact metrics against pi* = pi_ref exp(r / beta) / Z grow as (R* - r) / beta, and
+rewards of at most ~10 over 1e-30 stay far inside float32 (3.4e38), the precision the records keep."""
+MAX_KL_PERIOD = 2**31 - 1
+"""The longest reference refresh period (in epochs); every count the lab takes is bounded."""
+MIN_GRAD_NORM = 1e-6
+"""The least --max-grad-norm: 100 x Adam's eps (1e-8), so a clipped gradient still moves Adam at about lr; 1e-300
+(0 in float32) used to freeze every run without a word."""
 
 RANGES = (  # (the field as the message names it, the field, whether a value is allowed, what is allowed)
     ("lr", "lr", lambda v: 0 < v < math.inf, "must be > 0 and finite"),
     ("clip_eps", "clip_eps", lambda v: 0 < v < 1, "must lie in (0, 1)"),
-    ("kl (beta)", "kl", lambda v: 0 <= v < math.inf, "must be >= 0 and finite"),  # inf * a k3 of 0 would be NaN
-    ("kl_period", "kl_period", lambda v: v >= 0, "must be >= 0 (0 = frozen reference)"),
+    ("kl (beta)", "kl", lambda v: v == 0 or MIN_BETA <= v < math.inf,  # inf * a k3 of 0 would be NaN
+     f"must be >= 0 and finite: 0, or at least {MIN_BETA:g} (below it r / beta overflows the float32 records: "
+     "kl_to_optimum would be inf)"),
+    ("kl_period", "kl_period", lambda v: 0 <= v <= MAX_KL_PERIOD,
+     f"must be >= 0 (0 = frozen reference) and at most {MAX_KL_PERIOD} (a period past the run's epochs never "
+     "refreshes the reference, as 0)"),
     ("init_scale", "init_scale", lambda v: 0 < v < math.inf, "must be > 0 and finite"),
     ("temperature", "temperature", lambda v: 0 < v < math.inf, "must be > 0 and finite"),
-    ("max_grad_norm", "max_grad_norm", lambda v: v is None or 0 < v < math.inf,
-     "must be > 0 and finite (leave it out for no clipping)"),
+    ("max_grad_norm", "max_grad_norm", lambda v: v is None or MIN_GRAD_NORM <= v < math.inf,
+     f"must be > 0 and finite, at least {MIN_GRAD_NORM:g} (a smaller norm stops Adam, whose eps is 1e-8; leave it "
+     "out for no clipping)"),
     ("entropy_coef", "entropy_coef", lambda v: 0 <= v < math.inf, "must be >= 0 and finite"),
     ("std_eps", "std_eps", lambda v: v >= 0, "must be >= 0"),
 )
@@ -70,10 +118,13 @@ def check_config(c) -> None:
         raise ConfigError(f"seed must be an integer from -2**63 to 2**64 - 1 (torch's range), got {c.seed!r}")
     for label, name, allowed, what in RANGES:
         if not allowed(getattr(c, name)):
-            raise ConfigError(f"{label} {what}, got {getattr(c, name)!r}")
+            value = repr(getattr(c, name))
+            raise ConfigError(f"{label} {what}, got {value if len(value) <= 20 else value[:8] + f'... ({len(value)} digits)'}")
     check_policy(c)
     check_critic(c)
+    check_descendants(c)
     check_loss_settings(c)
+    check_sampling(c)
     if c.delta.entry.needs_group and c.group_size < 2:
         raise ConfigError(f"delta {c.delta.value!r} needs group_size >= 2 (a group of one has no "
                           f"baseline), got {c.group_size}; use raw or max for G = 1")
@@ -204,6 +255,34 @@ def check_critic(c) -> None:
                               "does not use")
         if changed:
             raise ConfigError(f"{changed[0]} applies to the learned critic only; add --delta gae")
+
+
+def check_descendants(c) -> None:
+    """The descendants' settings (issue 37): their defaults filled for their loss, numbers in range, and the
+    token masks only where they mean something."""
+    for name, value in DESCENDANT_DEFAULTS.get(c.loss, {}).items():
+        if getattr(c, name) is None:
+            put(c, name, value)
+    for name, allowed, what in DESCENDANT_RANGES:
+        value = getattr(c, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not allowed(value)):
+            raise ConfigError(f"{option(name)} {what}, got {value!r}")
+    pg = c.method is Method.policy_gradient
+    if c.top_entropy_quantile != 1 and not pg:
+        raise ConfigError(f"--top-entropy-quantile applies to the policy-gradient losses; drop it with --loss "
+                          f"{c.loss.value}")
+    if c.mask_truncated_completions:
+        if c.policy is not PolicyKind.autoregressive:
+            raise ConfigError("--mask-truncated-completions applies to the autoregressive policy only (the factorised "
+                              "one's responses are never truncated); add --policy autoregressive")
+        if not pg:
+            raise ConfigError(f"--mask-truncated-completions applies to the policy-gradient losses; drop it with "
+                              f"--loss {c.loss.value}")
+    if c.loss is TrainingLoss.luspo:  # LUSPO is GSPO's loss: sequence ratios (TRL: "requires" them)
+        put(c, "importance_sampling_level", ImportanceLevel.sequence)
+    if c.loss is TrainingLoss.luspo and c.loss_agg is not LossAgg.seq_mean_token_sum:
+        raise ConfigError("--loss luspo is GSPO's loss summed over each response's tokens: it needs --loss-agg "
+                          f"seq-mean-token-sum (TRL's luspo), got --loss-agg {c.loss_agg.value}")
 
 
 def check_loss_settings(c) -> None:

@@ -52,11 +52,11 @@ class CriticRuns:
         self.runs = torch.tensor(runs, device=device, dtype=torch.long)
         generators = [torch.Generator(device).manual_seed((c.seed + CRITIC_SEED_OFFSET) % 2**64) for c in own]
         self.critic = Critic(shared.policy, kind.policy.vocab_size, kind.prompts.shape[1], kind.max_length,
-                             shared.dim, generators).to(device)
+                             shared.dim, generators, shared.dtype.torch).to(device)
         self.parameters = [p for _, p in self.critic.named_parameters()]
 
         def per_run(values: list[float]) -> Tensor:
-            return torch.tensor(values, device=device, dtype=torch.float32)
+            return torch.tensor(values, device=device, dtype=shared.dtype.torch)
 
         self.optimizer = RunAdam(self.parameters, per_run([c.critic_lr or c.lr for c in own]),
                                  shared.adam_betas, shared.adam_eps)
@@ -77,7 +77,7 @@ class CriticRuns:
     def advantages(self, responses: Tensor, mask: Tensor | None, rewards: Tensor) -> Tensor:
         """The epoch's advantages of the critic runs, float[critic-run batch trial pos]; keeps V_old, the
         targets and the responses for the steps, and records the epoch's metrics."""
-        responses, rewards = responses[self.runs], rewards[self.runs].float()
+        responses, rewards = responses[self.runs], rewards[self.runs].to(self.parameters[0].dtype)
         live = torch.ones_like(responses, dtype=torch.bool) if mask is None else mask[self.runs]
         old = self.critic(self.kind.prompts, responses)  # float[run batch trial pos]
         if mask is None:  # one state, the prompt: a one-step GAE, broadcast to every token

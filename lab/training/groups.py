@@ -44,6 +44,9 @@ class Groups:
     token_deltas: Tensor | None = None
     """float[run batch trial pos]: one delta per token, when some run has a critic (GAE's advantages;
     the other runs' deltas repeated); None: every run's deltas broadcast over the positions"""
+    sampling_log_probs: Tensor | None = None
+    """float[run batch trial pos]: log mu of the sampled tokens where some run's sampler is not its policy (a
+    stale or mismatched one: `lab.training.sampler_runs`); None: mu is the policy"""
 
 
 @dataclass
@@ -104,24 +107,29 @@ def keep_greedy(history: History, kind: Kind, prompts: Tensor, eval_prompts: Ten
 
 
 def sample_groups(kind: Kind, settings: RunSettings, shared: TrainConfig, critic: CriticRuns | None,
-                  policies: tuple[list[Tensor], list[Tensor], bool] | None = None) -> Groups:
+                  policies: tuple[list[Tensor], list[Tensor], bool] | None = None, sampler=None) -> Groups:
     """Draw the epoch's groups from the sampling policy and score them; the critic runs' advantages per token.
     `policies`: (the policy's parameters, the reference's, whether the reference is the policy), which the
-    `--kl-in reward` runs' penalty reads (None: no such run)."""
+    `--kl-in reward` runs' penalty reads (None: no such run). `sampler`: the batch's `SamplerRuns` (stale,
+    mismatched or dynamic sampling), None: each run samples its policy once."""
     with torch.no_grad():
-        responses = kind.sample()  # int[run batch trial pos]
+        # in the run's dtype: a float64 run makes its deltas in float64 (the task's rewards are float32)
+        score = lambda y: settings.reward_groups.apply(  # noqa: E731
+            lambda name, y: kind.rewards[name](kind.prompts, y), y).to(shared.dtype.torch)
+        responses, mu = (kind.sample(), None) if sampler is None else sampler.draw(kind, score)
         mask = kind.live_tokens(responses)
-        rewards = settings.reward_groups.apply(lambda name, y: kind.rewards[name](kind.prompts, y), responses)
+        rewards = score(responses)
+        sampling_log_probs = None if mu is None else kind.log_probs(mu, responses, mask)[0]
         # what the deltas (and a critic's returns) are made from: the task's rewards, KL-penalised where asked
         shaped = rewards if policies is None else reward_penalty(kind, settings, rewards, responses, mask, *policies)
         deltas = settings.delta_groups.apply(  # float[run batch trial]
             lambda mode, r: compute_deltas(r, mode, shared.std_eps, shared.std_unbiased), shaped)
         if critic is None:
-            return Groups(responses, mask, rewards, deltas)
+            return Groups(responses, mask, rewards, deltas, sampling_log_probs=sampling_log_probs)
         advantages = critic.advantages(responses, mask, shaped)  # float[critic-run batch trial pos]
         token_deltas = deltas.unsqueeze(-1).expand(*responses.shape).clone().index_copy_(0, critic.runs, advantages)
         deltas = deltas.index_copy(0, critic.runs, advantages[..., 0])
-    return Groups(responses, mask, rewards, deltas, token_deltas)
+    return Groups(responses, mask, rewards, deltas, token_deltas, sampling_log_probs)
 
 
 def reward_penalty(kind: Kind, settings: RunSettings, rewards: Tensor, responses: Tensor, mask: Tensor | None,

@@ -29,6 +29,7 @@ from lab.policies.interface import PolicyKind
 from lab.policies.sampling import SAMPLERS, greedy_responses
 from lab.training.config import TrainConfig
 from lab.training.divergence import DivergenceGuard
+from lab.training.temperature import TemperedStack, TemperedView, temperature_scale, tempered
 from lab.training.lengths import eos_targets, resolve_max_length
 from lab.training.metrics import FIXED_LENGTH_METRICS, LIVE_TOKEN_METRICS, BlockMetrics
 from lab.training.runs import RunGroups
@@ -46,64 +47,6 @@ def start_from(policy, folder: str | None) -> None:
             parameter.copy_(state[name].to(parameter).expand_as(parameter))
 
 
-def temperature_scale(configs: list[TrainConfig], device: torch.device) -> Tensor | None:
-    """1 / sqrt(T) per run, float[run]; None when every run has T = 1, so that such runs take exactly the
-    code path they took before temperatures existed (bit for bit).
-
-    Sampling at temperature T draws from softmax(logits / T), and the loss's log-probs (and the
-    reference's, and the entropy) are taken at the same T, as verl's rollout and actor do. Both
-    policies' logits are quadratic in the embedding E (it gives the hidden state and is the tied output
-    layer), so logits(E / sqrt(T)) = logits(E) / T: scaling the embedding inside the fused nodes divides
-    every logit by T, with the gradient taken through the scaling (tests/training/test_temperature.py)."""
-    temperatures = [c.temperature for c in configs]
-    if all(t == 1.0 for t in temperatures):
-        return None
-    return torch.tensor(temperatures, dtype=torch.float64, device=device).rsqrt()
-
-
-def tempered(parameters: list[Tensor], scale: Tensor | None) -> list[Tensor]:
-    """The parameters (embedding first, each with a leading run axis) seen at each run's temperature."""
-    if scale is None:
-        return parameters
-    return [parameters[0] * scale.to(parameters[0].dtype).view(-1, *[1] * (parameters[0].dim() - 1)),
-            *parameters[1:]]
-
-
-def tempered_module(policy, scale: Tensor | None):
-    """A policy stack at each run's temperature as a module of its own (a copy whose embedding is scaled by
-    1 / sqrt(T)), for code that takes a policy module, such as the exact analyses of lab.exact; the stack
-    itself when every T is 1."""
-    if scale is None:
-        return policy
-    import copy
-
-    view = copy.deepcopy(policy)
-    embedding = dict(view.named_parameters())["embedding"]
-    with torch.no_grad():
-        embedding.mul_(scale.to(embedding.dtype).view(-1, *[1] * (embedding.dim() - 1)))
-    return view
-
-
-class TemperedView:
-    """A policy stack's parameters at temperature, where exact code reads `embedding` and `named_parameters()`."""
-
-    def __init__(self, policy, scale: Tensor) -> None:
-        names, values = zip(*policy.named_parameters())
-        self.params = dict(zip(names, tempered(list(values), scale)))
-        self.embedding = self.params["embedding"]
-
-    def named_parameters(self):
-        return self.params.items()
-
-
-class TemperedStack:
-    """What both kinds share: their policy stack (`self.policy`) at each run's temperature (`self.scale`)."""
-
-    def tempered_policy(self):
-        """The kind's stack at each run's temperature, as a module of its own (`tempered_module`)."""
-        return tempered_module(self.policy, self.scale)
-
-
 class Factorized(TemperedStack):
     """The lecture's policy (`lab.policies.factorized`): responses of exactly the task's length."""
 
@@ -114,13 +57,13 @@ class Factorized(TemperedStack):
                  reward_groups: RunGroups, device: torch.device) -> None:
         shared = configs[0]
         self.task, self.configs, self.reward_groups, self.device = task, configs, reward_groups, device
-        self.group_size = shared.group_size
+        self.group_size, self.generators = shared.group_size, generators  # each run's, for `sample_with`
         self.rewards = {c.reward: task.reward_fn(c.reward) for c in configs}  # unknown names fail here
         self.prompts = task.prompts.to(device)  # int[batch pos]
         self.max_length = task.response_length
         self.entries = task.response_length  # per response and step, to size the metric blocks
         self.policy = PolicyStack(task.vocab_size, self.prompts.shape[1], task.response_length, shared.dim,
-                                  generators, [c.init_scale for c in configs])
+                                  generators, [c.init_scale for c in configs], shared.dtype.torch)
         start_from(self.policy, shared.init_from)
         sampler_groups = RunGroups([c.sampler for c in configs], device)
         # each sampler draws for its own runs, each run from its own generator (lab.policies.sampling)
@@ -153,6 +96,13 @@ class Factorized(TemperedStack):
     def sample(self) -> Tensor:
         return self.draw(self.logits)  # int[run batch trial pos]
 
+    def sample_with(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
+        """The given runs' responses, each from its own generator, by the policy at `parameters` float[run ...]."""
+        scale = None if self.scale is None else self.scale.index_select(0, runs)
+        logits = policy_logits(*tempered([p.index_select(0, runs) for p in parameters], scale), self.prompts)
+        return torch.cat([SAMPLERS[self.configs[r].sampler](logits[i:i + 1], self.group_size, [self.generators[r]])
+                          for i, r in enumerate(runs.tolist())])
+
     def live_tokens(self, responses: Tensor) -> None:
         return None  # every position is live
 
@@ -164,6 +114,12 @@ class Factorized(TemperedStack):
         """Each position's most likely token, int[run batch trial pos], from a step's log-softmaxes (`aux`): the
         factorised policy's positions do not depend on the response."""
         return aux.argmax(dim=-1).unsqueeze(-2).expand_as(responses)
+
+    def token_entropies(self, aux: Tensor, responses: Tensor) -> Tensor:
+        """Each token's entropy H(pi(. | x, position)), float[run batch trial pos], from a step's log-softmaxes
+        (`aux`): a position's, whatever the response."""
+        entropies = -(aux.exp() * aux).sum(dim=-1)  # float[run batch pos]
+        return entropies.unsqueeze(-2).expand_as(responses)
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         """The exact mean entropy of the given runs' policies on the prompts, differentiable: float[runs]."""
@@ -211,7 +167,8 @@ class Autoregressive(TemperedStack):
         self.prompts = task.prompts.to(device)  # int[batch pos]
         self.max_length = resolve_max_length(shared, self.prompts.shape[1])
         self.policy = P.make_stack(shared.policy, task.vocab_size, self.prompts.shape[1], self.max_length,
-                                   shared.dim, generators, [c.init_scale for c in configs])
+                                   shared.dim, generators, [c.init_scale for c in configs],
+                                   shared.dtype.torch)
         start_from(self.policy, shared.init_from)
         self.eos = P.ops_of(self.policy).eos(self.policy)
         self.entries = self.max_length * (self.eos + 1)  # per response and step, to size the metric blocks
@@ -245,6 +202,13 @@ class Autoregressive(TemperedStack):
             return P.ops_of(self.policy).sample(self.sampling_policy().params, self.prompts, self.group_size,
                                                 self.generators)
 
+    def sample_with(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
+        names = [name for name, _ in self.policy.named_parameters()]  # as the factorised kind's
+        chosen = tempered([p.index_select(0, runs) for p in parameters],
+                          None if self.scale is None else self.scale.index_select(0, runs))
+        return P.ops_of(self.policy).sample(dict(zip(names, chosen)), self.prompts, self.group_size,
+                                            [self.generators[r] for r in runs.tolist()])
+
     def live_tokens(self, responses: Tensor) -> Tensor:
         return P.response_mask(self.policy, responses)  # bool[run batch trial pos]
 
@@ -257,6 +221,10 @@ class Autoregressive(TemperedStack):
         of its own: the fused node's second output is the entropy)."""
         with torch.no_grad():
             return P.token_logits(self.policy, self.prompts, responses).argmax(dim=-1)
+
+    def token_entropies(self, aux: Tensor, responses: Tensor) -> Tensor:
+        """Each token's next-token entropy given its prefix, float[run batch trial pos] (the step's `aux`)."""
+        return aux.detach()
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         raise ValueError("the autoregressive policy has no entropy bonus (TrainConfig rejects one)")

@@ -6,6 +6,9 @@
                    + R * B * pairs-per-prompt * 2 * P * (vocab + 64) B      offline DPO's fixed pairs
                    + R * E * S * (11 metrics * 8 B + CSV row)            the records and metrics.csv's text
                    + prompts (a Python list while they are drawn)
+                   + R * E * B * P * vocab * 4 B                          each epoch's sampling logits (exploration)
+                   + R * E' * B * 1024 * P * (2 P + 64) B   past V^P > 4096: the Monte Carlo exploration's responses
+                                                            and their rewards (E' epochs at once, lab.exact.exploration)
     autoregressive: Q = max length, one more token (EOS), the (Q x Q) previous-token matrices, the
     metric block's log-softmaxes, and the prefix tree R * B * (1 + V + ... + V^(Q-1)) * (V+1) * 4 B * 8
     (built only within `lab.exact.LIMITS`: the response count is summed only up to that cap, so the
@@ -27,7 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from lab.training.bounds import check_counts
+from lab.exact.exploration import CHUNK_ENTRIES, MC_SAMPLES
+from lab.training.bounds import capped_power, check_counts
 from lab.training.config import ConfigError, TrainConfig
 from lab.exact.enumeration import LIMITS
 from lab.training.lengths import LENGTH_MARGIN
@@ -117,6 +121,12 @@ def estimate(configs: Sequence[TrainConfig], vocab_size: int, prompt_count: int,
                                                          + B * shared.group_size * 4)
     text = rows * costs.csv_row_bytes * 2
     prompts = (B + heldout) * P * costs.prompt_token_bytes
+    explored = runs * E * B * P * vocab_size * 4  # each epoch's sampling logits, kept for the exploration metrics
+    if shared.policy is PolicyKind.factorized and capped_power(vocab_size, P, LIMITS.max_responses) > \
+            LIMITS.max_responses:  # its Monte Carlo estimate: MC_SAMPLES responses a prompt, each reward P x P
+        epochs_at_once = min(E, max(1, CHUNK_ENTRIES // (runs * B * MC_SAMPLES * vocab_size)))
+        explored += runs * epochs_at_once * B * MC_SAMPLES * P * (P * costs.reward_pair_bytes + costs.token_bytes)
+    block += explored
     if shared.policy is PolicyKind.autoregressive:  # lab.training.kinds.Autoregressive: see its docstrings
         Q = shared.max_length or P + LENGTH_MARGIN
         params += runs * (Q * Q + Q - P) * dim * dim * 4 * costs.parameter_copies

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 from lab.core.aggregation import kl_term
 from lab.core.kl import ESTIMATORS
 from lab.core.losses import compute_loss
 from lab.core.modes import Method
+from lab.core.token_masks import top_entropy_gate, untruncated
 from lab.training.dpo import DPOSetup
 from lab.training.supervised import ExpertIteration, SFT
 
@@ -66,6 +68,9 @@ class Loop:
     critic: object = None
     clip: object = None
     """`lab.training.clipping.GradClip`, where some run clips its gradient's norm"""
+    after_step: list = field(default_factory=list)
+    """called with the epoch after each optimizer step: a stale sampler's snapshots, a synced reference, adaptive
+    entropy control (issue 38; empty without them)"""
 
 
 class PolicyGradient:
@@ -99,22 +104,41 @@ class PolicyGradient:
     def step_loss(self, loop: Loop, epoch: Epoch, step: int, log_probs: Tensor, aux: Tensor, old_log_probs: Tensor,
                   ref_log_probs: Tensor, on_groups: bool) -> tuple[Tensor, Tensor]:
         return step_loss(loop.kind, loop.parameters, loop.settings, epoch.groups, log_probs, old_log_probs,
-                         ref_log_probs)
+                         ref_log_probs, aux)
 
     def end_epoch(self, settings) -> None:
         pass
 
 
+def loss_mask_and_gate(kind, settings, groups, aux: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+    """The mask the loss and its KL term aggregate over (the live tokens, less the truncated responses of the runs
+    that mask them) and the top-entropy gate (None: no run has one), bool[run batch trial pos] each
+    (`lab.core.token_masks`)."""
+    mask = groups.mask
+    if settings.truncation_runs is not None:
+        cut = untruncated(groups.responses, mask, kind.eos)
+        mask = torch.where(settings.truncation_runs.reshape(-1, 1, 1, 1), cut, mask)
+    if settings.top_entropy_quantile is None:
+        return mask, None
+    with torch.no_grad():
+        entropies = kind.token_entropies(aux, groups.responses)  # float[run batch trial pos], the current policy's
+        return mask, top_entropy_gate(entropies, mask, settings.top_entropy_quantile.to(entropies.dtype))
+
+
 def step_loss(kind, parameters: list[Tensor], settings, groups, log_probs: Tensor, old_log_probs: Tensor,
-              ref_log_probs: Tensor) -> tuple[Tensor, Tensor]:
+              ref_log_probs: Tensor, aux: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The surrogate and the minimised loss (+ beta * the KL term - c_H * the entropy bonus), float[run] each."""
-    mask, horizon, s = groups.mask, kind.max_length, settings  # horizon: C of the aggregations, the cap
+    horizon, s = kind.max_length, settings  # horizon: C of the aggregations, the cap
+    mask, gate = loss_mask_and_gate(kind, settings, groups, aux)
     per_token = groups.token_deltas is not None  # some run's critic gives one advantage per token
     names = list(s.loss_settings)  # what the runs' losses read (their entries' settings), float[run] each
+    # importance weights x off-policy mask where some run asks for them (lab.training.corrections), else None
+    gate = None if s.corrections is None else s.corrections.gate(groups, log_probs, old_log_probs)
     pg_loss = s.loss_groups.apply(
-        lambda key, lp, d, old, m, *values: compute_loss(lp, d, key[0], old, agg=key[1], mask=m, horizon=horizon,
-                                                         per_token=per_token, **dict(zip(names, values))),
-        log_probs, groups.deltas if groups.token_deltas is None else groups.token_deltas, old_log_probs, mask,
+        lambda key, lp, d, old, m, g, *values: compute_loss(
+            lp, d, key[0], old, agg=key[1], mask=m, horizon=horizon, per_token=per_token, gate=g,
+            importance_sampling_level=key[2], **dict(zip(names, values))),
+        log_probs, groups.deltas if groups.token_deltas is None else groups.token_deltas, old_log_probs, mask, gate,
         *(s.loss_settings[name] for name in names))
     return pg_loss, with_penalties(kind, parameters, settings, pg_loss, log_probs, ref_log_probs, mask)
 
@@ -135,7 +159,8 @@ def with_penalties(kind, parameters: list[Tensor], s, loss: Tensor, log_probs: T
             group_kl_term, log_probs[runs], ref_log_probs[runs], None if mask is None else mask[runs]))
     if len(s.bonus_runs):  # - c_H * the exact mean entropy, on the bonus runs only
         bonus = kind.entropy_bonus(parameters, s.bonus_runs)
-        loss = loss.index_add(0, s.bonus_runs, -s.entropy_coef[s.bonus_runs] * bonus)
+        coef = s.entropy_coef[s.bonus_runs] if s.entropy_control is None else s.entropy_control.coefficients(bonus)
+        loss = loss.index_add(0, s.bonus_runs, -coef * bonus)
     return loss
 
 

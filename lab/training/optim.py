@@ -1,4 +1,6 @@
-"""Adam with a learning rate per run.
+"""Adam, and plain SGD, with a learning rate per run (`OPTIMIZERS`: one entry per `lab.core.modes.Optimizer`).
+
+    SGD:  theta <- theta - lr_r * g            (torch.optim.SGD without momentum: the step scales with g)
 
     m <- b1 m + (1 - b1) g            v <- b2 v + (1 - b2) g^2
     u <- m / (1 - b1^t) / (sqrt(v) / sqrt(1 - b2^t) + eps)
@@ -18,6 +20,8 @@ import math
 
 import torch
 from torch import Tensor
+
+from lab.core.modes import Optimizer
 
 
 def memory_order(t: Tensor) -> list[int] | None:
@@ -85,3 +89,27 @@ class RunAdam:
     def zero_grad(self) -> None:
         for p in self.params:
             p.grad = None
+
+
+class RunSGD:
+    """Plain SGD with a learning rate per run: theta <- theta - lr_r g. Its step scales with the gradient, so
+    clipping the gradient's norm bounds it, where Adam's normalisation makes the step about lr whatever the norm
+    (the Before RL section's clipping verdict needs a setting where clipping can matter). `betas` and `eps` are
+    Adam's and ignored, so both take the same arguments."""
+
+    def __init__(self, params: list[Tensor], lr: Tensor, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8) -> None:
+        self.params = list(params)
+        self.values = [p.detach() for p in self.params]  # the same storage, updated in place without autograd
+        self.lr_views = [(-lr).view(-1, *[1] * (p.dim() - 1)) for p in self.values]  # float[run 1 ...]
+
+    def step(self) -> None:
+        torch._foreach_addcmul_(self.values, [p.grad for p in self.params], self.lr_views)  # theta += -lr_r * g
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+
+OPTIMIZERS = {Optimizer.adam: RunAdam, Optimizer.sgd: RunSGD}
+"""The one dispatch table: optimizer -> its class, each made as cls(params, lr float[run], betas, eps)."""

@@ -107,14 +107,51 @@ def pair_responses(pairs: PairSet, responses: Tensor, mask: Tensor | None) -> tu
     return responses.gather(-2, index), None if mask is None else mask.gather(-2, index)
 
 
-def read_pairs(folder: str, batch: int, n: int) -> Tensor:
+PAIRS_HEADER = ["prompt", "chosen", "rejected"]
+TOKEN_DIGITS = 10
+"""A token has at most 10 digits (vocabulary sizes are below 2**31): longer text is refused before int() sees it."""
+
+
+def read_pairs(folder: str, batch: int, n: int, length: int | None = None, top: int | None = None) -> Tensor:
     """A reward-model folder's pairs.csv (`lab reward-model`: prompt, chosen, rejected tokens) as int[batch 2N pos],
-    winners then losers per prompt; the folder is checked by the command that named it (`--pairs-from`)."""
+    winners then losers per prompt, parsed strictly: the header, `batch * n` rows whose prompt column counts
+    0, ..., 0, 1, ... (n rows each), and every response of `length` tokens in 0..`top` (None: as the first row). A
+    `ValueError` names the row and the field (`lab.files.reward_model_folder.read_reward_model` reads it first)."""
     import csv
     from pathlib import Path
 
-    with open(Path(folder) / "pairs.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    chosen = torch.tensor([[int(t) for t in row["chosen"].split()] for row in rows]).reshape(batch, n, -1)
-    rejected = torch.tensor([[int(t) for t in row["rejected"].split()] for row in rows]).reshape(batch, n, -1)
-    return torch.cat([chosen, rejected], dim=1)
+    path = Path(folder) / "pairs.csv"
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        if next(reader, None) != PAIRS_HEADER:
+            raise ValueError(f"{path}: its first line must be {','.join(PAIRS_HEADER)}")
+        responses = []
+        for number, row in enumerate(reader, start=2):
+            if len(row) != 3:
+                raise ValueError(f"{path}: line {number}: a line must have three fields, {','.join(PAIRS_HEADER)}")
+            if len(responses) == batch * n:
+                raise ValueError(f"{path}: line {number}: more than the {batch} prompts x {n} pairs the folder's "
+                                 "config.json says")
+            if row[0] != str(len(responses) // n):
+                raise ValueError(f"{path}: line {number}: the prompt must be {len(responses) // n} (the pairs of "
+                                 f"prompt b are lines {n} b + 2 ...), got {row[0][:20]!r}")
+            pair = [_tokens(path, number, field, text, top) for field, text in zip(PAIRS_HEADER[1:], row[1:])]
+            length = len(pair[0]) if length is None else length
+            if any(len(tokens) != length for tokens in pair):
+                raise ValueError(f"{path}: line {number}: a response must have {length} tokens")
+            responses.append(pair)
+    if len(responses) != batch * n:
+        raise ValueError(f"{path}: {len(responses)} pairs, the folder's config.json says {batch} prompts x {n} pairs")
+    pairs = torch.tensor(responses, dtype=torch.long).reshape(batch, n, 2, length)
+    return torch.cat([pairs[:, :, 0], pairs[:, :, 1]], dim=1)
+
+
+def _tokens(path, number: int, field: str, text: str, top: int | None) -> list[int]:
+    """One response's space-separated tokens, each a whole number in 0..top."""
+    words = text.split(" ")
+    if not all(w.isascii() and w.isdigit() and len(w) <= TOKEN_DIGITS for w in words):
+        raise ValueError(f"{path}: line {number}: \"{field}\" must be space-separated whole numbers, got {text[:30]!r}")
+    tokens = [int(w) for w in words]
+    if top is not None and max(tokens) > top:
+        raise ValueError(f"{path}: line {number}: \"{field}\" holds token {max(tokens)}; tokens lie in 0..{top}")
+    return tokens

@@ -177,7 +177,23 @@ PROXY_EPOCH_METRICS = {
 model (a true reward's run has gold = proxy)."""
 
 
-TRACKED_EPOCH_METRICS = {**OPTIMUM_METRICS, **SUPERVISED_EPOCH_METRICS, **PROXY_EPOCH_METRICS}
+SAMPLER_EPOCH_METRICS = {
+    "groups_drawn": "--dynamic-sampling: groups drawn this epoch, over all prompts (one per prompt without it); "
+                    "what DAPO's sampler would generate (lab.training.sampler_runs)",
+    "groups_kept": "--dynamic-sampling: of the epoch's batch, the groups with signal (rewards not all equal)",
+    "groups_discarded": "--dynamic-sampling: groups drawn and dropped for having no signal (drawn - prompts)",
+}
+"""Recorded once per epoch by every run of a batch where some run uses dynamic sampling."""
+
+SAMPLER_STEP_METRICS = {
+    "importance_weight_mean": "--importance-sampling-correction: mean weight over live tokens (1 without it)",
+    "off_policy_kept_fraction": "--off-policy-mask-threshold: fraction of responses the mask keeps (1 without it)",
+    "entropy_coef": "--adaptive-entropy: the entropy coefficient the step applied (TRL `entropy_coef`; 0 while "
+                    "the entropy is above target; a run without it: its fixed --entropy-coef)",
+}
+"""Recorded on every step of a batch where some run uses the matching setting (issue 38)."""
+
+TRACKED_EPOCH_METRICS = {**OPTIMUM_METRICS, **SUPERVISED_EPOCH_METRICS, **PROXY_EPOCH_METRICS, **SAMPLER_EPOCH_METRICS}
 """The exact epoch metrics some batches add (`lab.training.optimum`'s trackers), in the order files show them."""
 
 
@@ -200,7 +216,8 @@ def epoch_metric_names(records: Records) -> list[str]:
 def step_metric_names(records: Records) -> list[str]:
     """The step metrics a records holds: STEP_METRICS, then the DPO metrics of a DPO run, then the critic's
     where some run has a critic."""
-    return [*STEP_METRICS, *(name for name in (*DPO_STEP_METRICS, *METHOD_STEP_METRICS, *GRAD_CLIP_METRICS)
+    return [*STEP_METRICS, *(name for name in (*DPO_STEP_METRICS, *METHOD_STEP_METRICS, *GRAD_CLIP_METRICS,
+                                               *SAMPLER_STEP_METRICS)
                              if name in records.step_metrics), *records.critic_columns()[0]]
 
 

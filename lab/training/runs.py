@@ -18,9 +18,11 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from lab.core.modes import KLPlacement
+from lab.core.modes import LEVEL, KLPlacement
 from lab.training.records import EPOCH_METRICS, GREEDY_METRICS, TRACKED_EPOCH_METRICS, Records
-from lab.training.config import TrainConfig
+from lab.training.config import SHARED_FIELDS, ConfigError, TrainConfig
+from lab.training.corrections import Corrections
+from lab.training.entropy_control import EntropyControl
 
 
 class RunGroups:
@@ -33,6 +35,10 @@ class RunGroups:
                        for k in distinct]
         order = torch.cat([idx for _, idx in self.groups])
         self.inverse = torch.argsort(order)
+
+    def part(self, start: int, stop: int) -> "RunGroups":
+        """The groups of runs start..stop-1 alone (their keys in order), on the same device."""
+        return RunGroups(self.keys[start:stop], self.inverse.device)
 
     def apply(self, fn: Callable[..., Tensor], *tensors: Tensor) -> Tensor:
         """fn(key, *tensors restricted to that key's runs) for each key, reassembled in run order (a None
@@ -66,25 +72,36 @@ class RunSettings(NamedTuple):
     reward_groups: RunGroups
     delta_groups: RunGroups
     loss_groups: RunGroups
-    """grouped by (loss mode, aggregation)"""
+    """grouped by (loss mode, aggregation, importance_sampling_level)"""
     loss_kinds: RunGroups
-    """grouped by loss alone (whose clip metrics a run reports)"""
+    """grouped by (loss, importance_sampling_level) (whose clip metrics a run reports)"""
     entropy_coef: Tensor
     """float[run], c_H"""
     bonus_runs: Tensor
-    """int[runs with c_H > 0]: only they pay for the entropy bonus's differentiable forward pass"""
+    """int[runs with c_H > 0 or adaptive entropy]: only they pay for the entropy bonus's differentiable forward pass"""
+    top_entropy_quantile: Tensor | None = None
+    """float[run], rho of the top-entropy gate (`lab.core.token_masks`); None: every run keeps every token"""
+    truncation_runs: Tensor | None = None
+    """bool[run]: the runs whose truncated responses leave the loss (None: no such run)"""
+    corrections: object = None
+    """`lab.training.corrections.Corrections`: importance weights and the off-policy mask (None without them)"""
+    entropy_control: object = None
+    """`lab.training.entropy_control.EntropyControl`: adaptive entropy coefficients (None without them)"""
 
     @classmethod
     def of(cls, configs: Sequence[TrainConfig], device: torch.device) -> RunSettings:
         def per_run(name: str) -> Tensor:
-            return torch.tensor([getattr(c, name) for c in configs], device=device, dtype=torch.float32)
+            return torch.tensor([getattr(c, name) for c in configs], device=device, dtype=configs[0].dtype.torch)
 
         kl_list = [r for r, c in enumerate(configs) if c.kl > 0 and c.kl_in is KLPlacement.loss]
+        bonus_runs = torch.tensor([r for r, c in enumerate(configs) if c.entropy_coef > 0 or c.adaptive_entropy],
+                                  device=device, dtype=torch.long)
         reward_list = [r for r, c in enumerate(configs) if c.kl > 0 and c.kl_in is KLPlacement.reward]
         return cls(
             lr=per_run("lr"), beta=per_run("kl"), any_kl=bool(kl_list),
-            loss_settings={name: per_run(name) for name in dict.fromkeys(n for c in configs
-                                                                          for n in c.loss.entry.settings)},
+            loss_settings={name: torch.tensor([c.loss_setting(name) for c in configs], device=device,
+                                              dtype=configs[0].dtype.torch)
+                           for name in dict.fromkeys(n for c in configs for n in c.loss.entry.settings if n != LEVEL)},
             kl_runs=None if len(kl_list) == len(configs) else torch.tensor(kl_list, device=device, dtype=torch.long),
             kl_agg_groups=RunGroups([(configs[r].loss_agg, configs[r].kl_estimator) for r in kl_list], device)
             if kl_list else None,
@@ -93,11 +110,16 @@ class RunSettings(NamedTuple):
             if reward_list else None,
             reward_groups=RunGroups([c.reward for c in configs], device),
             delta_groups=RunGroups([c.delta for c in configs], device),
-            loss_groups=RunGroups([(c.loss, c.loss_agg) for c in configs], device),
-            loss_kinds=RunGroups([c.loss for c in configs], device),
+            loss_groups=RunGroups([(c.loss, c.loss_agg, c.importance_sampling_level.value) for c in configs], device),
+            loss_kinds=RunGroups([(c.loss, c.importance_sampling_level.value) for c in configs], device),
             entropy_coef=per_run("entropy_coef"),
-            bonus_runs=torch.tensor([r for r, c in enumerate(configs) if c.entropy_coef > 0], device=device,
-                                    dtype=torch.long),
+            bonus_runs=bonus_runs,
+            top_entropy_quantile=per_run("top_entropy_quantile")
+            if any(c.top_entropy_quantile < 1 for c in configs) else None,
+            truncation_runs=torch.tensor([c.mask_truncated_completions for c in configs], device=device)
+            if any(c.mask_truncated_completions for c in configs) else None,
+            corrections=Corrections.of(configs, device),
+            entropy_control=EntropyControl.of(configs, bonus_runs, device),
         )
 
 
@@ -105,15 +127,15 @@ def clip_metrics(settings: RunSettings, ratio: Tensor, side: Tensor, mask: Tenso
     """Each run's clip fractions (low, high) by its loss's entry (`clip_metrics`; NaN where it has none: DPO, SFT),
     float[step epoch run] each: ratio float[step epoch run batch trial pos], side float[epoch run batch trial 1 or
     pos], mask bool[epoch run batch trial pos] or None (`lab.training.metrics.ClipMetrics`)."""
-    def of(loss, runs: Tensor | None) -> tuple[Tensor, Tensor]:
+    def of(key, runs: Tensor | None) -> tuple[Tensor, Tensor]:
         def pick(t: Tensor | None, axis: int) -> Tensor | None:
             return t if runs is None or t is None else t.index_select(axis, runs)
 
-        entry = loss.entry
+        entry = key[0].entry
         if entry.clip_metrics is None:
             nan = ratio.new_full(pick(ratio, 2).shape[:3], math.nan)
             return nan, nan
-        values = {name: pick(settings.loss_settings[name], 0) for name in entry.settings}
+        values = {name: key[1] if name == LEVEL else pick(settings.loss_settings[name], 0) for name in entry.settings}
         return entry.clip_metrics(pick(ratio, 2), pick(side, 1), pick(mask, 1), **values)
 
     groups = settings.loss_kinds.groups
@@ -121,7 +143,7 @@ def clip_metrics(settings: RunSettings, ratio: Tensor, side: Tensor, mask: Tenso
         return of(groups[0][0], None)
     low, high = ratio.new_full(ratio.shape[:3], math.nan), ratio.new_full(ratio.shape[:3], math.nan)
     for loss, runs in groups:
-        low[:, :, runs], high[:, :, runs] = of(loss, runs)
+        low[:, :, runs], high[:, :, runs] = (t.to(low.dtype) for t in of(loss, runs))  # a mask's count: float32
     return low, high
 
 
@@ -148,3 +170,18 @@ def records_of(configs: list[TrainConfig], prompts: Tensor, optimum: Tensor, ste
         state={name: p.detach().cpu().clone(memory_format=torch.contiguous_format)
                for name, p in policy.named_parameters()},
         divergence=guard.found, **rest)
+
+
+def check_batchable(configs: list[TrainConfig]) -> None:
+    """The runs of one batch share every shape and schedule field (`SHARED_FIELDS`) and their method."""
+    if not configs:
+        raise ConfigError("no runs to train")
+    for name in SHARED_FIELDS:
+        values = {getattr(c, name) for c in configs}
+        if len(values) > 1:
+            raise ConfigError(f"runs trained together must share {name}; got {sorted(values, key=str)}. "
+                              "Train them in separate batches.")
+    methods = {c.method.value for c in configs}
+    if len(methods) > 1:
+        raise ConfigError(f"runs trained together must share their method; got {sorted(methods)}. "
+                          "Train them in separate batches.")

@@ -13,6 +13,7 @@ a flag as typed (`whiten-advantages`). None (a setting that does not apply to so
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from collections.abc import Sequence
 from enum import Enum
@@ -29,9 +30,16 @@ FAMILY_COLUMNS = ((TrainConfig.is_dpo.fget, ("pairs", "preference", "dpo_loss"))
 """Columns a sweep's tables carry for a family as soon as one run belongs to it (a DPO run, a critic's, a clipped
 run, a supervised one)."""
 FOLDER_FIELDS = ("init_from", "demos_from", "pairs_from")
-"""Settings that name a folder: a name shows the folder's own name (`init-fromsft-run`), never its path."""
+"""Settings that name a folder: a name shows the folder's own name and a hash of where it is (`folder_label`)."""
+FOLDER_HASH_CHARACTERS = 8
+"""Hex digits of the resolved path's sha256 in a name: 2**32 values, so two folders a user names collide only by
+a chance of about n**2 / 2**33 among n of them."""
 UNNAMED = ("init_sha256", "reward_sha256", "pairs_sha256")
 """Settings a name never shows (the sha256 of what a folder setting read: config.json records it)."""
+TABLED_SHARED = ("kl_period", "critic_warmup", "pairs_per_prompt", "demo_noise", "demos_from", "init_from")
+"""Settings every run of a batch shares (`SHARED_FIELDS`) that are a method's choice, not a batch's shape or schedule:
+like any other setting, a `config_<field>` column where some run sets them apart from the default (they are in the
+folder's name, so they are in its tables)."""
 METHOD_DEFAULTS = {**DPO_DEFAULTS, **SUPERVISED_DEFAULTS}
 """What a DPO or supervised run takes for its settings when not given: defaults for a name too."""
 
@@ -55,11 +63,19 @@ def text(value) -> str:
     return str(value)
 
 
+def folder_label(path) -> str:
+    """A folder argument as a name shows it: its own name, then a short hash of its resolved path (`sft-run-1a2b3c4d`),
+    so `a/run` and `b/run` give different names; never the path itself (config.json records it as given)."""
+    resolved = os.path.realpath(os.path.normpath(str(path)))
+    digest = hashlib.sha256(os.fsencode(resolved)).hexdigest()[:FOLDER_HASH_CHARACTERS]
+    return f"{os.path.basename(resolved) or 'root'}-{digest}"
+
+
 def leading_text(value) -> str:
-    """A leading value as a name shows it: a learned reward by its folder's own name (`learned-rm-seed0`)."""
+    """A leading value as a name shows it: a learned reward by its folder's label (`learned-rm-seed0-1a2b3c4d`)."""
     value = text(value)
     if value.startswith(LEARNED):
-        return "learned-" + os.path.basename(os.path.normpath(value[len(LEARNED):]))
+        return "learned-" + folder_label(value[len(LEARNED):])
     return value
 
 
@@ -107,7 +123,7 @@ def name_parts(configs: Sequence[TrainConfig]) -> list[str]:
         if name in LEADING or name in UNNAMED or not differs(name, values, kind):
             continue
         if name in FOLDER_FIELDS:
-            shown = (os.path.basename(os.path.normpath(str(v))) for v in values if v is not None)
+            shown = (folder_label(v) for v in values if v is not None)
             parts.append(option(name) + "+".join(shown))
         elif len(values) == 1 and isinstance(values[0], bool):  # a flag as typed: --whiten-advantages, --no-whiten-advantages
             parts.append(("" if values[0] else "no-") + option(name))
@@ -130,7 +146,7 @@ def table_fields(configs: Sequence[TrainConfig]) -> list[str]:
     """The settings a sweep's tables carry as `config_<field>` columns: `ALWAYS_COLUMNS`, a family's
     (`FAMILY_COLUMNS`) where one run belongs to it, then every other scalar field whose runs differ, or that some
     run sets apart from its default and that is not a batch's shape or schedule shared by every run
-    (`SHARED_FIELDS`: in config.json's "base")."""
+    (`SHARED_FIELDS`, but for `TABLED_SHARED`: in config.json's "base")."""
     settings, kind = dict(applied(configs)), type(configs[0])
     fields = list(ALWAYS_COLUMNS)
     for member, family in FAMILY_COLUMNS:
@@ -138,7 +154,9 @@ def table_fields(configs: Sequence[TrainConfig]) -> list[str]:
             fields += family
     for name, values in settings.items():
         scalar = all(not isinstance(v, list) for v in values)
-        shared = name in SHARED_FIELDS and len(values) == 1
+        shared = name in SHARED_FIELDS and name not in TABLED_SHARED and len(values) == 1
+        if name in UNNAMED:  # a sha256 of what a folder setting read: config.json records it
+            continue
         if name not in fields and scalar and (len(values) > 1 or (differs(name, values, kind) and not shared)):
             fields.append(name)
     return fields

@@ -57,8 +57,9 @@ def simple_train(task: Task, config: TrainConfig = TrainConfig(),
     generator = torch.Generator().manual_seed(config.seed) if generator is None else generator
     prompts, reward = task.prompts, task.reward_fn(config.reward)  # int[batch pos]
     policy = Policy(task.vocab_size, prompts.shape[1], task.response_length, config.dim, generator=generator,
-                    init_scale=config.init_scale)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr, betas=config.adam_betas, eps=config.adam_eps)
+                    init_scale=config.init_scale, dtype=config.dtype.torch)
+    optimizer = (torch.optim.SGD(policy.parameters(), lr=config.lr) if config.optimizer.value == "sgd" else
+                 torch.optim.Adam(policy.parameters(), lr=config.lr, betas=config.adam_betas, eps=config.adam_eps))
     history = {"responses": [], "rewards": [], "deltas": [], "losses": []}
     for epoch in range(config.epochs):
         if reference_due(epoch, config.kl_period):
@@ -66,7 +67,7 @@ def simple_train(task: Task, config: TrainConfig = TrainConfig(),
         with torch.no_grad():  # sampling and scoring are not differentiated
             # config.sampler: the lab's inverse CDF, or the lecture script's torch.multinomial (lab.policies.sampling)
             responses = draw(config.sampler, policy(prompts), config.group_size, generator)  # int[batch trial pos]
-            rewards = reward(prompts, responses)  # float[batch trial]
+            rewards = reward(prompts, responses).to(config.dtype.torch)  # float[batch trial], in the run's dtype
             old_log_probs = response_log_probs(policy(prompts), responses)  # float[batch trial pos]
             ref_log_probs = response_log_probs(reference(prompts), responses)
             in_reward = config.kl > 0 and config.kl_in is KLPlacement.reward

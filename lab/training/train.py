@@ -39,7 +39,7 @@ from torch import Tensor
 
 from lab.core.kl import freeze, reference_due
 from lab.training.clipping import GradClip
-from lab.training.config import TrainConfig, check_batchable
+from lab.training.config import TrainConfig
 from lab.training.groups import (
     History,
     epoch_metrics,
@@ -53,9 +53,11 @@ from lab.training.divergence import DivergenceGuard
 from lab.training.kinds import KINDS
 from lab.training.methods import Epoch, Loop
 from lab.training.metrics import StepMetricBlock, block_epochs
-from lab.training.optim import RunAdam
+from lab.training.optim import OPTIMIZERS
 from lab.training.records import STEP_METRICS, Records
-from lab.training.runs import RunSettings, clip_metrics
+from lab.training.reference_sync import ReferenceSync
+from lab.training.sampler_runs import SamplerRuns
+from lab.training.runs import RunSettings, check_batchable, clip_metrics
 from tasks import Task
 
 
@@ -82,7 +84,7 @@ def train(
     policy, prompts = kind.policy, kind.prompts  # int[batch pos]
     eval_prompts = None if task.eval_prompts is None else task.eval_prompts.to(device)
     parameters = [p for _, p in policy.named_parameters()]  # float[run ...] each
-    optimizer = RunAdam(parameters, settings.lr, shared.adam_betas, shared.adam_eps)
+    optimizer = OPTIMIZERS[shared.optimizer](parameters, settings.lr, shared.adam_betas, shared.adam_eps)
     guard = DivergenceGuard(len(configs), shared.steps, [name for name, _ in policy.named_parameters()])
     tokens_per_epoch = shared.steps * len(configs) * prompts.shape[0] * shared.group_size * kind.entries
     block = StepMetricBlock(shared.steps, block_epochs(shared.epochs, tokens_per_epoch), kind.step_metrics)
@@ -92,6 +94,9 @@ def train(
     method, trackers, critic = extensions(configs, kind, settings, list(generators), device)
     loop = Loop(kind, method, parameters, settings, optimizer, guard, block, critic,
                 GradClip.of([c.max_grad_norm for c in configs], device))
+    sampler = SamplerRuns.of(configs, parameters, device)  # stale, mismatched or dynamic sampling (else None)
+    loop.after_step = [hook.after_step for hook in (sampler, ReferenceSync.of(configs, parameters, device),
+                                                    settings.entropy_control) if hook is not None]
     start = time.perf_counter()
 
     for index in range(shared.epochs):
@@ -103,7 +108,8 @@ def train(
         method.start_epoch(epoch, kind, shared)
         epoch.first_step = kind.start_epoch(fresh_reference)  # exact metrics of the sampling policy, if any
         epoch.groups = sample_groups(kind, settings, shared, critic,
-                                     (parameters, reference, fresh_reference) if len(settings.reward_kl_runs) else None)
+                                     (parameters, reference, fresh_reference) if len(settings.reward_kl_runs) else None,
+                                     sampler)
         method.take_groups(epoch.groups)
         write = index % shared.sample_every == 0 or index == shared.epochs - 1
         keep_samples(history, index, epoch.groups, targets, write, method.sample_marks() if write else None, kind)
@@ -122,8 +128,10 @@ def train(
             break
 
     epoch_log = epoch_metrics(kind, settings, shared, history, (prompts, targets, optimum), eval_prompts)
+    logs = [extra.log for extra in (settings.corrections, settings.entropy_control) if extra is not None]
     return finish(task, configs, kind, optimum, step_log, epoch_log, guard, history, time.perf_counter() - start,
-                  [method.step_log, {} if loop.clip is None else loop.clip.log], method.epoch_log, trackers, critic)
+                  [method.step_log, {} if loop.clip is None else loop.clip.log, *logs],
+                  {**method.epoch_log, **({} if sampler is None else sampler.epoch_log)}, trackers, critic)
 
 
 def train_steps(loop: Loop, epoch: Epoch) -> list[Tensor]:
@@ -159,6 +167,9 @@ def train_steps(loop: Loop, epoch: Epoch) -> list[Tensor]:
         if loop.critic is not None:
             loop.critic.step()
         loop.guard.after_step(parameters)
+        if epoch.train_policy:  # a stale sampler's snapshot, a synced reference, adaptive entropy (issue 38)
+            for hook in loop.after_step:
+                hook(epoch)
         losses.append(loss.detach())
         exact = {name: value if step == 0 else nans for name, value in epoch.first_step.items()}
         block.add_step(step, log_probs if on_groups else None, aux, loss=loss.detach(), pg_loss=pg_loss.detach(),
@@ -166,6 +177,9 @@ def train_steps(loop: Loop, epoch: Epoch) -> list[Tensor]:
     method.end_epoch(loop.settings)
     if loop.clip is not None:
         loop.clip.end_epoch()
+    for extra in (loop.settings.corrections, loop.settings.entropy_control):
+        if extra is not None:
+            extra.end_epoch()
     block.end_epoch(old_log_probs, ref_log_probs, ref_aux, groups.mask,
                     groups.deltas if groups.token_deltas is None else groups.token_deltas, groups.responses)
     return losses

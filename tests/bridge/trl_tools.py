@@ -43,16 +43,18 @@ def grpo_trainer(folder: Path, reward_func, **fields):
     return trainer
 
 
-def grpo_loss(trainer, log_probs, old_log_probs, ref_log_probs, advantages, mask):
+def grpo_loss(trainer, log_probs, old_log_probs, ref_log_probs, advantages, mask, entropies=None, **extra):
     """TRL's GRPO loss on the given per-token log-probs float[seq pos] (requires grad): the model's
-    forward pass is replaced by them, everything after it is TRL's code."""
+    forward pass is replaced by them, everything after it is TRL's code. `entropies` float[seq pos] (default 0)
+    stand for the model's per-token entropies; `extra` are further inputs (importance_sampling_ratio, ...)."""
     seqs, length = log_probs.shape
-    trainer._get_per_token_logps_and_entropies = lambda *args, **kwargs: (log_probs, torch.zeros_like(log_probs), None)
+    entropies = torch.zeros_like(log_probs) if entropies is None else entropies
+    trainer._get_per_token_logps_and_entropies = lambda *args, **kwargs: (log_probs, entropies, None)
     inputs = dict(
         prompt_ids=torch.zeros(seqs, 1, dtype=torch.long), prompt_mask=torch.ones(seqs, 1, dtype=torch.long),
         completion_ids=torch.zeros(seqs, length, dtype=torch.long), completion_mask=mask.long(),
         advantages=advantages, old_per_token_logps=old_log_probs, ref_per_token_logps=ref_log_probs,
-        num_items_in_batch=mask.sum(),
+        num_items_in_batch=mask.sum(), **extra,
     )
     return trainer._compute_loss(trainer.model, inputs)
 

@@ -84,7 +84,7 @@ def test_reproduces_progress_reaches_its_end_only_once_the_figures_are_written(t
 
     seen, written = [], []
 
-    def run_reproduction(seeds, device, progress, after, tasks=None):
+    def run_reproduction(seeds, base, device, progress, after, tasks=None):
         progress(3.0, 3.0 + after)  # all the training done
         return types.SimpleNamespace(records=types.SimpleNamespace(num_runs=1, seconds=0.0))
 

@@ -2,7 +2,8 @@
 
 Every mode is checked against a plain-Python formula written here, per group:
     raw r_i (and gae's return r_i);  centered r_i - mean;  normalized (r_i - mean) / (std + eps);
-    max r_i if r_i == max else 0;  loo r_i - mean of the other G - 1.
+    max r_i if r_i == max else 0;  loo r_i - mean of the other G - 1;
+    batch (r_i - mean) / (std of every reward of the batch + eps) (`batch_formula`: it reads the whole batch).
 """
 
 import math
@@ -41,6 +42,15 @@ def group_formula(group: list[float], mode: str, std_eps: float, unbiased: bool)
     raise AssertionError(mode)
 
 
+def batch_formula(batch: list[list[float]], std_eps: float, unbiased: bool) -> list[list[float]]:
+    """The definition of `--delta batch` on one batch of groups (TRL's scale_rewards="batch"): each group centred
+    by its own mean, every group divided by the std of all the batch's rewards (0 in a constant group)."""
+    everything = [r for group in batch for r in group]
+    std = statistics.stdev(everything) if unbiased else statistics.pstdev(everything)
+    return [[0.0] * len(group) if max(group) == min(group) else
+            [(r - sum(group) / len(group)) / (std + std_eps) for r in group] for group in batch]
+
+
 def test_worked_example_3_2_1():
     """Claim 12 (docs/claims.md): group rewards [3,2,1] give centered deltas [+1, 0, -1]; normalizing
     keeps the direction."""
@@ -72,6 +82,13 @@ def test_every_mode_matches_its_formula(mode, rewards, std_eps, unbiased):
     """Each mode equals its formula (lab/core/deltas.py) per group, for both std conventions and any eps."""
     out = compute_deltas(torch.tensor(rewards, dtype=torch.float32), mode, std_eps=std_eps, unbiased=unbiased)
     assert out.shape == rewards.shape and out.dtype == torch.float32
+    if mode is DeltaMode.batch:  # one std per batch (the last two axes), each leading index its own
+        batches = rewards.reshape(-1, *rewards.shape[-2:])
+        if batches.shape[1] * batches.shape[2] < 2 or (std_eps == 0 and any(b.std() == 0 for b in batches)):
+            return
+        expected = np.array([batch_formula(b.tolist(), std_eps, unbiased) for b in batches]).reshape(rewards.shape)
+        np.testing.assert_allclose(out.numpy(), expected, **TOLERANCE)
+        return
     expected = np.array([group_formula(list(g), mode.value, std_eps, unbiased)
                          for g in rewards.reshape(-1, rewards.shape[-1])]).reshape(rewards.shape)
     np.testing.assert_allclose(out.numpy(), expected, **TOLERANCE)
@@ -124,7 +141,7 @@ def test_a_constant_group_gives_exact_zeros_never_nan(value, group_size):
 @pytest.mark.parametrize("mode", sorted(NEEDS_GROUP, key=lambda m: m.value))
 def test_a_group_of_one_is_an_error_for_baseline_modes(mode):
     """Centered, normalized and loo have no baseline with one response per prompt."""
-    assert {DeltaMode.centered, DeltaMode.normalized, DeltaMode.loo} <= NEEDS_GROUP
+    assert {DeltaMode.centered, DeltaMode.normalized, DeltaMode.loo, DeltaMode.batch} <= NEEDS_GROUP
     assert not NEEDS_GROUP & {DeltaMode.raw, DeltaMode.max, DeltaMode.gae}
     with pytest.raises(ValueError, match=f"{mode.value!r} needs a group of at least 2.*got group size 1"):
         compute_deltas(torch.tensor([[1.0], [2.0]]), mode)
@@ -152,3 +169,16 @@ def test_integer_rewards_give_float_deltas():
 def test_unknown_mode_lists_the_choices():
     with pytest.raises(ValueError, match="unknown delta mode 'mean'; choose one of: raw, centered, normalized, max, loo"):
         compute_deltas(torch.tensor([[1.0, 2.0]]), "mean")
+
+
+def test_batch_divides_by_the_batch_std_not_the_group_std():
+    """`--delta batch` (TRL's scale_rewards="batch", PPO-Lite arXiv 2508.08221): two groups with the same
+    centred rewards but different spreads elsewhere in the batch get one common divisor. Worked by hand: rewards
+    [[0, 2], [0, 4]] have batch std (Bessel) sqrt(8/3) over the four values (mean 1.5: squares 2.25, 0.25, 2.25,
+    6.25, sum 11, / 3), so the first group's deltas are -+1 / sqrt(11/3). Mutant tried: the group's std in place
+    of the batch's (the `normalized` mode) gives -+1 / sqrt(2) and fails."""
+    rewards = torch.tensor([[0.0, 2.0], [0.0, 4.0]], dtype=torch.float64)
+    out = compute_deltas(rewards, "batch", std_eps=0.0)
+    std = math.sqrt(11 / 3)
+    torch.testing.assert_close(out, torch.tensor([[-1.0, 1.0], [-2.0, 2.0]], dtype=torch.float64) / std)
+    assert not torch.allclose(out, compute_deltas(rewards, "normalized", std_eps=0.0))

@@ -5,6 +5,13 @@ The reference below is written element by element from the formulas of lab/core/
     unclipped  L = -1/N sum rho d,  rho = exp(l - l_old)  dL/dl = -rho d / N
     clipped    L = -1/N sum min(rho d, clip(rho, 1-eps, 1+eps) d)
                dL/dl = -rho d / N where the unclipped term is the minimum (always inside the band), else 0
+    cispo      L = -1/N sum min(rho, eps_max) d l             dL/dl = -min(rho, eps_max) d / N  (the weight constant)
+    sapo       L = -1/N sum (4/tau) sigmoid(tau (rho - 1)) d  dL/dl = -4 s (1 - s) rho d / N, s the sigmoid
+    luspo      the clipped loss on s_i = exp(mean_q (l - l_old)) for every token of response i;
+               dL/dl_q = -s_i d / N where the unclipped term is the minimum, else 0 (P tokens, each 1/P of d s_i)
+    vespo      L = -1/N sum phi(w_i) d l, w_i = exp(sum_q (l - l_old)), phi(w) = exp(lam + k log w - lam w)
+               with (k, lam) = (2, 3) where d >= 0 else (3, 2);  dL/dl = -phi(w_i) d / N  (phi constant)
+The descendants' settings are TRL's defaults (eps_max = clip_eps where not given, tau_pos 1, tau_neg 1.05).
 """
 
 import itertools
@@ -31,11 +38,33 @@ def reference_loss_and_grad(mode: str, l: list, d: list, old: list, eps: float) 
             grad[b][t][q] = -delta / n
             continue
         rho = math.exp(lp - old[b][t][q])
+        positions = len(l[b][t])
+        if mode in ("luspo", "vespo"):  # one ratio per response: the mean (luspo) or the sum (vespo) of log-ratios
+            total = sum(l[b][t][p] - old[b][t][p] for p in range(positions))
+            rho = math.exp(total / positions) if mode == "luspo" else rho
+        if mode == "cispo":
+            weight = min(rho, eps)
+            value += -weight * delta * lp / n
+            grad[b][t][q] = -weight * delta / n
+            continue
+        if mode == "sapo":
+            tau = 1.0 if delta > 0 else 1.05
+            s = 1 / (1 + math.exp(-tau * (rho - 1)))
+            value += -(4 / tau) * s * delta / n
+            grad[b][t][q] = -4 * s * (1 - s) * rho * delta / n
+            continue
+        if mode == "vespo":
+            log_w = min(max(total, math.log(1e-8)), 20.0)
+            k, lam = (2.0, 3.0) if delta >= 0 else (3.0, 2.0)
+            phi = math.exp(lam + k * log_w - lam * math.exp(log_w))
+            value += -phi * delta * lp / n
+            grad[b][t][q] = -phi * delta / n
+            continue
         if mode == "unclipped":
             value += -rho * delta / n
             grad[b][t][q] = -rho * delta / n
             continue
-        if mode == "clipped":
+        if mode in ("clipped", "luspo"):  # luspo: PPO's clip on the response's ratio (above)
             clipped = min(max(rho, 1 - eps), 1 + eps)
             value += -min(rho * delta, clipped * delta) / n
             unclipped_is_min = rho * delta < clipped * delta or abs(rho - 1) <= eps
@@ -215,7 +244,7 @@ def test_the_surrogates_are_the_policy_gradient_losses_and_others_are_refused():
     """Every policy-gradient `--loss` has a surrogate (the table's entry); `dpo`, `sft` and `expert-iteration` are
     losses of other methods, refused by name, and an unknown name lists the choices."""
     assert SURROGATES == tuple(m for m in TrainingLoss if m.entry.method.value == "policy-gradient")
-    assert {"naive", "unclipped", "clipped"} <= {m.value for m in SURROGATES}
+    assert {"naive", "unclipped", "clipped", "cispo", "sapo", "luspo", "vespo"} <= {m.value for m in SURROGATES}
     for other in ("dpo", "sft", "expert-iteration"):
         with pytest.raises(ValueError, match=f"loss '{other}' is a .* loss, not a surrogate of deltas"):
             parse_mode(other)

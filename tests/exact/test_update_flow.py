@@ -6,6 +6,7 @@ scale and the token mean's 1/C, IPO's minimiser by Newton's method) the flow's e
 online pair's exact distribution is checked against the lab's own pairing code on every group of a small toy.
 """
 
+import dataclasses
 import itertools
 
 import pytest
@@ -17,7 +18,7 @@ from lab.exact import optimum as O
 from lab.exact.expected_update import Method, Problem
 from lab.exact.online_pairs import extreme_pair_weights
 from lab.exact.update_flow import CONVERGED, RISING, UpdateFlowConfig, follow
-from lab.experiments.dpo_exact import METHODS, closed_forms, reference_tables, top_set_limit
+from lab.experiments.dpo_exact import METHODS, closed_forms, loss_beta, reference_tables, top_set_limit
 from lab.training.config import TrainConfig
 from lab.training.preference_pairs import online_pairs
 from lab.training.runs import RunGroups
@@ -67,12 +68,15 @@ def test_the_labs_grpo_loss_weighs_a_sequences_kl_c_times_its_policy_gradient_te
 def test_each_flow_ends_at_its_closed_form(lecture, label):
     """The flow converges on every prompt of seed 0's reference and ends at the method's closed form, to 1e-10 in
     KL: GRPO with centered deltas, k3 in the loss at pi' of E[r] - beta' KL(pi_ref || pi), k2 in the loss at pi*
-    of beta', beta' = beta C G / (G-1); k1 in the reward at pi* of beta; DPO under Bradley-Terry preferences, offline
+    of beta', beta' = beta C G / (G-1), run at beta = BETA (G-1) / (G C) so that beta' = BETA; k1 in the reward at
+    pi* of beta; DPO under Bradley-Terry preferences, offline
     and online, at pi* (claim 28); offline IPO at its minimiser (Newton). Claims 4, 14, 26, 28 (docs/claims.md).
     Mutants: dropping the group scale from the GRPO update, or k3's direction turned into KL(pi || pi_ref), fail; so
     does pi' from a bisection on lambda itself (lab.exact.reverse_kl before it bisected lambda - max r): seed 0's
     second prompt has pi_ref(y*) = e^-34, lambda - max r about 1e-16 beside max r = 5, and it misses by 0.09 nats."""
     problem, closed = lecture
+    if "in the loss" in label:  # the section's matching: a KL in the loss at beta = beta' (G-1) / (G C)
+        problem = dataclasses.replace(problem, beta=loss_beta(BETA, G, C))
     end = follow(METHODS[label], problem)
     assert set(end.outcome()) == {CONVERGED}
     assert float(O.kl_divergence(end.log_probs.exp(), closed[label][1]).abs().max()) < 1e-10

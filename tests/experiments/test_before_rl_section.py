@@ -1,10 +1,12 @@
 """RESULTS.md's "Before RL" section (lab.experiments.before_rl_results) built from small runs: its numbers come from
-the records, every verdict is one of the three words, and each rule can go either way."""
+the records, every verdict is a verdict rule's answer (tests/experiments/test_verdicts.py shows each can be
+reached), and the starts and references are each seed's own."""
 
 import numpy as np
 import pytest
 
 from lab.experiments import before_rl_results as B
+from lab.experiments import verdicts as v
 from lab.experiments.sweep import run_sweep
 from lab.training.config import TrainConfig
 from tasks.sorting import make_task
@@ -27,7 +29,7 @@ def test_the_section_has_a_row_per_setting_and_a_verdict_per_rule(section):
     lines = B.before_rl_markdown(records, groups, SEEDS)
     for label, _ in B.SETTINGS:
         assert any(line.startswith(f"| {label} | ") for line in lines), label
-    assert len(verdicts(lines)) == 7 and set(verdicts(lines)) <= {"holds", "does not hold", "inconclusive"}
+    assert len(verdicts(lines)) == 9 and set(verdicts(lines)) <= set(v.ANSWERS)
 
 
 def test_the_rows_numbers_are_the_records(section):
@@ -43,19 +45,24 @@ def test_the_rows_numbers_are_the_records(section):
     np.testing.assert_array_equal(records.step_metrics["kl_exact"][groups[B.INDEX["GRPO + KL, SFT start"]], 0], 0.0)
 
 
-def test_each_rule_can_fail(section):
-    """The first rule's verdict is the sign of the paired interval; swapping what it compares mirrors it (holds <->
-    does not hold), so the rule decides rather than always holding."""
+def test_each_seed_starts_from_its_own_sft_policy(section):
+    """Seed s's SFT-start runs load seed s's SFT policy (issue 35: one start shared by all seeds made 20 runs one
+    start's). Mutant: every seed from seed 0's start fails."""
     records, groups = section
-    i, j = B.INDEX["GRPO"], B.INDEX["SFT, noisy demonstrations"]
+    starts = [records.configs[r].init_from for r in groups[B.INDEX["GRPO + KL, SFT start"]]]
+    assert len(set(starts)) == SEEDS and all(start.endswith(f"seed{s}") for s, start in enumerate(starts))
+
+
+def test_the_verdicts_are_the_rules_on_the_paired_records(section):
+    """The first verdict is `above` on GRPO minus SFT (noisy) final E[r], paired by seed, effect of interest REACH;
+    the third the non-inferiority form (margin = refute = -REACH)."""
+    records, groups = section
     reward = records.epoch_metrics["reward_exact"][:, -1]
-    interval = B.mean_interval(reward[groups[i]] - reward[groups[j]])
-    expected = "holds" if interval.low > 0 else "does not hold" if interval.high < 0 else "inconclusive"
-    assert verdicts(B.before_rl_markdown(records, groups, SEEDS))[0] == expected
-    swapped = list(groups)
-    swapped[i], swapped[j] = groups[j], groups[i]
-    mirror = {"holds": "does not hold", "does not hold": "holds", "inconclusive": "inconclusive"}
-    assert verdicts(B.before_rl_markdown(records, swapped, SEEDS))[0] == mirror[expected]
+    at = lambda label: reward[groups[B.INDEX[label]]]  # noqa: E731
+    lines = B.before_rl_markdown(records, groups, SEEDS)
+    assert verdicts(lines)[0] == v.above(at("GRPO"), at("SFT, noisy demonstrations"), effect=B.REACH).answer
+    assert verdicts(lines)[2] == v.above(at("expert iteration"), at("GRPO"), margin=-B.REACH, refute=-B.REACH,
+                                         effect=B.REACH).answer
 
 
 def test_the_figure_is_drawn(section, tmp_path):

@@ -3,7 +3,8 @@
 import torch
 
 from lab.experiments.bench import bench, bench_report
-from lab.experiments.bench_rows import critic_ratios, dpo_ratios, method_ratios, policy_ratios, row_label
+from lab.experiments.bench_rows import (critic_ratios, dpo_ratios, method_ratios, policy_pair_ratios, policy_ratios,
+                                        row_label)
 from lab.training.config import TrainConfig
 from lab.training.lecture_loop import lecture_train
 
@@ -43,6 +44,22 @@ def test_bench_reports_every_size_with_consistent_ratios():
     assert "cpu, max-grad-norm" in report and "sft / GRPO seconds per run" in report
     assert methods[("learned reward", "cpu", 3)] == result.rows[15].seconds / result.rows[1].seconds
     assert "cpu, learned reward" in report and "learned reward / GRPO seconds per run" in report
+
+
+def test_the_policy_ratio_pairs_each_rounds_tries_and_takes_their_median():
+    """Each round of the round robin times the cases in turn, every other round in reverse, so a round's two tries
+    are a pair in alternating order; the report gives the median of the pairs' ratios beside the best tries'
+    (mutant tried: pairing a round's autoregressive try with the other round's factorised one fails)."""
+    import statistics
+
+    result = bench(sizes=(2,), repeats=2, threads=1, config=TrainConfig(epochs=1, steps=1), dpo=False, critic=False,
+                   methods=False, lecture_seconds={1: 1.0})
+    factorised, autoregressive = result.rows
+    assert len(factorised.tries) == len(autoregressive.tries) == 2
+    assert factorised.seconds == min(factorised.tries) and autoregressive.seconds == min(autoregressive.tries)
+    pairs = policy_pair_ratios(result)[("cpu", 2)]
+    assert pairs == [a / f for a, f in zip(autoregressive.tries, factorised.tries)]
+    assert f"({statistics.median(pairs):.2f}x of 2) at R = 2 on cpu" in bench_report(result)
 
 
 def test_the_lecture_loop_learns_its_reward_like_the_lab():

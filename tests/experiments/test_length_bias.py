@@ -52,6 +52,9 @@ def test_prediction_needs_agreement_and_against_is_reported():
     assert predicted_sign(np.array([1.0] * 8 + [-1.0] * 2)) == 0
     assert verdict(0.1, 0.3, -1) == "lengthens, against the prediction"
     assert verdict(-0.1, 0.3, 1) == "no difference seen"
+    # a straddling interval from a design that could not see a quarter of a token says so (issue 35)
+    assert verdict(-0.1, 0.3, 1, detectable=0.5) == "no difference seen, underpowered"
+    assert verdict(0.1, 0.3, 1, detectable=0.5) == "lengthens, as predicted"
 
 
 def test_configs_pair_seeds_and_cover_both_tasks():

@@ -11,6 +11,7 @@ from lab.exact.best_of_n import kl_bound
 from lab.experiments.overoptimisation import (OVEROPTIMISATION, Curve, best_of_n_curve, fit_gao, optimum_curve,
                                               run_overoptimisation)
 from lab.experiments.overoptimisation_section import peaks_and_falls, section_lines
+from lab.experiments.verdicts import ANSWERS
 from tasks.sorting import make_task
 
 
@@ -60,10 +61,13 @@ def test_a_small_run_writes_every_verdict_with_its_rule():
     results = run_overoptimisation(make_task(), 2, experiment)
     text = "\n".join(section_lines(results, 2, experiment))
     verdicts = [line for line in text.splitlines() if line.startswith("| ") and "**" in line]
-    assert len(verdicts) == 2 + 1 + 2 + 1 + 2  # the last two: DPO against GRPO at KL 0.5, per proxy
+    # per proxy: the share, best-of-n from pi_0 and from the peaked pi_0; the optimum path; GRPO without a penalty;
+    # then KL 0.5 against none; DPO against GRPO at KL 0.5 once per set of pairs
+    assert len(verdicts) == 2 * 3 + 2 + 2 + 1 + 2
     for result in results.values():  # the trained paths: the start, then each epoch's exact values
         for curves in (*result["rl"].values(), *result["dpo"].values()):
             assert all(len(c.d) == 1 + 4 and c.d[0] == 0 and np.all(np.isfinite(c.gold)) for c in curves.values())
     assert "| small, 64 pairs | DPO on its pairs, beta 0.5 |" in text
-    assert all(any(v in line for v in ("**holds**", "**does not hold**", "**inconclusive**")) for line in verdicts)
+    assert all(any(f"**{answer}**" in line for answer in ANSWERS) for line in verdicts)
+    assert "detectable at 80% power / needed" in text and "k1 in the reward: ascends J_beta, pi_0 frozen" in text
     assert "| small, 64 pairs | pi*_beta |" in text

@@ -208,3 +208,29 @@ def test_lesson_12s_trl_fields_take_the_booleans_trl_maps_and_reject_the_per_tok
     assert not fails(test, fields({"centered": False, "normalized": True}, True))
     assert fails(test, fields({"centered": True, "normalized": False}, True))
     assert fails(test, fields({"centered": False, "normalized": True}, False))
+
+
+def test_lesson_14s_checks_catch_the_uncapped_cost_one_draw_too_many_and_the_wrong_sequence_weights():
+    """Exercise 1 rejects 1 / (1 - q) (no cap: infinite at q = 1), the closed form (1 - q^N) / (1 - q) (NaN at
+    q = 1) and N + 1 terms; exercise 2 rejects GSPO's mean log ratio, clamping instead of zeroing, and padding
+    counted. The solutions pass."""
+    ns = cells_of("14_what_is_sampled", "def test_expected_draws", "def test_sequence_mask_weights")
+    draws, weights = ns["test_expected_draws"], ns["test_sequence_mask_weights"]
+    assert not fails(draws, lambda q, cap: sum(q ** k for k in range(cap)))
+    assert fails(draws, lambda q, cap: 1 / (1 - q))
+    assert fails(draws, lambda q, cap: (1 - q ** cap) / (1 - q))
+    assert fails(draws, lambda q, cap: sum(q ** k for k in range(cap + 1)))
+
+    def sequence_weights(mean=False, clamp=False, padding=False):
+        def answer(old, sampling, mask, low, high):
+            diff = old - sampling if padding else (old - sampling) * mask
+            log_w = diff.sum(-1, keepdim=True) / (mask.sum(-1, keepdim=True) if mean else 1)
+            w = log_w.exp()
+            if clamp:
+                return w.clamp(low, high)
+            return torch.where((w < low) | (w > high), torch.zeros_like(w), w)
+        return answer
+
+    assert not fails(weights, sequence_weights())
+    for wrong in ({"mean": True}, {"clamp": True}, {"padding": True}):
+        assert fails(weights, sequence_weights(**wrong)), wrong

@@ -22,6 +22,8 @@ from lab.policies.factorized import init_parameters, policy_logits
 from lab.policies.fused import policy_log_probs
 from lab.policies.sampling import log_softmax, response_log_probs
 
+pytestmark = pytest.mark.crosspath  # .ci/run runs these under other CPU kernel sets too
+
 TIGHT = dict(rtol=1e-12, atol=1e-12)
 """float64 agreement: the two paths differ only in the order of a few roundings."""
 

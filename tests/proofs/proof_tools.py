@@ -130,3 +130,21 @@ def sampled_batch(toy: Toy, G: int) -> tuple[torch.Tensor, torch.Tensor]:
     responses = sample_responses(logits, G, toy.generator)
     deltas = torch.randn(responses.shape[:-1], generator=toy.generator, dtype=torch.float64)
     return response_log_probs(logits, responses), deltas
+
+
+LENS_SEEDS = range(5)
+"""The random pi_old each descendant's lens claim (45-49) is decided on (logits N(0, 1), float64)."""
+
+
+def lecture_lens(seed: int):
+    """The exact lens's setting of claims 45-49 (lab/exact/surrogate_lens.py): (old logits float64[3 3 5], every
+    response int[125 3], advantages r - E_old r float64[3 125]) on the lecture's prompts, inclusion-ordering."""
+    from lab.exact.enumeration import reward_table
+    from lab.exact.surrogate_lens import population_advantages
+    from tasks.sorting import make_task
+
+    task = make_task()
+    old = torch.randn(3, 3, 5, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    responses = all_responses(5, 3)
+    rewards = reward_table(task.prompts, "inclusion-ordering", 5, 3)
+    return old, responses, population_advantages(old, rewards, responses)

@@ -42,15 +42,18 @@ def test_sft_on_optimal_demonstrations_learns_to_sort_the_prompts(task, policy):
     assert drawn[-1] == 0 and kept[-1] == 30 and trained[-1] == 30 * 10 * 15  # 3 prompts x G, 10 steps, 15 epochs
 
 
+@pytest.mark.crosspath
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_run_is_the_same_alone_and_in_a_batch(task, policy):
-    configs = [TrainConfig(epochs=4, steps=3, loss="expert-iteration", policy=policy, seed=0),
+    """In float64: in float32 a batch's other lanes round differently on some CPUs and a draw can flip."""
+    configs = [TrainConfig(epochs=4, steps=3, loss="expert-iteration", policy=policy, seed=0, dtype="float64"),
                TrainConfig(epochs=4, steps=3, loss="expert-iteration", policy=policy, seed=1, ei_filter="threshold",
-                           reward_threshold=2.0, lr=3e-3)]
+                           reward_threshold=2.0, lr=3e-3, dtype="float64")]
     batched = train(task, configs)
     for run, config in enumerate(configs):
         assert_same_run(train(task, config), batched, run)
-    sft = [TrainConfig(epochs=3, steps=2, loss="sft", demos="noisy", policy=policy, seed=s) for s in (0, 1)]
+    sft = [TrainConfig(epochs=3, steps=2, loss="sft", demos="noisy", policy=policy, seed=s, dtype="float64")
+           for s in (0, 1)]
     batched = train(task, sft)
     for run, config in enumerate(sft):
         assert_same_run(train(task, config), batched, run)

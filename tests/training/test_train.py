@@ -56,7 +56,8 @@ def assert_ratio_one_on_first_steps(records, steps):
 def test_every_delta_and_loss_combination_trains(delta, loss):
     """A short run of every delta x loss moves every parameter; all metrics are finite."""
     task = make_task()
-    config = TrainConfig(delta=delta, loss=loss, **SHORT)
+    luspo = {"loss_agg": "seq-mean-token-sum"} if loss is TrainingLoss.luspo else {}  # LUSPO's sum over tokens
+    config = TrainConfig(delta=delta, loss=loss, **SHORT, **luspo)
     records = train(task, config)
     assert_trained_and_finite(task, records, config)
     assert_ratio_one_on_first_steps(records, config.steps)
