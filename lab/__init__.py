@@ -42,7 +42,7 @@ PUBLIC = {
     "k2": "lab.core.kl",
     "k3": "lab.core.kl",
     "kl_penalty": "lab.core.kl",
-    "resolve_device": "lab.training.devices",
+    "resolve_device": "lab.training.config",
     "response_log_probs": "lab.policies.sampling",
     "sample_responses": "lab.policies.sampling",
     "train": "lab.training.train",

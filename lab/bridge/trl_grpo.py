@@ -29,15 +29,13 @@ import torch
 from lab.bridge.exact_lm import all_responses, exact_metrics, reward_table
 from lab.bridge.lens_run import lab_trainer_args, run_with_lens
 from lab.bridge.tiny_lm import TinyLM, build_tokenizer, words
+from lab.core.modes import TRL_AGGREGATION
 from tasks import Task
 
 LOSS_TYPES = {"token-mean": "bnpo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 """--loss-agg -> TRL's loss_type (seq-mean-token-sum has no TRL counterpart)."""
 SCALE_REWARDS = {"centered": "none", "normalized": "group", "batch": "batch"}
 """--delta -> TRL's scale_rewards (TRL's std_eps is 1e-4, the lab's default 1e-5)."""
-TRL_AGGREGATION = {"cispo": "token-mean", "vespo": "token-mean", "sapo": "seq-mean-token-mean",
-                   "luspo": "seq-mean-token-sum"}
-"""TRL's descendant loss types, each with the aggregation its loss_type does (the lab's --loss-agg for it)."""
 DESCENDANT_FIELDS = ("epsilon_high", "clip_delta", "importance_sampling_level", "top_entropy_quantile",
                      "mask_truncated_completions", "sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos",
                      "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")

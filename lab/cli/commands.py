@@ -12,7 +12,7 @@ from lab.cli.application import app
 
 # `lab --help` lists the commands in this order
 # isort: off
-from lab.cli import run_command, sweep_command, reward_model_command, diagnose_command, reproduce_command, trl_command, trl_compare_command  # noqa: E402, F401,E501
+from lab.cli import run_command, sweep_command, reward_model_command, diagnose_command, reproduce_command, trl_command  # noqa: E402, F401,E501
 # isort: on
 
 __all__ = ["app"]

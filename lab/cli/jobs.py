@@ -25,8 +25,7 @@ from lab.cli.options import cli_message, hashed_name_note
 from lab.cli.task_options import make_task, train_reward
 from lab.files.output_folders import RunFolder
 from lab.policies.interface import PolicyKind
-from lab.training.config import OPTION_FIELDS, ConfigError, TrainConfig
-from lab.training.devices import Device, resolve_device
+from lab.training.config import OPTION_FIELDS, ConfigError, Device, TrainConfig, resolve_device
 from lab.training.divergence import DIVERGED_EXIT_CODE
 from lab.training.lengths import resolve_max_length
 from lab.training.limits import check_memory

@@ -18,8 +18,7 @@ from lab.core.modes import (DeltaMode, Demos, DPOLoss, Filter, ImportanceLevel, 
                             LossAgg, Pairs, PolicyKind, Preference, Sampler, TrainingLoss)
 from lab.core.choices import described
 from lab.core.modes import DType
-from lab.training.config import OPTION_FIELDS, TrainConfig
-from lab.training.devices import Device
+from lab.training.config import OPTION_FIELDS, Device, TrainConfig
 from lab.training.settings import option, text
 from lab.cli.task_options import DEFAULT_REWARD, TRAIN_REWARDS, canonical_prompts
 

@@ -13,8 +13,7 @@ from lab.cli.progress import Heartbeat, LineProgress, run_with_progress
 from lab.cli.options import DeviceOpt, DTypeOpt, QuietOpt, cli_message
 from lab.cli.task_options import TASKS, task_choice
 from lab.core.modes import DType
-from lab.training.config import ConfigError
-from lab.training.devices import Device, resolve_device
+from lab.training.config import ConfigError, Device, resolve_device
 from lab.experiments.endtoend import END_TO_END_RUNS
 from lab.experiments.loaded_bench import LOADED_RUNS
 from lab.training.bounds import shown

@@ -27,8 +27,7 @@ from lab.cli.sampling_options import (AdaptiveEntropyOpt, ClipMaxOpt, ClipMinOpt
                                       MaxNumGenBatchesOpt, MixupAlphaOpt, OffPolicyMaskOpt, SamplerTemperatureOpt,
                                       StalenessOpt, SyncRefModelOpt, SyncStepsOpt)
 from lab.files.output_folders import write_json_atomic, write_text_atomic
-from lab.training.config import OPTION_FIELDS, TrainConfig
-from lab.training.devices import Device
+from lab.training.config import OPTION_FIELDS, Device, TrainConfig
 from lab.training.settings import name_parts
 from tasks.catalog import DEFAULT_TASK
 

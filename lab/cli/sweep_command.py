@@ -32,8 +32,7 @@ from lab.cli.sampling_options import (AdaptiveEntropiesOpt, ClipMaxOpt, ClipMinO
 from lab.files.output_folders import write_json_atomic, write_text_atomic
 from lab.files.table_format import TableFormat
 from lab.core.modes import DeltaMode
-from lab.training.config import SWEPT_FIELDS, ConfigError, TrainConfig
-from lab.training.devices import Device
+from lab.training.config import SWEPT_FIELDS, ConfigError, Device, TrainConfig
 from lab.training.bounds import shown
 from lab.training.settings import name_parts, shared_and_swept, table_fields
 from tasks.catalog import DEFAULT_TASK

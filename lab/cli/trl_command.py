@@ -24,7 +24,8 @@ from lab.cli.options import (ClipDeltaOpt, EpsilonHighOpt, ForceOpt, ImportanceL
                              SapoNegOpt, SapoPosOpt, TopEntropyOpt, VespoKNegOpt, VespoKPosOpt, VespoLambdaNegOpt,
                              VespoLambdaPosOpt, cli_message)
 from lab.cli.task_options import RewardOpt, TaskOpt, task_reward
-from lab.core.modes import ImportanceLevel
+from lab.cli.trl_descendants import DESCENDANT_DEFAULTS, check_descendants
+from lab.core.modes import TRL_AGGREGATION, ImportanceLevel
 from tasks.catalog import DEFAULT_TASK
 from lab.files.output_folders import write_json_atomic, write_text_atomic
 
@@ -36,14 +37,6 @@ TRLDelta = Enum("TRLDelta", {"centered": "centered", "normalized": "normalized",
 TRLLossAgg = Enum("TRLLossAgg", {m.replace("-", "_"): m for m in ("token-mean", "seq-mean-token-mean",
                                                                   "seq-mean-token-sum-norm", "seq-mean-token-sum")},
                   type=str)
-TRL_AGGREGATION = {"cispo": "token-mean", "vespo": "token-mean", "sapo": "seq-mean-token-mean",
-                   "luspo": "seq-mean-token-sum"}
-"""TRL's descendant loss types and the aggregation each does (lab.bridge.trl_grpo, which loads torch)."""
-DESCENDANT_DEFAULTS = dict(epsilon_high=None, clip_delta=None, importance_sampling_level="token",
-                           top_entropy_quantile=1.0, mask_truncated_completions=False, sapo_temperature_pos=None,
-                           sapo_temperature_neg=None, vespo_k_pos=None, vespo_lambda_pos=None, vespo_k_neg=None,
-                           vespo_lambda_neg=None)
-"""Issue 37's settings at TRL's defaults: a run's settings list those it changes."""
 EXACT_COLUMNS = ("reward_exact", "entropy_exact", "kl_exact", "optimal_prob")
 
 
@@ -81,29 +74,6 @@ def rows_csv(records: list[dict]) -> str:
 
 DPO_ONLY = ("pairs", "pairs_per_prompt", "preference", "dpo_loss")
 GRPO_ONLY = ("group_size", "clip_eps", "delta", "loss_agg", "temperature", *DESCENDANT_DEFAULTS)
-
-
-def check_descendants(loss, given: dict) -> None:
-    """Issue 37's settings in TRL's ranges, each for the loss types that read it (one line each)."""
-    for name in ("epsilon_high", "sapo_temperature_pos", "sapo_temperature_neg", "vespo_lambda_pos",
-                 "vespo_lambda_neg"):
-        value = given[name]
-        _check("--" + name.replace("_", "-"), value, value is None or (math.isfinite(value) and value > 0),
-               "a finite number > 0")
-    for name in ("vespo_k_pos", "vespo_k_neg"):
-        value = given[name]
-        _check("--" + name.replace("_", "-"), value, value is None or (math.isfinite(value) and value >= 0),
-               "a finite number >= 0")
-    _check("--clip-delta", given["clip_delta"], given["clip_delta"] is None or 1 < given["clip_delta"] < math.inf,
-           "a finite number > 1")
-    _check("--top-entropy-quantile", given["top_entropy_quantile"], 0 <= given["top_entropy_quantile"] <= 1,
-           "a number in [0, 1]")
-    readers = {"sapo_temperature": ("sapo",), "vespo": ("vespo",), "clip_delta": ("clipped", "luspo"),
-               "epsilon_high": ("clipped", "luspo", "cispo")}
-    for name, value in given.items():
-        owners = next((v for k, v in readers.items() if name.startswith(k)), None)
-        if owners and value is not None and loss.value not in owners:
-            raise ValueError(f"--{name.replace('_', '-')} applies to --loss {' or '.join(owners)} only")
 
 
 def check_applies(ctx: typer.Context, loss) -> None:
@@ -271,3 +241,37 @@ def trl_run(
         typer.echo(f"{folder.out}: exact expected reward {records[0]['reward_exact']:.3f} -> "
                    f"{last['reward_exact']:.3f}, optimal probability {last['optimal_prob']:.3f}, "
                    f"KL to the initial model {last['kl_exact']:.3f}")
+
+
+@app.command(name="trl-compare")
+def trl_compare(
+    seeds: Annotated[int, typer.Option(help="seeds 0..N-1 per setting and learner (at least 2: the verdicts pair seeds)")] = 20,
+    out: Annotated[Path | None, typer.Option(help="output folder (figures/trl_comparison.* is a curated copy)",
+                                             show_default="runs/trl-compare-seeds<N>")] = None,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """The lab's autoregressive policy and TRL's transformer on the same GRPO settings: exact curves and verdicts."""
+    load_torch()  # here, not for `lab trl-compare --help`
+    try:
+        _check("--seeds", seeds, 2 <= seeds <= 100, "an integer from 2 to 100")
+        require_trl("trl-compare")
+        folder = output_folder(out or Path("runs") / f"trl-compare-seeds{seeds}", force, "trl-compare")
+    except USER_ERRORS as e:
+        fail(cli_message(str(e)))
+    load("trl")
+    load("figures")
+    import trl
+
+    from lab.cli.progress import run_with_progress
+    from lab.experiments.trl_comparison import COMPARISON, run_comparison
+    from lab.experiments.trl_section import write_report
+    from tasks.catalog import default_task
+
+    result = run_with_progress(quiet, "trl-compare", 2 * len(COMPARISON.settings),  # the lecture's task
+                               lambda progress: run_comparison(default_task(), seeds, COMPARISON, progress),
+                               unit="trainings")
+    with writing(folder.out), folder as tmp:
+        write_report(result, {"trl": trl.__version__}, tmp)
+    if not quiet:
+        typer.echo(f"{folder.out}: trl_comparison.md, trl_comparison.png")

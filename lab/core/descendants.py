@@ -30,7 +30,6 @@ from torch import Tensor
 
 from lab.core.losses import TOKEN_AXES, as_leading, clipped, log_ratios
 
-
 LOG_W_FLOOR = math.log(1e-8)
 
 

@@ -164,6 +164,11 @@ class ImportanceLevel(str, Enum):
     sequence = "sequence"
 
 
+TRL_AGGREGATION = {"cispo": "token-mean", "vespo": "token-mean", "sapo": "seq-mean-token-mean",
+                   "luspo": "seq-mean-token-sum"}
+"""TRL 1.16's descendant loss types and the aggregation (`LossAgg` value) each loss_type does (`lab trl`)."""
+
+
 class LossAgg(str, Enum):
     """How per-token losses are averaged (`--loss-agg`, verl's `loss_agg_mode`)."""
 

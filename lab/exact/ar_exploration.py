@@ -86,16 +86,6 @@ def indexed_exploration(pieces: list[Tensor], columns: ValueIndex, group_size: i
     return optimal.mean(-1), mass.pow(group_size).sum(-1).mean(-1)
 
 
-TREE_CHUNK_RUNS = 100
-"""Runs per tree pass in `SamplingPolicyMetrics.epoch` (None: all at once, the plain version). A speed path: at 500
-runs the last level's joint probabilities alone are 19 MB, and every level's temporaries are allocated afresh
-(fresh pages from the kernel) and pass through memory several times; 100 runs' (3.8 MB) are reused from the heap
-and stay nearer the core. Every operation of a pass is per run (elementwise, or a matrix product batched over runs),
-so the values are bitwise those of one pass over all runs (tests/exact/test_ar_exploration.py). Measured: a 500-run
-autoregressive sweep of 6 epochs took 2.38 s CPU with it against 2.51 s without (medians of 6 alternating pairs,
-median ratio 0.92: about 8% of the autoregressive `lab bench` row; one thread, 2-core VM at load 10), docs/speed.md."""
-
-
 class SamplingPolicyMetrics:
     """Each epoch's exact metrics of the sampling policy, from one prefix tree per epoch:
     `kl_exact` to the reference (`lab.exact.prefix_tree`) and `optimal_prob`, `zero_std_prob` above.
@@ -108,9 +98,8 @@ class SamplingPolicyMetrics:
     """
 
     def __init__(self, prompts: Tensor, targets: Tensor, rewards: dict, reward_groups, group_size: int,
-                 vocab_size: int, length: int, chunk_runs: int | None = TREE_CHUNK_RUNS) -> None:
+                 vocab_size: int, length: int) -> None:
         self.prompts, self.reward_groups, self.group_size = prompts, reward_groups, group_size
-        self.chunk_runs = chunk_runs
         self.exact = space_size(vocab_size, length) <= LIMITS.max_responses
         self.columns, self.explored, self.reference = {}, [], None
         if self.exact:
@@ -126,20 +115,14 @@ class SamplingPolicyMetrics:
         if not self.exact:
             self.explored.append(policy.embedding.new_full((runs, 2), math.nan))
             return policy.embedding.new_full((runs,), math.nan)
-        params, size = dict(policy.named_parameters()), self.chunk_runs or runs
-        kls, explored, references = [], [], []
-        for index, start in enumerate(range(0, runs, size)):  # every run's values are its own: chunks change no bit
-            chunk = {name: p[start:start + size] for name, p in params.items()}
-            levels, kl, pieces = tree_pass(chunk, self.prompts, None if fresh_reference else self.reference[index])
-            references.append(levels)
-            kls.append(kl)
-            explored.append(self.reward_groups.part(start, start + size).apply(  # float[run 2]
-                lambda name, *pr: torch.stack(varlen_exploration(list(pr), self.columns[name], self.group_size), -1),
-                *pieces))
+        levels, kl, pieces = tree_pass(dict(policy.named_parameters()), self.prompts,
+                                      None if fresh_reference else self.reference)
         if fresh_reference:  # the reference is this policy, frozen now
-            self.reference = references
-        self.explored.append(torch.cat(explored))
-        return torch.cat(kls).mean(dim=-1)
+            self.reference = levels
+        self.explored.append(self.reward_groups.apply(  # float[run 2]
+            lambda name, *pr: torch.stack(varlen_exploration(list(pr), self.columns[name], self.group_size), -1),
+            *pieces))
+        return kl.mean(dim=-1)
 
     def exploration(self) -> dict[str, Tensor]:
         optimal, zero_std = torch.stack(self.explored, dim=1).unbind(-1)  # float[run epoch] each

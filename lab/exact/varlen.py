@@ -187,8 +187,9 @@ def _sequence_weight(agg: LossAgg, lengths: Tensor, group_size: int, horizon: in
 
 
 def _tuple_coefficients(probs, rewards, lengths, mode, agg, group_size, horizon, std_eps, unbiased, limits,
-                        chunk: int = 1 << 16) -> Tensor:
-    """c_y = sum over all n^G tuples of P(tuple) sum_i [o_i = y] w_i d_i for one prompt: float[n]."""
+                        chunk: int = 1 << 16, kept: Tensor | None = None) -> Tensor:
+    """c_y = sum over all n^G tuples of P(tuple) sum_i [o_i = y] w_i d_i for one prompt: float[n]. `kept` float[n]:
+    1 for a response the loss keeps, 0 for one masked whole (truncated), out of token-mean's denominator too."""
     n = len(probs)
     if n ** group_size * group_size > limits.max_enumerated:
         raise EnumerationTooLarge(f"exact expected update over all {n}^{group_size} response tuples would build "
@@ -200,10 +201,11 @@ def _tuple_coefficients(probs, rewards, lengths, mode, agg, group_size, horizon,
         index = torch.arange(start, min(start + chunk, n ** group_size)).unsqueeze(-1) // place % n  # int[T G]
         deltas = compute_deltas(rewards[index], mode, std_eps, unbiased)  # float[T G]
         size = lengths[index]
-        if agg is LossAgg.token_mean:
-            weights = 1.0 / size.sum(dim=-1, keepdim=True).expand_as(size)
+        keep = torch.ones_like(size) if kept is None else kept[index]
+        if agg is LossAgg.token_mean:  # a batch of masked responses only adds 0 (TRL's clamp(min=1))
+            weights = keep / (size * keep).sum(dim=-1, keepdim=True).clamp(min=1.0).expand_as(size)
         else:
-            weights = _sequence_weight(agg, size, group_size, horizon)
+            weights = _sequence_weight(agg, size, group_size, horizon) * keep
         contribution = probs[index].prod(dim=-1, keepdim=True) * weights * deltas
         coefficients.index_add_(0, index.flatten(), contribution.flatten())
     return coefficients
@@ -212,11 +214,13 @@ def _tuple_coefficients(probs, rewards, lengths, mode, agg, group_size, horizon,
 def expected_update(policy: nn.Module, prompts: Tensor, reward, delta, agg: LossAgg | str, group_size: int,
                     horizon: int | None = None, std_eps: float = 1e-5, unbiased: bool = True,
                     method: str = "auto", dtype: torch.dtype = torch.float64,
-                    limits: ExactLimits = LIMITS) -> Tensor:
+                    limits: ExactLimits = LIMITS, mask_truncated: bool = False) -> Tensor:
     """E[g] per prompt for the naive surrogate under `agg` (module docstring): float[batch params].
 
     `horizon` is C of seq-mean-token-sum-norm (default: the max length). `method`: `auto` uses the
     delta moments for the per-sequence modes and tuples for token-mean; `tuples` forces enumeration.
+    `mask_truncated`: responses without EOS (cut at the cap) leave the loss, their deltas still made from every
+    reward of the group (`--mask-truncated-completions`, DAPO, TRL).
     """
     delta, agg = parse_mode(delta), parse_agg(agg)
     if method not in ("auto", "tuples"):
@@ -226,12 +230,18 @@ def expected_update(policy: nn.Module, prompts: Tensor, reward, delta, agg: Loss
     probs = all_probs(policy, prompts, dtype).detach()
     rewards = reward_table(policy, prompts, reward).to(probs).detach()
     size = lengths(policy).to(probs)
+    eos = ops_of(policy).eos(policy)
+    kept = None if not mask_truncated or eos is None else \
+        (enumerate_responses(policy, limits) == eos).any(dim=-1).to(probs)  # 0: no EOS, truncated
+    if kept is not None and agg is LossAgg.token_mean:
+        method = "tuples"  # the denominator counts the kept responses' tokens: enumerate the tuples
     if agg is LossAgg.token_mean and method != "tuples" and bool((size == size[0]).all()):
         agg = LossAgg.seq_mean_token_mean  # one length L: sum_j |o_j| = G L, so token-mean's weight is 1 / (G L)
     if method == "tuples" or agg is LossAgg.token_mean:
         coefficients = torch.stack([_tuple_coefficients(p, r, size, delta, agg, group_size, horizon, std_eps,
-                                                        unbiased, limits) for p, r in zip(probs, rewards)])
+                                                        unbiased, limits, kept=kept) for p, r in zip(probs, rewards)])
     else:
         first = delta_moments(probs, rewards, delta, group_size, std_eps, unbiased, limits=limits).first
         coefficients = first * group_size * _sequence_weight(agg, size, group_size, horizon)
+        coefficients = coefficients if kept is None else coefficients * kept
     return einsum(coefficients, scores, "batch n, batch n params -> batch params")

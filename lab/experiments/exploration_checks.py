@@ -40,6 +40,14 @@ ENTROPY_EFFECT = 0.05
 """... and on the sampling entropy at EARLY_EPOCH, in nats."""
 
 
+def auc_reach(n1: int, n0: int, power: float = 0.8) -> float:
+    """The smallest |AUC - 1/2| the two-sided Mann-Whitney test at 5% finds with probability `power`, by the normal
+    approximation of U under the null, se = sqrt((n1 + n0 + 1) / (12 n1 n0)) (inf without both classes)."""
+    if min(n1, n0) == 0:
+        return float("inf")
+    return float((stats.norm.ppf(0.975) + stats.norm.ppf(power)) * np.sqrt((n1 + n0 + 1) / (12 * n1 * n0)))
+
+
 def auc(values: np.ndarray, success: np.ndarray) -> tuple[float, float]:
     """(AUC, two-sided Mann-Whitney p) of `values` for the boolean `success`; (nan, nan) without both classes."""
     good, bad = values[success], values[~success]
@@ -133,11 +141,13 @@ def discrimination_rows(analysis: dict, success_of) -> tuple[list[str], dict]:
     text = ("; ".join(f"{name}: AUC {a:.2f} (p {p:.1g})" for name, (a, p) in areas.items())
             + f"; discriminating: {', '.join(chosen) or 'none'}")
     classes = int(solved.sum()), int((~np.asarray(solved, dtype=bool)).sum())
+    reach = auc_reach(*classes)
+    blind = min(classes) == 0 or reach > DISCRIMINATION - 0.5
     rows = [_row("An initial quantity tells the seeds that will sort from those that will not (centered, clipped, "
                  "every init scale).", f"AUC = P(Q of a sorting seed > Q of a stuck one) >= {DISCRIMINATION} "
                  "(or <= 1 - that) with Mann-Whitney p < 0.05, over all seeds of the four scales", text,
-                 "holds" if chosen else "does not hold" if min(classes) > 0 else "underpowered",
-                 f"rank test on {classes[0]} sorting and {classes[1]} stuck seeds")]
+                 "holds" if chosen else "underpowered" if blind else "does not hold",
+                 f"{reach:.3g} / {DISCRIMINATION - 0.5:.3g} (AUC - 1/2; {classes[0]} sorting, {classes[1]} stuck seeds)")]
     return rows, areas
 
 

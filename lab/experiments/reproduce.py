@@ -29,9 +29,10 @@ from lab.training.records import Records
 from lab.policies.sampling import Sampler
 from lab.experiments.sweep import run_sweep, sweep_work
 from lab.experiments.work import Stages
+from lab.experiments.sampler_results import run_samplers, samplers_work
 from lab.experiments.sections import (BEFORE_RL_FIGURE, CRITIC_FIGURE, DPO_FIGURE, LENGTH_FIGURE,
-                                      OVEROPTIMISATION_FIGURE, SAMPLERS_FIGURE, section_files)
-from tasks.catalog import DEFAULT_TASK, default_task, make_named_task, task_names
+                                      OVEROPTIMISATION_FIGURE, SAMPLERS_FIGURE, DESCENDANTS_FIGURE, section_files)
+from tasks.catalog import default_task, task_names
 
 LECTURE = TrainConfig()
 """The lecture's settings: 100 epochs x 10 steps, G = 10, Adam lr 1e-3, inclusion-ordering, naive loss."""
@@ -120,6 +121,8 @@ class Reproduction:
     """the section beyond sorting: each task's records (`lab.experiments.beyond_sorting.run_beyond_sorting`)"""
     samplers: dict | None = None
     """the samplers section's results (`lab.experiments.sampler_results.run_samplers`: issue 38)"""
+    descendants: dict | None = None
+    """GRPO's descendants section (`lab.experiments.descendants_results.run_descendants`: issue 37)"""
 
     def setting_runs(self, experiment: Experiment) -> list[list[int]]:
         return [self.runs[experiment.name, i] for i in range(len(experiment.settings))]
@@ -137,7 +140,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                      experiments: tuple[Experiment, ...] = EXPERIMENTS, length_bias: bool = True,
                      controls: bool = True, critic: bool = True, dpo: bool = True,
                      before_rl: bool = True, overoptimisation: bool = True, after: float = 0.0,
-                     beyond: bool = True, tasks: tuple[str, ...] | None = None, samplers: bool = True) -> Reproduction:
+                     beyond: bool = True, tasks: tuple[str, ...] | None = None, samplers: bool = True,
+                     descendants: bool = True) -> Reproduction:
     """Train every distinct config of every experiment once (one batch when shapes agree), then the
     controls (`lab.experiments.controls`), the length-bias experiment (`lab.experiments.length_bias`) as its
     own batches, the critic experiment (`lab.experiments.critic_results`), a batch per setting, and the DPO
@@ -154,7 +158,7 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     from lab.experiments.dpo_results import dpo_configs
     from lab.experiments.beyond_sorting import beyond_work, run_beyond_sorting
     from lab.experiments.overoptimisation import for_base, run_overoptimisation, section_work as rm_work
-    from lab.experiments.sampler_results import run_samplers, samplers_work
+    from lab.experiments.descendants_results import descendant_configs, run_descendants
 
     configs, runs, lecture_runs = experiment_configs(experiments, seeds, base)
     controls = controls and any(e.exploration for e in experiments)
@@ -169,7 +173,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
                                *(section_work(seeds, base, sweep_work) if before_rl else ()),
                                *([rm_work(seeds, for_base(base))] if overoptimisation else []),
                                *([beyond_work(seeds, base, tasks or task_names())] if beyond else []),
-                               *([samplers_work(seeds, base, sweep_work)] if samplers else []), after])
+                               *([samplers_work(seeds, base, sweep_work)] if samplers else []),
+                               *([sweep_work(descendant_configs(seeds, base)[0])] if descendants else []), after])
     stage = iter(range(len(stages.works)))
     records = run_sweep(default_task(), configs, device=device, progress=stages(next(stage)))
     reproduction = Reproduction(records, seeds, runs, lecture_runs)
@@ -178,7 +183,7 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.lr_control, reproduction.batch_effect = c.run_controls(default_task(), reproduction, base, device,
                                                                             controls_progress)
     if length_bias:  # its own batches (other shapes), then its exact numbers (lab.experiments.length_oracle)
-        by_name = length_tasks()
+        by_name = lb.length_tasks()  # not `tasks`: that is the beyond-sorting section's argument
         reproduction.length_pairs = length_pairs
         reproduction.length = {name: run_sweep(by_name[name], runs, device=device, progress=stages(next(stage)))
                                for name, runs in length_runs.items()}
@@ -198,6 +203,8 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.beyond = run_beyond_sorting(seeds, base, device, stages(next(stage)), tasks)
     if samplers:
         reproduction.samplers = run_samplers(seeds, base, run_sweep, device, stages(next(stage)))
+    if descendants:
+        reproduction.descendants = run_descendants(seeds, base, run_sweep, default_task(), device, stages(next(stage)))
     return reproduction
 
 
@@ -237,21 +244,13 @@ def figures_work(seeds: int) -> float:
     return fixed + per_seed * seeds
 
 
-def length_tasks() -> dict:
-    """The length-bias experiment's tasks by name: the lecture's, and Dr. GRPO's setting."""
-    from lab.experiments.length_bias import DR_GRPO, DR_GRPO_TASK, LECTURE
-
-    return {LECTURE: default_task(),
-            DR_GRPO: make_named_task(DEFAULT_TASK, DR_GRPO_TASK["prompts"], DR_GRPO_TASK["vocab_size"])}
-
-
 def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]:
     """The files `write_figures` writes (checked before training, so a clash fails in seconds)."""
     from lab.experiments.exploration_results import FIGURES
 
     return [*(name for e in experiments for name in (FIGURES if e.exploration else (f"{e.name}.png",))),
             LENGTH_FIGURE, CRITIC_FIGURE, DPO_FIGURE, BEFORE_RL_FIGURE, OVEROPTIMISATION_FIGURE, SAMPLERS_FIGURE,
-            "RESULTS.md"]
+            DESCENDANTS_FIGURE, "RESULTS.md"]
 
 
 def write_figures(reproduction: Reproduction, out: Path,

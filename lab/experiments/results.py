@@ -39,6 +39,13 @@ TOP_RESPONSES = 3
 """How many of the most common final responses of stuck runs to list per prompt."""
 
 
+VERDICT_NOTE = ("Beside each verdict: the smallest effect its design detects with 80% power, from the observed spread "
+                "(a paired noncentral t; for fractions of runs, every binomial count enumerated; 'out of reach' where "
+                "no true value would do), and the effect the claim needs to see. 'underpowered' = the interval "
+                "straddles and the design could not have seen that effect: more seeds decide it, not a verdict "
+                "against the claim. ")
+"""The sentence below the lecture's verdicts (lab/experiments/verdicts.py says how each number is made)."""
+
 LATE_EPOCHS = 10
 """'The last epochs' of a run, for the share of groups that no longer carry a signal."""
 
@@ -194,31 +201,6 @@ def _stuck_responses(records, lecture, groups) -> list[str]:
     return lines
 
 
-def _stuck_section(records, lecture, lecture_groups, optimum: float) -> list[str]:
-    """Where the lecture's runs get stuck: the wrong responses they end on, their final greedy rewards, and why they
-    stay (the share of groups with equal rewards late)."""
-    out = ["## What the lecture did not show: where runs get stuck", "",
-            "Per setting of the lecture's three experiments, the prompts on which runs end with a wrong "
-            "greedy response, and the responses they end on:", ""]
-    out += _stuck_responses(records, lecture, lecture_groups)
-    final_greedy = records.epoch_metrics["greedy_reward"][:, -1]
-    out += ["", "Final greedy reward (mean over the three prompts, optimum "
-            f"{optimum:g}) per run, lecture experiments:", "",
-            "| setting | distribution of final greedy reward (value: runs) |", "| --- | --- |"]
-    for overrides, runs in zip(lecture.settings, lecture_groups):
-        counts = sorted(Counter(np.round(final_greedy[runs], 3).tolist()).items(), reverse=True)
-        out.append(f"| {_setting_text(lecture, overrides)} | "
-                   + ", ".join(f"{value:g}: {n}" for value, n in counts) + " |")
-    # why runs stay stuck: a group whose rewards are all equal gives zero deltas, so no update at all
-    zero = records.epoch_metrics["zero_std_fraction"][:, -LATE_EPOCHS:].mean(axis=1)
-    out += ["", f"Why they stay there: the fraction of groups whose rewards are all equal (no GRPO signal, "
-            f"`zero_std_fraction`), averaged over the last {LATE_EPOCHS} epochs, mean over seeds [95% bootstrap]:", "",
-            "| setting | groups with equal rewards, last epochs |", "| --- | --- |"]
-    for overrides, runs in zip(lecture.settings, lecture_groups):
-        out.append(f"| {_setting_text(lecture, overrides)} | {_fraction(probability_interval(zero[runs]))} |")
-    return out
-
-
 def results_markdown(reproduction, experiments, exploration: dict | None = None) -> str:
     """The whole RESULTS.md text; every number comes from `reproduction.records` (the exploration
     section's from `exploration`, lab.experiments.exploration_analysis, when given)."""
@@ -244,11 +226,7 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
            "and mean reward it reproduces at every step (`tests/experiments/test_lecture_run.py`).",
            "", "## The lecture's claims against the data", ""]
     out += _claims(records, lecture, lecture_groups, optimum)
-    out += ["", "Beside each verdict: the smallest effect its design detects with 80% power, from the observed spread "
-            "(a paired noncentral t; for fractions of runs, every binomial count enumerated; 'out of reach' where no "
-            "true value would do), and the effect the claim needs to see. 'underpowered' = the interval straddles "
-            "and the design could not have seen that effect: more seeds decide it, not a verdict against the claim. "
-            "Verdict rules: see the docstring of `lab/experiments/results.py` "
+    out += ["", VERDICT_NOTE + "Verdict rules: see the docstring of `lab/experiments/results.py` "
             f"(little difference = within {MARGIN:.0%} of the optimum; stuck = greedy response not optimal on "
             f"some prompt at the end; 'gets stuck' holds when the stuck share is above {STUCK_SHARE:.0%} with 95% "
             "confidence; a stuck ending is a local optimum when no single-token change of the response raises its "
@@ -266,7 +244,25 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
 
             out += ["", *temperature_lines(records, experiment.settings, groups)]
         out.append("")
-    out += _stuck_section(records, lecture, lecture_groups, optimum)
+    out += ["## What the lecture did not show: where runs get stuck", "",
+            "Per setting of the lecture's three experiments, the prompts on which runs end with a wrong "
+            "greedy response, and the responses they end on:", ""]
+    out += _stuck_responses(records, lecture, lecture_groups)
+    final_greedy = records.epoch_metrics["greedy_reward"][:, -1]
+    out += ["", "Final greedy reward (mean over the three prompts, optimum "
+            f"{optimum:g}) per run, lecture experiments:", "",
+            "| setting | distribution of final greedy reward (value: runs) |", "| --- | --- |"]
+    for overrides, runs in zip(lecture.settings, lecture_groups):
+        counts = sorted(Counter(np.round(final_greedy[runs], 3).tolist()).items(), reverse=True)
+        out.append(f"| {_setting_text(lecture, overrides)} | "
+                   + ", ".join(f"{value:g}: {n}" for value, n in counts) + " |")
+    # why runs stay stuck: a group whose rewards are all equal gives zero deltas, so no update at all
+    zero = records.epoch_metrics["zero_std_fraction"][:, -LATE_EPOCHS:].mean(axis=1)
+    out += ["", f"Why they stay there: the fraction of groups whose rewards are all equal (no GRPO signal, "
+            f"`zero_std_fraction`), averaged over the last {LATE_EPOCHS} epochs, mean over seeds [95% bootstrap]:", "",
+            "| setting | groups with equal rewards, last epochs |", "| --- | --- |"]
+    for overrides, runs in zip(lecture.settings, lecture_groups):
+        out.append(f"| {_setting_text(lecture, overrides)} | {_fraction(probability_interval(zero[runs]))} |")
     if exploration is not None:
         from lab.experiments.exploration_results import exploration_markdown
 

@@ -5,6 +5,7 @@
     reward-model over-optimisation (lab.experiments.overoptimisation)
     the lecture's conclusions beyond sorting (lab.experiments.beyond_sorting)
     what is sampled, and from which policy (lab.experiments.sampler_results, sampler_section)
+    GRPO's descendants (lab.experiments.descendants_results)
 
 A section whose runs the reproduction did not make is left out.
 """
@@ -19,6 +20,7 @@ DPO_FIGURE = "dpo.png"
 LENGTH_FIGURE = "length_bias.png"
 OVEROPTIMISATION_FIGURE = "overoptimisation.png"
 SAMPLERS_FIGURE = "samplers.png"
+DESCENDANTS_FIGURE = "descendants.png"
 
 
 def section_files(reproduction, out: Path) -> tuple[list[Path], str]:
@@ -71,4 +73,10 @@ def section_files(reproduction, out: Path) -> tuple[list[Path], str]:
 
         paths.append(plot_samplers(reproduction.samplers, out / SAMPLERS_FIGURE))
         text += "\n".join(["", *sampler_lines(reproduction.samplers)]) + "\n"
+    if reproduction.descendants is not None:
+        from lab.experiments.descendants_results import plot_descendants, section_lines as descendant_lines
+
+        paths.append(plot_descendants(reproduction.descendants, out / DESCENDANTS_FIGURE))
+        text += "\n".join(["", *descendant_lines(reproduction.descendants, reproduction.seeds), "",
+                           f"![descendants]({DESCENDANTS_FIGURE})"]) + "\n"
     return paths, text

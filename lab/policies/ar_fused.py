@@ -30,8 +30,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lab.policies.ar_softmax import LAYOUTS, vocab_first
-
 
 def causal(length: int, dim: int, like: Tensor) -> Tensor:
     """float[(j q e)]: 1 where j < q, laid out as the table's columns per token. Masking the table
@@ -74,20 +72,31 @@ class _ARLogProbs(torch.autograd.Function):
         z[..., :dim] = z0[..., None, :dim]
         torch.add(later, z0[..., None, dim:], out=z[..., dim:])
         z = z.view(runs, -1, dim)  # float[run (batch trial q) dim]
-        ctx.layout = LAYOUTS[vocab_first(tokens_)]  # the output layer: the same bits in either layout
-        log_probs, entropy, kept = ctx.layout[0](z, embedding, responses.reshape(runs, -1, 1), mask)
-        ctx.save_for_backward(embedding, a, b, c, x, h, z, onehot, prompt_tokens, mask, *kept)
+        logits = torch.bmm(z, embedding.mT)
+        log_softmax = logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True))  # float[run (b t q) vocab]
+        index = responses.reshape(runs, -1, 1)
+        picked = log_softmax.gather(-1, index).view(responses.shape)
+        log_probs = torch.where(mask, picked, torch.zeros((), dtype=picked.dtype, device=picked.device))
+        probs = log_softmax.exp()
+        # the entropy metric here, where p is at hand, rather than from the stored log-softmaxes of a block
+        # of steps; the sum over the few tokens as a matmul (a reduction over a last axis of V + 1 runs as
+        # many short loops)
+        ones = torch.ones(tokens_, 1, dtype=x.dtype, device=x.device)
+        entropy = ((probs * log_softmax) @ ones).view(responses.shape).neg_()
+        ctx.save_for_backward(embedding, a, b, c, x, h, z, probs, onehot, index, prompt_tokens, mask)
         ctx.mark_non_differentiable(entropy)
         return log_probs, entropy
 
     @staticmethod
     def backward(ctx, grad_log_probs, _grad_entropy):
-        embedding, a, b, c, x, h, z, onehot, prompt_tokens, mask, *kept = ctx.saved_tensors
+        embedding, a, b, c, x, h, z, probs, onehot, index, prompt_tokens, mask = ctx.saved_tensors
         runs, tokens_, dim = embedding.shape
         batch, trials, length = mask.shape[-3:]
         g = torch.where(mask, grad_log_probs, torch.zeros((), dtype=grad_log_probs.dtype))
-        grad_embedding, grad_z = ctx.layout[1](kept, g.reshape(runs, -1, 1), z, embedding)  # the output layer
-        grad_z = grad_z.view(runs, batch, trials, length * dim)
+        g = g.reshape(runs, -1, 1)  # float[run (b t q) 1]
+        grad_logits = torch.zeros_like(probs).scatter_(-1, index, g).sub_(probs * g)
+        grad_embedding = torch.bmm(grad_logits.mT, z)  # the output layer: float[run vocab dim]
+        grad_z = torch.bmm(grad_logits, embedding).view(runs, batch, trials, length * dim)
         grad_z0 = grad_z.sum(dim=2)  # float[run batch (q e)]
         later = torch.bmm(onehot.mT, grad_z.view(runs, batch * trials, -1)[..., dim:])  # the forward's rows, columns
         content, reach = tokens_ - 1, length - 1

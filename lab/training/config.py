@@ -14,34 +14,29 @@ metadata) how the rest of the lab treats it, and every list of fields is read of
     (checked)       loss_only=True read only by the losses whose entry names it (`lab.core.modes.Loss.settings`):
                                    set for another loss, a `ConfigError`
 
-The checks every config passes are `lab.training.config_checks`; the device is `lab.training.devices`. The module
-loads without torch (its modes come from `lab.core.modes`), so that the `lab` command shows its options and their
+The checks every config passes are `lab.training.config_checks`. The module loads without torch (its modes come
+from `lab.core.modes`; `resolve_device`, lab.training.device, imports torch when called), so that the `lab` command shows its options and their
 defaults without loading it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 from lab.core.choices import ConfigError
 from lab.core.modes import (DeltaMode, Demos, DPOLoss, DType, Filter, ImportanceLevel, IPOLogps, KLEstimator,
                             KLPlacement, LossAgg, Method, Optimizer, Pairs, PolicyKind, Preference, Sampler,
                             TrainingLoss)
-from lab.core.modes import ImportanceSampling
 from lab.training.config_checks import check_config
-
-
-def setting(default, *, shared: bool = False, option: bool = True, omit: tuple = (), column: int | None = None,
-            leads: bool = False, swept: bool = False, critic: bool = False, loss_only: bool = False):
-    """A `TrainConfig` field with its marks (the module docstring lists what each decides)."""
-    return field(default=default, metadata=dict(shared=shared, option=option, omit=omit, column=column, leads=leads,
-                                                swept=swept, critic=critic, loss_only=loss_only))
+from lab.training.device import Device, resolve_device  # noqa: F401  (the commands read them here)
+from lab.training.sampling_config import SamplingSettings
+from lab.training.setting_marks import setting
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(SamplingSettings):
     """One GRPO-style run on a task (docs/task.md; the lecture's settings as defaults)."""
 
     epochs: int = setting(100, shared=True)
@@ -156,34 +151,6 @@ class TrainConfig:
     max_grad_norm: float | None = setting(None, omit=(None,), swept=True)
     """clip each run's gradient to this global L2 norm over all its policy parameters before each Adam step (TRL
     `max_grad_norm`, verl `grad_clip`; lab.training.clipping); None = off"""
-    dynamic_sampling: bool = setting(False, omit=(False,), swept=True)
-    """DAPO's dynamic sampling (verl `filter_groups`): a prompt whose rewards are all equal is drawn again, up to
-    `max_num_gen_batches` (default 10) groups (lab.training.sampler_runs; metrics groups_drawn, _kept, _discarded)"""
-    max_num_gen_batches: int | None = setting(None, omit=(None,))
-    staleness: int = setting(0, omit=(0,), swept=True)
-    """K: responses drawn by the policy of K optimizer steps earlier (an asynchronous sampler); 0 = on-policy"""
-    sampler_temperature: float | None = setting(None, omit=(None,), swept=True)
-    """a mismatched sampler: responses drawn at this temperature, the trainer's log-probs at `temperature` (None)"""
-    importance_sampling_correction: ImportanceSampling | None = setting(None, omit=(None,), swept=True)
-    """TRL's `vllm_importance_sampling_mode` (lab.core.importance), with `importance_sampling_clip_min` (default
-    None) and `_clip_max` (default 3; finite: config.json is JSON); a stale or mismatched sampler only. None = no correction"""
-    importance_sampling_clip_min: float | None = setting(None, omit=(None,))
-    importance_sampling_clip_max: float | None = setting(None, omit=(None,))
-    off_policy_mask_threshold: float | None = setting(None, omit=(None,), swept=True)
-    """delta of TRL's off-policy sequence mask (DeepSeek-V3.2; lab.core.importance); None = off"""
-    sync_ref_model: bool = setting(False, omit=(False,), swept=True)
-    """TRL's `sync_ref_model` (TR-DPO): every `ref_model_sync_steps` (default 512) optimizer steps phi_ref <- alpha
-    phi_theta + (1 - alpha) phi_ref, alpha = `ref_model_mixup_alpha` (default 0.6); needs --kl > 0, --kl-period 0"""
-    ref_model_mixup_alpha: float | None = setting(None, omit=(None,))
-    ref_model_sync_steps: int | None = setting(None, omit=(None,))
-    adaptive_entropy: bool = setting(False, omit=(False,), swept=True)
-    """TRL's `use_adaptive_entropy` (Skywork-OR1; lab.core.adaptive_entropy): `entropy_coef` moves by
-    `entropy_coef_delta` (0.005) within [`entropy_coef_min`, `entropy_coef_max`] ([0, 1]) to hold `entropy_target`
-    (0.2 nats); factorised policy. The whole block's checks: lab.training.sampling_checks"""
-    entropy_target: float | None = setting(None, omit=(None,))
-    entropy_coef_delta: float | None = setting(None, omit=(None,))
-    entropy_coef_min: float | None = setting(None, omit=(None,))
-    entropy_coef_max: float | None = setting(None, omit=(None,))
     demos: Demos | None = setting(None, shared=True, omit=(None,))
     """`--loss sft` only (default `optimal`): its G demonstrations per prompt, one fixed set drawn before training:
     `optimal`, the task's target sorted(x) (then EOS) repeated, the one response that is optimal under every reward
@@ -298,3 +265,17 @@ SWEPT_FIELDS = (*(n for n in ALWAYS_COLUMNS if n in marked("swept")),
 """The fields `lab sweep` takes as repeatable options: the grid's axes, in the grid's order."""
 CRITIC_FIELDS = marked("critic")
 """The critic's settings (`--delta gae` only)."""
+
+
+def check_batchable(configs: list[TrainConfig]) -> None:
+    if not configs:
+        raise ConfigError("no runs to train")
+    for name in SHARED_FIELDS:
+        values = {getattr(c, name) for c in configs}
+        if len(values) > 1:
+            raise ConfigError(f"runs trained together must share {name}; got {sorted(values, key=str)}. "
+                              "Train them in separate batches.")
+    methods = {c.method.value for c in configs}
+    if len(methods) > 1:
+        raise ConfigError(f"runs trained together must share their method; got {sorted(methods)}. "
+                          "Train them in separate batches.")

@@ -29,10 +29,11 @@ from lab.policies.interface import PolicyKind
 from lab.policies.sampling import SAMPLERS, greedy_responses
 from lab.training.config import TrainConfig
 from lab.training.divergence import DivergenceGuard
-from lab.training.temperature import TemperedStack, TemperedView, temperature_scale, tempered
 from lab.training.lengths import eos_targets, resolve_max_length
 from lab.training.metrics import FIXED_LENGTH_METRICS, LIVE_TOKEN_METRICS, BlockMetrics
 from lab.training.runs import RunGroups
+from lab.training.tempering import (TemperedStack, TemperedView, tempered, tempered_module,  # noqa: F401
+                                     temperature_scale)
 from tasks import Task, best_reward
 
 def start_from(policy, folder: str | None) -> None:
@@ -116,10 +117,8 @@ class Factorized(TemperedStack):
         return aux.argmax(dim=-1).unsqueeze(-2).expand_as(responses)
 
     def token_entropies(self, aux: Tensor, responses: Tensor) -> Tensor:
-        """Each token's entropy H(pi(. | x, position)), float[run batch trial pos], from a step's log-softmaxes
-        (`aux`): a position's, whatever the response."""
-        entropies = -(aux.exp() * aux).sum(dim=-1)  # float[run batch pos]
-        return entropies.unsqueeze(-2).expand_as(responses)
+        """Each token's entropy: its position's, from the step's log-softmaxes, float[run batch trial pos]."""
+        return -(aux.exp() * aux).sum(dim=-1).unsqueeze(-2).expand_as(responses)
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         """The exact mean entropy of the given runs' policies on the prompts, differentiable: float[runs]."""
@@ -223,8 +222,7 @@ class Autoregressive(TemperedStack):
             return P.token_logits(self.policy, self.prompts, responses).argmax(dim=-1)
 
     def token_entropies(self, aux: Tensor, responses: Tensor) -> Tensor:
-        """Each token's next-token entropy given its prefix, float[run batch trial pos] (the step's `aux`)."""
-        return aux.detach()
+        return aux.detach()  # the step's own next-token entropies given each prefix, float[run batch trial pos]
 
     def entropy_bonus(self, parameters: list[Tensor], runs: Tensor) -> Tensor:
         raise ValueError("the autoregressive policy has no entropy bonus (TrainConfig rejects one)")

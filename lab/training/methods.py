@@ -129,11 +129,13 @@ def step_loss(kind, parameters: list[Tensor], settings, groups, log_probs: Tenso
               ref_log_probs: Tensor, aux: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The surrogate and the minimised loss (+ beta * the KL term - c_H * the entropy bonus), float[run] each."""
     horizon, s = kind.max_length, settings  # horizon: C of the aggregations, the cap
-    mask, gate = loss_mask_and_gate(kind, settings, groups, aux)
+    mask, entropy_gate = loss_mask_and_gate(kind, settings, groups, aux)
     per_token = groups.token_deltas is not None  # some run's critic gives one advantage per token
     names = list(s.loss_settings)  # what the runs' losses read (their entries' settings), float[run] each
-    # importance weights x off-policy mask where some run asks for them (lab.training.corrections), else None
-    gate = None if s.corrections is None else s.corrections.gate(groups, log_probs, old_log_probs)
+    # importance weights x off-policy mask where some run asks for them (lab.training.corrections), else None;
+    # times the top-entropy gate, as TRL multiplies its masks and weights into the per-token loss
+    corrections = None if s.corrections is None else s.corrections.gate(groups, log_probs, old_log_probs)
+    gate = entropy_gate if corrections is None else corrections if entropy_gate is None else corrections * entropy_gate
     pg_loss = s.loss_groups.apply(
         lambda key, lp, d, old, m, g, *values: compute_loss(
             lp, d, key[0], old, agg=key[1], mask=m, horizon=horizon, per_token=per_token, gate=g,

@@ -40,7 +40,11 @@ STEP_METRICS = {
                      f"({PPO_CLIPPED}): tokens whose clipped term has no gradient, ratio > 1 + eps with "
                      "delta > 0, or ratio < 1 - eps with delta < 0 (a token whose delta is 0 never counts), as if "
                      "eps applied in every such loss (TRL `clip_ratio/region_mean`, verl `actor/pg_clipfrac`; "
-                     "CleanRL's `clipfrac` differs: |ratio - 1| > eps whatever the delta's sign). Empty for DPO and "
+                     "CleanRL's `clipfrac` differs: |ratio - 1| > eps whatever the delta's sign); the high side's bound "
+                     "is 1 + epsilon_high, and at --importance-sampling-level sequence a token counts where its "
+                     "response's ratio is out (luspo always). CISPO's (TRL `cispo_clip_ratio`) is something else: "
+                     "tokens with delta > 0 whose weight was capped at eps_max, which keep their gradient, scaled; its "
+                     "low side is 0. SAPO's and VESPO's are PPO's as a diagnostic: they clip nothing. Empty for DPO and "
                      "the supervised losses, which have no ratio clip and no deltas",
     "clip_low_fraction": "ratio < 1 - eps with delta < 0 (TRL `clip_ratio/low_mean`; not verl's "
                          "`actor/pg_clipfrac_lower`, which counts dual-clip events: delta < 0 and ratio "

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from lab.core.modes import LEVEL, KLPlacement
 from lab.training.records import EPOCH_METRICS, GREEDY_METRICS, TRACKED_EPOCH_METRICS, Records
-from lab.training.config import SHARED_FIELDS, ConfigError, TrainConfig
+from lab.training.config import TrainConfig
 from lab.training.corrections import Corrections
 from lab.training.entropy_control import EntropyControl
 
@@ -35,10 +35,6 @@ class RunGroups:
                        for k in distinct]
         order = torch.cat([idx for _, idx in self.groups])
         self.inverse = torch.argsort(order)
-
-    def part(self, start: int, stop: int) -> "RunGroups":
-        """The groups of runs start..stop-1 alone (their keys in order), on the same device."""
-        return RunGroups(self.keys[start:stop], self.inverse.device)
 
     def apply(self, fn: Callable[..., Tensor], *tensors: Tensor) -> Tensor:
         """fn(key, *tensors restricted to that key's runs) for each key, reassembled in run order (a None
@@ -170,18 +166,3 @@ def records_of(configs: list[TrainConfig], prompts: Tensor, optimum: Tensor, ste
         state={name: p.detach().cpu().clone(memory_format=torch.contiguous_format)
                for name, p in policy.named_parameters()},
         divergence=guard.found, **rest)
-
-
-def check_batchable(configs: list[TrainConfig]) -> None:
-    """The runs of one batch share every shape and schedule field (`SHARED_FIELDS`) and their method."""
-    if not configs:
-        raise ConfigError("no runs to train")
-    for name in SHARED_FIELDS:
-        values = {getattr(c, name) for c in configs}
-        if len(values) > 1:
-            raise ConfigError(f"runs trained together must share {name}; got {sorted(values, key=str)}. "
-                              "Train them in separate batches.")
-    methods = {c.method.value for c in configs}
-    if len(methods) > 1:
-        raise ConfigError(f"runs trained together must share their method; got {sorted(methods)}. "
-                          "Train them in separate batches.")

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from lab.core.kl import freeze, reference_due
 from lab.training.clipping import GradClip
-from lab.training.config import TrainConfig
+from lab.training.config import TrainConfig, check_batchable
 from lab.training.groups import (
     History,
     epoch_metrics,
@@ -57,7 +57,7 @@ from lab.training.optim import OPTIMIZERS
 from lab.training.records import STEP_METRICS, Records
 from lab.training.reference_sync import ReferenceSync
 from lab.training.sampler_runs import SamplerRuns
-from lab.training.runs import RunSettings, check_batchable, clip_metrics
+from lab.training.runs import RunSettings, clip_metrics
 from tasks import Task
 
 

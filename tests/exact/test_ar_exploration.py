@@ -83,32 +83,3 @@ def test_a_reward_with_many_values_is_summed_by_index_to_the_same_metrics():
     optimal, zero_std = varlen_exploration(stacked, columns, group_size=3)
     assert optimal.shape == zero_std.shape == (2,)
     torch.testing.assert_close(zero_std[0], plain_zero, rtol=1e-12, atol=1e-14)
-
-
-def test_the_tree_in_chunks_of_runs_is_bitwise_the_tree_of_all_runs():
-    """`SamplingPolicyMetrics` takes the prefix tree `TREE_CHUNK_RUNS` runs at a time (a speed path); every operation
-    of a pass is per run, so kl_exact, optimal_prob and zero_std_prob are bitwise one pass over every run's (the plain
-    version, chunk_runs None), with a fresh and a kept reference and two rewards in one stack (mutant tried: each
-    chunk against the first chunk's reference fails)."""
-    from lab.exact.ar_exploration import TREE_CHUNK_RUNS, SamplingPolicyMetrics
-    from lab.training.runs import RunGroups
-
-    assert TREE_CHUNK_RUNS is not None and TREE_CHUNK_RUNS > 1
-    prompts, targets = torch.tensor([[0, 2, 1], [3, 3, 0]]), torch.tensor([[0, 1, 2, 4], [0, 3, 3, 4]])
-    names = ["inclusion-ordering", "inclusion-ordering", "distance", "inclusion-ordering", "distance", "distance",
-             "inclusion-ordering"]
-    rewards = {name: variable_length_reward(name, 4) for name in set(names)}
-    stacks = [P.make_stack("autoregressive", 4, 3, 4, 5, [torch.Generator().manual_seed(s + k) for s in range(7)])
-              for k in (0, 10)]
-    values = {}
-    for chunk_runs in (None, 3):
-        metrics = SamplingPolicyMetrics(prompts, targets, rewards, RunGroups(names, torch.device("cpu")), 3, 4, 4,
-                                        chunk_runs=chunk_runs)
-        kls = [metrics.epoch(stack, fresh) for stack, fresh in ((stacks[1], True), (stacks[0], False))]
-        values[chunk_runs] = (kls, metrics.exploration())
-    (plain_kls, plain_explored), (kls, explored) = values[None], values[3]
-    assert (plain_kls[1] > 0).all() and torch.equal(plain_kls[0], torch.zeros(7))
-    for a, b in zip(kls, plain_kls):
-        assert torch.equal(a, b)
-    for name in ("optimal_prob", "zero_std_prob"):
-        assert torch.equal(explored[name], plain_explored[name])

@@ -1,14 +1,10 @@
 """RESULTS.md's samplers section (issue 38; lab.experiments.sampler_results, sampler_section) at a tiny size, and
 its rules shown able to give each answer."""
 
-import math
-
-import numpy as np
-
-from lab.experiments.intervals import paired_interval
 from lab.experiments.reproduce import LECTURE
 from lab.experiments.sampler_results import SETTINGS, run_samplers
-from lab.experiments.sampler_section import claim_row, detectable, section_lines, trade_word
+from lab.experiments.sampler_section import both, section_lines, stale_answer, trade_word
+from lab.experiments.verdicts import ANSWERS, above
 from lab.experiments.sweep import run_sweep
 
 
@@ -24,26 +20,23 @@ def test_the_section_decides_its_four_claims_from_paired_runs(tmp_path):
     text = "\n".join(section_lines(result))
     rows = [line for line in text.splitlines() if line.endswith("** |")]
     assert len(rows) == 4
-    assert {row.rsplit("**", 2)[-2] for row in rows} <= {"holds", "does not hold", "inconclusive", "partly"}
+    assert {row.rsplit("**", 2)[-2] for row in rows} <= set(ANSWERS)
     drawn = records.epoch_metrics["groups_drawn"][groups["dynamic"], 0].mean()
     assert f"{drawn:.2f} drawn" in text and f"{result['cost'].mean():.2f} groups" in text
 
 
 def test_each_rule_can_give_each_answer():
-    """claim_row: an interval above 0 holds, one whose top is below the margin does not hold, one straddling 0
-    with a top above the margin is inconclusive; trade_word names all four orders of (bias, variance)."""
-    assert claim_row("c", "e", 0.1, 0.3, 0.1).endswith("**holds** |")
-    assert claim_row("c", "e", -0.2, 0.05, 0.1).endswith("**does not hold** |")
-    assert claim_row("c", "e", -0.2, 0.3, 0.1).endswith("**inconclusive** |")
+    """The exact rule for the stale claim reaches holds, partly and does not hold; trade_word names all four orders
+    of (bias, variance); `both` combines two verdicts into each answer (the trained rules themselves are
+    lab.experiments.verdicts', tests/experiments/test_verdicts.py)."""
+    assert stale_answer({5: 0.9, 10: 0.8}, {5: True, 10: True}) == "holds"
+    assert stale_answer({5: 0.9, 10: 0.8}, {5: False, 10: True}) == "partly"
+    assert stale_answer({5: 0.4, 10: 0.2}, {5: True, 10: True}) == "does not hold"
     words = {trade_word(mask, (1.0, 1.0)) for mask in ((2.0, 0.5), (0.5, 0.5), (2.0, 2.0), (0.5, 2.0))}
     assert words == {"trades bias for variance", "dominates", "is dominated", "has less bias and more variance"}
-
-
-def test_the_detectable_effect_is_the_80_percent_power_paired_difference():
-    """MDE = (t_0.975 + t_0.8) s_d / sqrt(n): with n = 10 and s_d = 1, about (2.262 + 0.883) / 3.162 = 0.995; and
-    larger than the paired interval's half-width (mutant: the half-width alone)."""
-    a = np.array([1.0, -1.0] * 5) * math.sqrt(0.9) + 0.3
-    b = np.zeros(10)
-    assert abs(detectable(a, b) - (2.2622 + 0.8834) / math.sqrt(10)) < 1e-3
-    interval = paired_interval(a, b)
-    assert detectable(a, b) > (interval.high - interval.low) / 2
+    held = above([1.0, 1.1, 0.9, 1.0], effect=0.5)
+    failed = above([0.0, 0.01, -0.01, 0.0], effect=0.5)
+    unsure = above([1.0, -1.0, 0.5, -0.4], effect=0.2)
+    assert (held.answer, failed.answer) == ("holds", "does not hold")
+    assert both(held, held) == "holds" and both(held, failed) == "does not hold"
+    assert both(held, unsure) == unsure.answer != "holds"

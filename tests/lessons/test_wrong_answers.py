@@ -210,6 +210,43 @@ def test_lesson_12s_trl_fields_take_the_booleans_trl_maps_and_reject_the_per_tok
     assert fails(test, fields({"centered": False, "normalized": True}, False))
 
 
+@pytest.mark.slow
+def test_lesson_13s_checks_reject_cispo_without_its_stop_gradient_and_a_sequence_ratio_over_padding(monkeypatch):
+    """Exercise 1: CISPO's loss with the weight left differentiable has the right value and the wrong gradient; PPO's
+    clipped loss in its place has the wrong value. Exercise 2: the mean over every position (padding included) and
+    the sum of the log-ratios (VESPO's) both fail. Calling the lab's own function is refused."""
+    ns = cells_of("13_grpo_descendants", "def test_cispo", "def test_sequence_log_ratio")
+    torch_ = ns["torch"]
+
+    def undetached(log_probs, deltas, old, eps_max):
+        weight = torch_.exp(log_probs - old).clamp(max=eps_max)
+        return -(weight * deltas.unsqueeze(-1) * log_probs).mean()
+
+    def ppo(log_probs, deltas, old, eps_max):
+        rho = torch_.exp(log_probs - old)
+        d = deltas.unsqueeze(-1)
+        return -torch_.minimum(rho * d, rho.clamp(1 - 0.2, 1 + 0.2) * d).mean()
+
+    def right(log_probs, deltas, old, eps_max):
+        weight = torch_.exp(log_probs - old).clamp(max=eps_max).detach()
+        return -(weight * deltas.unsqueeze(-1) * log_probs).mean()
+
+    assert not fails(ns["test_cispo"], right)
+    assert fails(ns["test_cispo"], undetached) and fails(ns["test_cispo"], ppo)
+
+    def over_padding(log_probs, old, mask):
+        return (log_probs - old).mean(-1, keepdim=True).expand_as(log_probs)
+
+    def summed(log_probs, old, mask):
+        return ((log_probs - old) * mask).sum(-1, keepdim=True).expand_as(log_probs)
+
+    assert fails(ns["test_sequence_log_ratio"], over_padding) and fails(ns["test_sequence_log_ratio"], summed)
+    calls = ("def my_sequence_log_ratio(log_probs, old_log_probs, mask):\n"
+             "    return log_ratios(log_probs, old_log_probs, mask, 'sequence')\n")
+    assert "CallsTheLab" in run_check_cell("13_grpo_descendants", ns, "Exercise 2, GSPO's sequence ratio", calls,
+                                           monkeypatch)
+
+
 def test_lesson_14s_checks_catch_the_uncapped_cost_one_draw_too_many_and_the_wrong_sequence_weights():
     """Exercise 1 rejects 1 / (1 - q) (no cap: infinite at q = 1), the closed form (1 - q^N) / (1 - q) (NaN at
     q = 1) and N + 1 terms; exercise 2 rejects GSPO's mean log ratio, clamping instead of zeroing, and padding

@@ -17,7 +17,7 @@ from tests.training.test_batched import assert_same_run
 
 SHORT = dict(epochs=3, steps=3, seed=0, delta="centered", lr=0.05)  # a large lr: ratios leave the clip band
 OPTIONS = {
-    "clip-higher": dict(loss="clipped", clip_eps=0.2, epsilon_high=0.28),
+    "clip-higher": dict(loss="clipped", clip_eps=0.01, epsilon_high=0.5),
     "two-sided": dict(loss="clipped", clip_eps=0.01, clip_delta=1.005),
     "gspo": dict(loss="clipped", clip_eps=0.2, importance_sampling_level="sequence"),
     "cispo": dict(loss="cispo", epsilon_high=1.2),
@@ -134,3 +134,17 @@ def test_each_descendant_takes_trls_defaults_and_writes_them():
     written = TrainConfig(loss="clipped").to_dict()
     assert not {"epsilon_high", "sapo_temperature_pos", "vespo_k_pos", "importance_sampling_level",
                 "top_entropy_quantile", "mask_truncated_completions", "clip_delta"} & set(written)
+
+
+def test_the_top_entropy_gate_composes_with_a_stale_samplers_importance_weights():
+    """Issue 38's corrections (a stale sampler's truncated importance weights) and the top-entropy gate multiply
+    into the per-token loss together, as TRL multiplies its masks and weights: with both, the run differs from the
+    run with the corrections alone, and from the run with the gate alone. Mutant tried: the merge that let the
+    corrections' gate replace the entropy gate (--top-entropy-quantile then trained as PPO) fails the first."""
+    task = make_task()
+    base = TrainConfig(**SHORT, loss="clipped", staleness=2, importance_sampling_correction="token-truncate")
+    both = train(task, base.replace(top_entropy_quantile=0.2))
+    corrections_only = train(task, base)
+    gate_only = train(task, TrainConfig(**SHORT, loss="clipped", top_entropy_quantile=0.2))
+    for other in (corrections_only, gate_only):
+        assert any(not torch.equal(both.state[k], other.state[k]) for k in both.state)

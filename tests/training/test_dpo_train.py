@@ -12,8 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli.commands import app
-from lab.training.config import ConfigError, TrainConfig
-from lab.training.runs import check_batchable
+from lab.training.config import ConfigError, TrainConfig, check_batchable
 from lab.training.records import DPO_STEP_METRICS, OPTIMUM_METRICS
 from lab.training.train import train
 from tasks.sorting import make_task

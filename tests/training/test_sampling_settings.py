@@ -45,6 +45,21 @@ def test_each_setting_trains_the_same_alone_and_beside_another_run(policy):
         same_records(train(TASK, config), together, 0, r)
 
 
+def test_the_corrections_gate_multiplies_the_top_entropy_gate_of_the_runs_beside_them():
+    """A run with TRL's top-entropy gate (`--top-entropy-quantile`, issue 37) trains the same alone and beside a run
+    with an importance-sampling correction and an off-policy mask: the corrections' gate multiplies the other gate,
+    it does not replace it: the first run's loss is not the ungated run's (mutant tried: the corrections' gate, or
+    None, in place of the top-entropy gate, as the first merge of issues 37 and 38 had it)."""
+    configs = [TrainConfig(seed=1, delta="centered", loss="clipped", top_entropy_quantile=0.2, **SHORT),
+               TrainConfig(seed=2, delta="centered", loss="clipped", staleness=2, off_policy_mask_threshold=0.0,
+                           importance_sampling_correction="token-mask", top_entropy_quantile=0.5, **SHORT)]
+    together = train(TASK, configs)
+    for r, config in enumerate(configs):
+        same_records(train(TASK, config), together, 0, r)
+    ungated = train(TASK, configs[0].replace(top_entropy_quantile=1.0))
+    assert not np.allclose(ungated.step_metrics["loss"][0], together.step_metrics["loss"][0], rtol=1e-3)
+
+
 def test_dynamic_sampling_keeps_a_group_with_signal_wherever_the_cap_allows():
     """With dynamic sampling and a cap of 50 every kept group has signal on the lecture's task (zero_std_fraction
     0) and drawn = prompts + discarded; with the cap at 1 nothing is redrawn, so the run is the plain run.

@@ -11,7 +11,7 @@ from lab.policies import make_stack
 from lab.policies.ar_model import teacher_forced_logits
 from lab.policies.factorized import policy_logits
 from lab.training.config import ConfigError, TrainConfig
-from lab.training.temperature import tempered, temperature_scale
+from lab.training.kinds import tempered, temperature_scale
 from lab.training.train import train
 from tasks.sorting import make_task
 

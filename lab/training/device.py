@@ -1,8 +1,7 @@
-"""Where runs train: `--device auto` takes CUDA when torch finds it, `cpu` and `cuda` as asked.
+"""Where a run computes: `--device auto|cpu|cuda`, resolved to a torch device (`auto` takes CUDA when present).
 
-    auto -> cuda if torch.cuda.is_available() else cpu;  cuda without a CUDA device -> a `ConfigError`
-
-Loads without torch (the `Device` choices are `lab run --help`'s); `resolve_device` imports it.
+Its own module so that lab.training.config stays under 300 lines; the config re-exports both names. Loads without
+torch: `resolve_device` imports it when called, so `lab --help` shows the choices without loading it.
 """
 
 from __future__ import annotations

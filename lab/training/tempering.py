@@ -1,10 +1,13 @@
-"""Sampling at temperature T: every run's policy seen at its own T through its embedding.
+"""Sampling at temperature T: each run's policy seen with its logits divided by T, by scaling the embedding.
 
-    logits(E / sqrt(T)) = logits(E) / T      (both policies' logits are quadratic in the embedding E)
+    logits(E / sqrt(T)) = logits(E) / T        both policies' logits are quadratic in E (the hidden state's source
+                                               and the tied output layer), so one scale inside the fused nodes
+                                               divides every logit by T, with the gradient taken through it
 
-so `tempered` scales the embedding by 1 / sqrt(T) per run (`temperature_scale`), inside the fused nodes and for
-the exact analyses (`tempered_module`, `TemperedView`); at T = 1 nothing is scaled and a run takes exactly the code
-path it took before temperatures existed.
+`temperature_scale` is 1 / sqrt(T) per run (None at T = 1 everywhere: the plain path, bit for bit), `tempered` the
+parameters at it, `tempered_module` and `TemperedView` a stack at it for the exact code of lab.exact, `TemperedStack`
+what both kinds of `lab.training.kinds` share. Moved here from lab.training.kinds (which re-exports them) to keep
+that module under 300 lines.
 """
 
 from __future__ import annotations
