@@ -5,9 +5,9 @@
 
 A task is one file `tasks/NAME.py` (the protocol: docs/architecture.md) that defines `make_task(prompts=None,
 vocab_size=VOCAB_SIZE, eval_prompts=None) -> Task` and states REWARD_NAMES, DEFAULT_REWARD and VOCAB_SIZE as
-literals (`tasks.catalog` reads them without torch). The lab finds it by name (`tasks.catalog`)
-(`tasks.catalog.load`) and reaches it only through the `Task` it returns. The general prompt code (random prompts, a JSON list, their
-checks) is `tasks.prompts`. Rewards are vectorized: `(prompts int[batch pos], responses int[... batch trial pos])
+literals (`tasks.catalog` reads them without torch). The lab finds it by name (`tasks.catalog.load`) and reaches
+it only through the `Task` it returns. The general prompt code (random prompts, a JSON list, their checks) is
+`tasks.prompts`. Rewards are vectorized: `(prompts int[batch pos], responses int[... batch trial pos])
 -> float[... batch trial]`, with any leading axes (such as `run`) broadcast.
 """
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 RewardFn = Callable[["Tensor", "Tensor"], "Tensor"]
 VariableLengthFn = Callable[["Tensor", "Tensor", int], "Tensor"]
-"""`(prompts int[batch n], responses int[... batch trial pos] over 0..V with EOS = V, eos) -> float[... batch trial]`."""
+"""`(prompts int[batch n], responses int[... batch trial pos] over 0..V, EOS = V, eos) -> float[... batch trial]`."""
 Reference = Callable[[list, list], float]
 """A reward's plain-Python definition on lists (the specification its tensor code is tested against)."""
 
@@ -120,7 +120,7 @@ def neighbour_rewards(reward: RewardFn, prompts: Tensor, responses: Tensor, voca
     The entry v = y_q is R(x_b, y_b) itself. A response is a local optimum of the reward
     (no single change improves it) when no entry exceeds that value.
     """
-    import torch  # here, not above: the package loads without torch, for `tasks.sorting_choices` (`lab --help`)
+    import torch  # here, not above: the package loads without torch, for `tasks.catalog` (`lab --help`)
 
     *lead, batch, length = responses.shape
     tokens = torch.arange(vocab_size, device=responses.device)

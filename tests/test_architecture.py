@@ -241,3 +241,20 @@ def test_no_module_level_name_is_unused():
     """No module keeps a name nobody reads (issue 36 found six; mutant tried: `UNUSED_PROBE = 1` added to
     lab/core/modes.py is named)."""
     assert unused_names() == []
+
+
+def task_imports(graph: dict[str, set[str]], files: set[str]) -> list[str]:
+    """`lab.X -> tasks.NAME` for each lab module that imports a task file."""
+    return [f"{source} -> {target}" for source, targets in sorted(graph.items()) if source.startswith("lab")
+            for target in sorted(targets & files)]
+
+
+def test_no_module_of_lab_imports_a_task_file():
+    """The lab reaches a task only through the `Task` that `tasks.catalog` loads by name (issue 36: `grep -rn
+    tasks.sorting lab/` finds nothing); a lab module importing `tasks.sorting` (the mutant tried) is named."""
+    from tasks.catalog import task_names
+
+    files = {f"tasks.{name}" for name in task_names()}
+    assert task_imports(import_graph(), files) == []
+    assert task_imports({"lab.core.x": {"tasks.sorting", "tasks"}, "tasks.y": {"tasks.sorting"}}, files) == \
+        ["lab.core.x -> tasks.sorting"]

@@ -1,9 +1,11 @@
 """docs/architecture.md's list of the files a new task, delta mode, loss or policy changes is true.
 
-For a task, a delta mode and a loss the test makes the extension in a temporary copy of lab/ and tasks/ (issue 36's
-scratch extensions: `--delta rank`, a CISPO-style surrogate, a task `echo`), writing exactly the files the doc's row
-names, and nothing else; then every command that takes the new choice runs with it (both policies, the exact
-diagnosis), `lab run --help` lists it with its help, and the extension's own test passes. The copy, with its temporary
+For a task, a delta mode and a loss the test makes the extension in a temporary copy of lab/, tasks/ and the tests
+that check every mode (issue 36's scratch extensions: `--delta rank`, a CISPO-style surrogate `capped`, a task
+`echo`), writing exactly the files the doc's row names, and nothing else; then every command that takes the new choice runs with it
+(both policies, the exact diagnosis), `lab run --help` lists it with its help, and the tests that check every delta
+mode and every loss against a reference formula (tests/core/test_deltas.py, test_losses.py) pass with the new
+one's formula added there. The copy, with its temporary
 modules, goes with the test's folder. A policy is too large a scratch extension: for it the test checks that the
 tables the row names hold every `PolicyKind` member, and that the modules the row lists as naming a kind are exactly
 those that do. Mutants tried: a row naming one file fewer (the set comparison fails), and `--delta` choices written
@@ -30,39 +32,33 @@ RANK = '''"""Rank deltas: delta_i = (rank of r_i in its group - (G - 1) / 2) / G
 
 
 def rank(rewards, std_eps, unbiased):
-    ranks = rewards.argsort(dim=-1).argsort(dim=-1).to(rewards.dtype)
+    ranks = rewards.argsort(dim=-1, stable=True).argsort(dim=-1).to(rewards.dtype)  # ties: by position
     return (ranks - (rewards.shape[-1] - 1) / 2) / rewards.shape[-1]
 '''
 RANK_ENTRY = ('    rank = Delta("rank", "the reward\'s rank in its group, centered", Ref("lab.core.rank:rank"), '
               'needs_group=True)\n')
-RANK_TEST = '''import torch
-from lab.core.deltas import compute_deltas
-
-
-def test_rank_deltas_of_distinct_rewards():
-    deltas = compute_deltas(torch.tensor([[1.0, 5.0, 3.0]], dtype=torch.float64), "rank")
-    assert torch.allclose(deltas, torch.tensor([[-1 / 3, 1 / 3, 0.0]], dtype=torch.float64))
-'''
-CISPO = '''"""CISPO's surrogate: -sg(min(ratio, 1 + eps)) * delta * log pi (MiniMax-M1, arXiv:2506.13585)."""
+RANK_REFERENCE = """    if mode == "rank":
+        return [(sorted(range(g), key=lambda j: (group[j], j)).index(i) - (g - 1) / 2) / g for i in range(g)]
+"""
+"""rank's formula on a list, in tests/core/test_deltas.py's `group_formula` (every mode is checked against it)."""
+CAPPED = '''"""A CISPO-style surrogate: -sg(min(ratio, 1 + eps)) * delta * log pi (MiniMax-M1, arXiv:2506.13585)."""
 
 from lab.core.losses import as_leading, ratios
 
 
-def cispo(log_probs, token_deltas, old_log_probs, mask, clip_eps):
+def capped(log_probs, token_deltas, old_log_probs, mask, clip_eps):
     weight = ratios(log_probs, old_log_probs).clamp(max=1 + as_leading(clip_eps, log_probs)).detach()
     return -weight * token_deltas * log_probs
 '''
-CISPO_ENTRY = ('    cispo = Loss("cispo", PG, "CISPO: -sg(min(ratio, 1 + eps)) x delta x log-prob", '
-               'Ref("lab.core.cispo:cispo"), needs_old=True, clip_metrics=PPO_CLIP, settings=("clip_eps",))\n')
-CISPO_TEST = '''import torch
-from lab.core.cispo import cispo
-
-
-def test_cispo_weights_the_log_prob_gradient_by_the_capped_ratio():
-    log_probs = torch.tensor([0.0, -1.0], requires_grad=True)
-    cispo(log_probs, torch.tensor([2.0, 2.0]), torch.tensor([-1.0, -1.0]), None, 0.2).sum().backward()
-    assert torch.allclose(log_probs.grad, torch.tensor([-2 * 1.2, -2 * 1.0]))
-'''
+CAPPED_ENTRY = ('    capped = Loss("capped", PG, "CISPO-style: -sg(min(ratio, 1 + eps)) x delta x log-prob", '
+                'Ref("lab.core.capped:capped"), needs_old=True, clip_metrics=PPO_CLIP, settings=("clip_eps",))\n')
+CAPPED_REFERENCE = """        if mode == "capped":
+            weight = min(rho, 1 + eps)
+            value += -weight * delta * lp / n
+            grad[b][t][q] = -weight * delta / n
+            continue
+"""
+"""capped's formula, element by element, in tests/core/test_losses.py's `reference_loss_and_grad`."""
 ECHO_TEST = '''import torch
 from tasks.echo import REWARDS
 
@@ -75,12 +71,13 @@ COMMANDS = [
     ["run", "--delta", "rank", *SHORT, "--out", "run-rank"],
     ["run", "--delta", "rank", "--policy", "autoregressive", *SHORT, "--out", "run-rank-ar"],
     ["diagnose", "--delta", "rank", "--group-size", "2", "--out", "rank.png"],
-    ["run", "--loss", "cispo", "--delta", "centered", "--policy", "autoregressive", *SHORT, "--out", "run-cispo-ar"],
+    ["run", "--loss", "capped", "--delta", "centered", "--policy", "autoregressive", *SHORT, "--out", "run-capped-ar"],
     ["run", "--task", "echo", "--policy", "autoregressive", *SHORT, "--out", "run-echo"],
     ["run", "--help"],
 ]
 PROBE = """
-import importlib.util, json, sys
+import json, sys
+import pytest
 from typer.testing import CliRunner
 from lab.cli.commands import app
 
@@ -88,14 +85,8 @@ out = []
 for argv in json.loads(sys.argv[1]):
     result = CliRunner().invoke(app, argv)
     out.append({"argv": argv, "code": result.exit_code, "output": result.output})
-for path in json.loads(sys.argv[2]):
-    spec = importlib.util.spec_from_file_location("extension_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for name in dir(module):
-        if name.startswith("test_"):
-            getattr(module, name)()  # an assertion error fails the probe
-print(json.dumps(out))
+code = pytest.main(["-q", "-p", "no:randomly", "-p", "no:cacheprovider", *json.loads(sys.argv[2])])
+print(json.dumps({"commands": out, "tests": int(code)}))
 """
 
 
@@ -115,18 +106,27 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 def test_a_new_delta_mode_loss_and_task_change_the_files_the_doc_names_and_work_everywhere(tmp_path):
-    """The scratch extensions touch exactly the doc's files (NAME = rank, cispo, echo) and every command runs them."""
+    """The scratch extensions touch exactly the doc's files (NAME = rank, capped, echo) and every command runs them."""
     copy = tmp_path / "copy"
-    for folder in ("lab", "tasks"):
+    for folder in ("lab", "tasks", "tests/core"):
         shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in ("tests/__init__.py", "tests/conftest.py", "tests/tasks/__init__.py"):
+        (copy / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / path, copy / path)
     before = snapshot(copy)
     modes = copy / "lab" / "core" / "modes.py"
     text = modes.read_text()
     text = text.replace('    gae = Delta("gae"', RANK_ENTRY + '    gae = Delta("gae"', 1)
-    text = text.replace('    dpo = Loss("dpo"', CISPO_ENTRY + '    dpo = Loss("dpo"', 1)
+    text = text.replace('    dpo = Loss("dpo"', CAPPED_ENTRY + '    dpo = Loss("dpo"', 1)
     modes.write_text(text)
-    written = {"lab/core/rank.py": RANK, "tests/core/test_rank.py": RANK_TEST, "lab/core/cispo.py": CISPO,
-               "tests/core/test_cispo.py": CISPO_TEST, "tasks/echo.py": ECHO, "tests/tasks/test_echo.py": ECHO_TEST}
+    for path, marker, reference in (("tests/core/test_deltas.py", "    raise AssertionError(mode)", RANK_REFERENCE),
+                                    ("tests/core/test_losses.py", "        raise AssertionError(f\"no reference",
+                                     CAPPED_REFERENCE)):
+        source = (copy / path).read_text()
+        assert marker in source
+        (copy / path).write_text(source.replace(marker, reference + marker, 1))
+    written = {"lab/core/rank.py": RANK, "lab/core/capped.py": CAPPED, "tasks/echo.py": ECHO,
+               "tests/tasks/test_echo.py": ECHO_TEST}
     for path, source in written.items():
         (copy / path).parent.mkdir(parents=True, exist_ok=True)
         (copy / path).write_text(source)
@@ -134,20 +134,22 @@ def test_a_new_delta_mode_loss_and_task_change_the_files_the_doc_names_and_work_
     changed = {p for p in after if before.get(p) != after[p]}
 
     rows = doc_rows()
-    named = {path.replace("NAME", name) for row, name in (("delta mode", "rank"), ("loss", "cispo"), ("task", "echo"))
+    named = {path.replace("NAME", name) for row, name in (("delta mode", "rank"), ("loss", "capped"), ("task", "echo"))
              for path in rows[row]}
     assert changed == named, (changed, named)
 
-    tests = [str(copy / p) for p in written if p.startswith("tests/")]
+    tests = ["tests/core/test_deltas.py", "tests/core/test_losses.py", "tests/tasks/test_echo.py"]
     result = subprocess.run([sys.executable, "-c", PROBE, json.dumps(COMMANDS), json.dumps(tests)], cwd=copy,
                             capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(copy)})
     assert result.returncode == 0, result.stderr[-2000:]
-    answers = json.loads(result.stdout.splitlines()[-1])
+    probe = json.loads(result.stdout.splitlines()[-1])
+    assert probe["tests"] == 0, result.stdout[-3000:]  # the reference tests, rank and capped among every mode
+    answers = probe["commands"]
     for answer in answers:
         assert answer["code"] == 0, answer
     help_text = " ".join(answers[-1]["output"].split())
     assert "rank: the reward's rank in its group, centered" in help_text
-    assert "cispo: CISPO: -sg(min(ratio, 1 + eps)) x delta x log-prob" in help_text
+    assert "capped: CISPO-style: -sg(min(ratio, 1 + eps)) x delta x log-prob" in help_text
     assert json.loads((copy / "run-echo" / "config.json").read_text())["task"]["name"] == "echo"
 
 

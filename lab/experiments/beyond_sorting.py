@@ -133,11 +133,12 @@ def paired(records: Records, comparison: Comparison, seeds: int) -> tuple[Interv
 def section_lines(results: dict[str, Records], seeds: int) -> list[str]:
     """RESULTS.md's section: one row per (claim, task), then which verdicts are sorting's alone."""
     lines = ["## The lecture's conclusions beyond sorting", "",
-             f"The lecture's main verdicts re-decided on every task in `tasks/` (docs/tasks.md), each on its own prompts "
-             f"under its default reward, the lecture's settings otherwise; {seeds} seeds, the two settings of a row "
-             "paired by seed. Rules: the docstring of `lab/experiments/beyond_sorting.py` (little difference = within "
-             f"+-{MARGIN:g} of the optimum's reward fraction); detectable = the smallest true difference these seeds "
-             f"find with {POWER:.0%} power. Every other section of this page is the lecture's task's (sorting).", "",
+             "The lecture's main verdicts re-decided on every task in `tasks/` (docs/tasks.md), each on its "
+             f"own prompts under its default reward, the lecture's settings otherwise; {seeds} seeds, the two "
+             "settings of a row paired by seed. Rules: the docstring of `lab/experiments/beyond_sorting.py` "
+             f"(little difference = within +-{MARGIN:g} of the optimum's reward fraction); detectable = the "
+             f"smallest true difference these seeds find with {POWER:.0%} power. Every other section of this page "
+             "is the lecture's task's (sorting).", "",
              "| the lecture says | task (reward) | decided by | a - b [95% paired t] | detectable | verdict |",
              "| --- | --- | --- | --- | --- | --- |"]
     verdicts: dict[str, dict[str, str]] = {}

@@ -27,7 +27,7 @@ from lab.exact.sampler_bias import relative_bias, response_tables, sampler_updat
 from lab.training.config import TrainConfig
 from lab.training.kinds import Factorized
 from lab.training.runs import RunGroups
-from tasks.sorting import make_task
+from tasks.catalog import default_task
 
 STUCK = {"delta": "centered", "loss": "clipped"}
 """The lecture's stuck setting (lab.experiments.exploration_results.STUCK at init scale 1)."""
@@ -68,14 +68,14 @@ def sampler_configs(seeds: int, base: TrainConfig) -> tuple[list[TrainConfig], d
 
 def initial_logits(seeds: int, base: TrainConfig) -> torch.Tensor:
     """float64[seed batch pos vocab]: each seed's initial per-position logits on the lecture's prompts."""
-    task, configs = make_task(), [base.replace(seed=s) for s in range(seeds)]
+    task, configs = default_task(), [base.replace(seed=s) for s in range(seeds)]
     kind = Factorized(task, configs, [torch.Generator().manual_seed(s) for s in range(seeds)],
                       RunGroups([c.reward for c in configs], "cpu"), torch.device("cpu"))
     return kind.logits.double()
 
 
 def rewards_of(base: TrainConfig) -> torch.Tensor:
-    task = make_task()
+    task = default_task()
     return reward_table(task.prompts, task.reward_fn(base.reward), task.vocab_size, task.response_length).double()
 
 
@@ -151,6 +151,6 @@ def samplers_work(seeds: int, base: TrainConfig, sweep_work) -> float:
 def run_samplers(seeds: int, base: TrainConfig, run_sweep, device="cpu", progress=None) -> dict:
     """The section's records, groups and exact numbers (module docstring)."""
     configs, groups = sampler_configs(seeds, base)
-    records = run_sweep(make_task(), configs, device=device, progress=progress)
+    records = run_sweep(default_task(), configs, device=device, progress=progress)
     return {"records": records, "groups": groups, "seeds": seeds, "cost": initial_cost(seeds, base),
             "bias": bias_tables(base), "reference": reference_numbers(base)}

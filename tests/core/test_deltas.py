@@ -141,7 +141,8 @@ def test_a_constant_group_gives_exact_zeros_never_nan(value, group_size):
 @pytest.mark.parametrize("mode", sorted(NEEDS_GROUP, key=lambda m: m.value))
 def test_a_group_of_one_is_an_error_for_baseline_modes(mode):
     """Centered, normalized and loo have no baseline with one response per prompt."""
-    assert NEEDS_GROUP == {DeltaMode.centered, DeltaMode.normalized, DeltaMode.loo, DeltaMode.batch}
+    assert {DeltaMode.centered, DeltaMode.normalized, DeltaMode.loo, DeltaMode.batch} <= NEEDS_GROUP
+    assert not NEEDS_GROUP & {DeltaMode.raw, DeltaMode.max, DeltaMode.gae}
     with pytest.raises(ValueError, match=f"{mode.value!r} needs a group of at least 2.*got group size 1"):
         compute_deltas(torch.tensor([[1.0], [2.0]]), mode)
 
