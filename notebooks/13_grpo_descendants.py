@@ -84,7 +84,7 @@ for rho in (1.0, 1.25, 1.8):
 # At ratio 1 every weight printed is 1: at theta = theta_old all these losses have the plain policy gradient (claim
 # 45 in docs/claims.md). At 1.25 PPO's clip gives 0 and clip-higher still 1.25; at 1.8 both give 0 and CISPO its
 # cap 1.5, while SAPO's gate at tau = 1 still gives more than 1: it takes little away at these ratios, and it
-# never reaches 0 (claims 46, 47, 49).
+# never reaches 0 (claims 37, 38, 40).
 #
 # ## 2. The exact lens: what each loss keeps of the on-policy gradient
 #
@@ -131,7 +131,7 @@ print(f"largest difference from the on-policy gradient at theta_old, over the si
 # The old samples' gradient is the on-policy one only when each response is weighed by its own likelihood ratio
 # `pi_theta(y) / pi_old(y)`, the product of its token ratios (importance sampling). PPO weighs each token by its
 # own ratio; GSPO weighs every token of a response by `s = exp(mean_t log rho_t)`, the geometric mean. Neither is
-# the sequence's ratio: both miss `g_on` once theta moves (claim 48), by the relative errors printed here, at
+# the sequence's ratio: both miss `g_on` once theta moves (claim 39), by the relative errors printed here, at
 # PPO's theta after the 10 steps above.
 
 # %%

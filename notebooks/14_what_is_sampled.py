@@ -58,7 +58,7 @@ base = TrainConfig(epochs=EPOCHS, **STUCK)
 # `p_v = P(R = v)` for one response, such a group comes with probability `q = sum_v p_v^G`. DAPO drops it
 # and draws again (the lab redraws the group *of the same prompt*, since its prompts are a fixed set), up
 # to a cap of N groups. So the groups drawn per prompt are `S_N = 1 + q + ... + q^(N-1)` in expectation,
-# and the kept group still has no signal with probability `q^N` (claim 60 in docs/claims.md). Here are
+# and the kept group still has no signal with probability `q^N` (claim 42 in docs/claims.md). Here are
 # `q` and `S_10` for the three prompts at seed 0's initial policy, and the reward law of one response
 # before and after the filter:
 
@@ -78,7 +78,7 @@ for b in range(3):
 # The prompt whose q is largest costs the most groups, and its kept responses move mass toward the
 # reward values the plain policy rarely draws: a kept group must hold at least two different rewards.
 # Under a group baseline nothing else changes: the kept group's expected update is exactly `S_N` times
-# the plain one (claim 61). Dynamic sampling reweighs the prompts; it does not turn any prompt's update.
+# the plain one (claim 43). Dynamic sampling reweighs the prompts; it does not turn any prompt's update.
 #
 # Does it make the stuck setting sort? Four seeds each, the same seeds, 60 epochs:
 
@@ -130,13 +130,13 @@ assert any(trades) and any(wins)  # masking trades bias for variance somewhere, 
 
 # %% [markdown]
 # Uncorrected, the bias grows with K. The sequence weight `pi(y) / mu(y)` with no bounds removes it
-# exactly (claim 62), at a variance that grows fast with K; that is why TRL bounds it at `C_max = 3` by
+# exactly (claim 44), at a variance that grows fast with K; that is why TRL bounds it at `C_max = 3` by
 # default. Truncating (`token_truncate`, `sequence_truncate`) keeps every response and caps its weight,
 # so it leaves the bias of the capped mass; masking drops the far-off responses whole, which leaves
-# their whole on-policy term as bias (claim 63 gives both exactly). The table shows that the trade is not
+# their whole on-policy term as bias (claim 45 gives both exactly). The table shows that the trade is not
 # one-way: at some K masking has more bias and less variance than truncation, at others it wins both.
 # The last assertion above is the headline: at K = 20 token truncation removes more than half of the
-# uncorrected bias. The per-token weights are never exact (claim 62): a token's weight corrects only its
+# uncorrected bias. The per-token weights are never exact (claim 44): a token's weight corrects only its
 # own position, and the delta depends on all of them.
 #
 # ## 3. A reference that follows the policy
@@ -145,7 +145,7 @@ assert any(trades) and any(wins)  # masking trades bias for variance somewhere, 
 # optimum (claim 26). TR-DPO moves the reference, `phi_ref <- alpha phi + (1 - alpha) phi_ref` every tau
 # steps (TRL's `sync_ref_model`, `ref_model_mixup_alpha`, `ref_model_sync_steps`); the lab's
 # `--kl-period` is the case alpha = 1. At a fixed point of a moving reference the reference *is* the
-# policy, so the penalty's gradient vanishes and only the reward's maximisers are fixed (claim 64): a
+# policy, so the penalty's gradient vanishes and only the reward's maximisers are fixed (claim 46): a
 # following reference ascends `E[r]`, with the penalty as a trust region. The exact iteration in the
 # tabular class, beta 0.1, 3000 steps (expected reward as a share of the optimum, KL to the start):
 

@@ -154,7 +154,7 @@ def reward_model(
     try:
         reward = task_reward(reward, task)  # None: the task's default (the one a run trains against)
         options = prompt_options(prompts, vocab_size, num_prompts, prompt_length, heldout, prompt_seed, task)
-        vocab_size = options["vocab_size"]  # the task's own where not given
+        vocab_size = options["vocab_size"]  # None (not given): the task's own
     except ValueError as e:
         fail(cli_message(str(e)))
     settings = dict(reward=reward, size=size.value, pairs_per_prompt=pairs_per_prompt,

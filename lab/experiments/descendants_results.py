@@ -111,10 +111,10 @@ def section_lines(result: dict, seeds: int) -> list[str]:
     solved = optimal_everywhere(records).astype(float)
     out = ["## GRPO's descendants: what each changes in the expected update, then trained "
            "(DAPO, GSPO, MiniMax-M1, SAPO, the 80/20 paper)", "",
-           f"**The exact lens** (`lab/exact/surrogate_lens.py`, claims 45-49): from the lecture's initial policy (seed "
+           f"**The exact lens** (`lab/exact/surrogate_lens.py`, claims 36-40): from the lecture's initial policy (seed "
            f"5), {LENS_STEPS} plain gradient steps of size {LENS_LR} on one batch's expected surrogate (pi_old's "
            "samples, every response enumerated), then each loss's expected gradient against the on-policy one. At "
-           "theta_old every loss has the policy gradient (claim 45); the top-entropy gate keeps only its positions'.", "",
+           "theta_old every loss has the policy gradient (claim 36); the top-entropy gate keeps only its positions'.", "",
            "| loss | share of the on-policy gradient kept | cosine | max logit moved |", "| --- | --- | --- | --- |"]
     out += [f"| {row.name} | {row.kept:.3f} | {row.cosine:.3f} | {row.moved:.4f} |" for row in result["lens"]]
     out += ["", f"**Trained**: {first.epochs} epochs x {first.steps} steps, G = {first.group_size}, centered deltas, "
@@ -155,7 +155,7 @@ def verdict_rows(records, groups: list[list[int]]) -> list[tuple]:
             higher),
         row("CISPO keeps the gradient PPO's clip drops, and learns faster (MiniMax-M1)",
             "final E[r], CISPO minus PPO, above 0", reward, "CISPO (eps_max 5)"),
-        row("the sequence ratio makes training better (GSPO; its variance claim: claim 48)",
+        row("the sequence ratio makes training better (GSPO; its variance claim: claim 39)",
             "final E[r], GSPO minus PPO, above 0", reward, "GSPO's sequence ratio"),
         row("SAPO's soft gate beats the hard clip (SAPO)", "final E[r], SAPO minus PPO, above 0", reward, "SAPO"),
         row("training on the top 20% of tokens by entropy matches training on all (the 80/20 paper)",

@@ -113,8 +113,8 @@ def section_lines(result: dict) -> list[str]:
            + ". Its cost: "
            f"{mean_interval(cost).text(2)} groups drawn per prompt and epoch over the run (1 without it); at the "
            f"first epoch the exact expected cost sum_b S_N(q_b) is {result['cost'].mean():.2f} groups against "
-           f"{drawn[g['dynamic'], 0].mean():.2f} drawn (mean over seeds; claim 60). Under a group baseline each "
-           "kept group's expected update is S_N times the plain one (claim 61): dynamic sampling reweighs the "
+           f"{drawn[g['dynamic'], 0].mean():.2f} drawn (mean over seeds; claim 42). Under a group baseline each "
+           "kept group's expected update is S_N times the plain one (claim 43): dynamic sampling reweighs the "
            "prompts, it does not turn any prompt's expected update.", ""]
     stale, removed, trades = stale_lines(result, final, g)
     out += stale
@@ -125,7 +125,7 @@ def section_lines(result: dict) -> list[str]:
                                                                    "moves further", "moves less far")
             + "; final mean reward, synced minus frozen: " + verdict(final[g["synced"]], final[g["frozen"]],
                                                                     "higher", "lower")
-            + ". The exact iteration (claim 64; 3000 steps, tabular class): expected reward / optimum and KL to pi_0 "
+            + ". The exact iteration (claim 46; 3000 steps, tabular class): expected reward / optimum and KL to pi_0 "
             + ", ".join(f"{name} {r:.3f}, {k:.2f} nats" for name, (r, k) in ref.items())
             + ": a frozen reference ascends J_beta and stops at its optimum, a following one ascends E[r].", ""]
     entropy = sampling_entropy(records)
@@ -162,7 +162,7 @@ def stale_lines(result: dict, final: np.ndarray, g: dict) -> tuple[list[str], di
             + ("most" if removed > 0.5 else "not most") + "); against sequence truncation, sequence masking "
             + trade_word(k["sequence-mask"], k["sequence-truncate"]) + "; against token truncation, token masking "
             + trade_word(k["token-mask"], k["token-truncate"]) + " (exact; per K in the table). The unbounded "
-            "sequence weight has no bias (claim 62) at a variance that grows with K.", "",
+            "sequence weight has no bias (claim 44) at a variance that grows with K.", "",
             f"Trained (K = {LAG} optimizer steps, {LAG / result['records'].configs[0].steps:g} epochs behind): final "
             "mean reward, stale minus on-policy "
             + verdict(final[g["stale"]], final[g["plain"]], "higher", "lower") + "; token-truncate minus uncorrected "

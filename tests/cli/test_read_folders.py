@@ -261,7 +261,8 @@ READER_MODULES = {
     "lab/files/output_folders.py", "lab/figures/figure_files.py",  # the marks (checked for soundness there)
     "lab/training/kinds.py", "lab/training/preference_pairs.py",  # after the command's reader: policy.pt, pairs.csv
     "lab/policies/__init__.py",  # load_policy: the Python API's, for a policy.pt the user names
-    "lab/cli/task_options.py", "tasks/prompts.py",  # a --prompts JSON list typed on the command line, not a file
+    "lab/cli/options.py", "lab/cli/task_options.py", "tasks/sorting.py",  # a --prompts JSON list typed on the
+    "tasks/prompts.py",  # command line, not a file
 }
 
 

@@ -137,7 +137,7 @@ LENS_SEEDS = range(5)
 
 
 def lecture_lens(seed: int):
-    """The exact lens's setting of claims 45-49 (lab/exact/surrogate_lens.py): (old logits float64[3 3 5], every
+    """The exact lens's setting of claims 36-40 (lab/exact/surrogate_lens.py): (old logits float64[3 3 5], every
     response int[125 3], advantages r - E_old r float64[3 125]) on the lecture's prompts, inclusion-ordering."""
     from lab.exact.enumeration import reward_table
     from lab.exact.surrogate_lens import population_advantages

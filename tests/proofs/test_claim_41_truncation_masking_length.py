@@ -1,4 +1,4 @@
-"""Claim 50 (docs/claims.md): masking truncated responses (`--mask-truncated-completions`, DAPO's overlong
+"""Claim 41 (docs/claims.md): masking truncated responses (`--mask-truncated-completions`, DAPO's overlong
 filtering) takes their terms out of the expected update, their deltas still made from the whole group; on claim
 20's case it lengthens wrong responses relative to keeping them, under every aggregation: per unit of J gained,
 E[|o| ; wrong] falls by 2.210 instead of 2.478 (constant divisor C), 1.125 instead of 1.662 (1/|o|) and 1.855
@@ -18,7 +18,7 @@ from lab.exact import varlen as exact_varlen
 AGGREGATIONS = ("seq-mean-token-sum-norm", "seq-mean-token-mean", "token-mean")
 
 
-def test_claim_50_masking_drops_exactly_the_truncated_responses_terms():
+def test_claim_41_masking_drops_exactly_the_truncated_responses_terms():
     """The masked expected update equals the enumeration over all 15^4 groups with each truncated response's weight
     set to 0 (its deltas unchanged), by both of varlen's paths (delta moments and tuples) for the per-sequence
     aggregations; 8 of the 15 responses are truncated. Mutant: masking the responses that end with EOS instead
@@ -47,7 +47,7 @@ def test_claim_50_masking_drops_exactly_the_truncated_responses_terms():
     assert not torch.allclose(masked, mutant, atol=1e-6)
 
 
-def test_claim_50_masking_lengthens_wrong_responses_relative_to_keeping_them():
+def test_claim_41_masking_lengthens_wrong_responses_relative_to_keeping_them():
     """Per unit of J: (D_u E[|o| ; wrong] with the mask, without it) for each aggregation, to 1e-3; the masked one is
     the larger in each. Mutant: 'masking shortens wrong responses' fails all three."""
     policy, prompts, right = case()

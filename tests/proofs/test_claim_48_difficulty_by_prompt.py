@@ -1,4 +1,4 @@
-"""Claim 41 (docs/claims.md): on the rearrangement task (tasks/permutation.py) a prompt has n! / prod_v c_x(v)!
+"""Claim 48 (docs/claims.md): on the rearrangement task (tasks/permutation.py) a prompt has n! / prod_v c_x(v)!
 optimal responses, so a uniform sample is optimal with that over V^n and prompts differ in difficulty from the first
 epoch (Dr. GRPO's question-level difficulty bias, Liu et al. 2025, arXiv:2503.20783); sorting's exact-match has one
 optimum per prompt. Exact by enumeration of every prompt and response of a small space.
@@ -23,7 +23,7 @@ def success_probabilities(task, reward: str, init_scale: float) -> torch.Tensor:
     return (probs * table).sum(-1)
 
 
-def test_claim_41_a_rearrangement_prompts_uniform_chance_is_its_number_of_arrangements_over_the_space():
+def test_claim_48_a_rearrangement_prompts_uniform_chance_is_its_number_of_arrangements_over_the_space():
     """For every prompt of length 3 over 0..2 (27 of them), the count of responses that are its permutations is
     n! / prod_v c(v)! (6, 3 or 1), so a uniform sample is optimal with that over 27 (`uniform_success`). Mutant
     tried: n! alone (repeated tokens not divided out) fails on [0, 0, 1]."""
@@ -35,7 +35,7 @@ def test_claim_41_a_rearrangement_prompts_uniform_chance_is_its_number_of_arrang
         assert count == {3: 6, 2: 3, 1: 1}[len(set(prompt))]
 
 
-def test_claim_41_the_default_prompts_differ_in_difficulty_by_their_arrangements():
+def test_claim_48_the_default_prompts_differ_in_difficulty_by_their_arrangements():
     """permutation's own prompts [1, 0, 2], [3, 3, 4], [2, 2, 2] have 6, 3 and 1 optimal responses; at init scale
     0.1 (close to uniform) the initial policy's chance of an optimal sample follows that order on the three prompts,
     and is within a factor 2 of the uniform policy's 6/125, 3/125 and 1/125."""

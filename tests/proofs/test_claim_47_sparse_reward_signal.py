@@ -1,4 +1,4 @@
-"""Claim 40 (docs/claims.md): under a 0/1 reward a group of G samples carries a gradient with probability
+"""Claim 47 (docs/claims.md): under a 0/1 reward a group of G samples carries a gradient with probability
 1 - (1 - p)^G - p^G (p = pi(target | x)); a group baseline gives an equal group exact zeros; on the reversal task
 (tasks/reverse.py) at the lecture's initialisation that is rare on every prompt.
 
@@ -30,7 +30,7 @@ def success_probabilities(task, reward: str, init_scale: float) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 0.93, 1.0])
-def test_claim_40_a_groups_chance_of_unequal_zero_one_rewards_is_one_minus_both_uniform_outcomes(p):
+def test_claim_47_a_groups_chance_of_unequal_zero_one_rewards_is_one_minus_both_uniform_outcomes(p):
     """P(a group of G = 3 has unequal 0/1 rewards) = 1 - (1 - p)^3 - p^3: every one of the 4^3 groups of a
     two-token response space over {0, 1} enumerated, the target [1, 0] (reversed prompt [0, 1]) holding mass p.
     Mutant tried: 1 - (1 - p)^G (the all-correct group forgotten) fails at p = 0.5."""
@@ -44,7 +44,7 @@ def test_claim_40_a_groups_chance_of_unequal_zero_one_rewards_is_one_minus_both_
                                     abs=1e-12)
 
 
-def test_claim_40_a_group_of_equal_rewards_moves_no_group_baseline_policy():
+def test_claim_47_a_group_of_equal_rewards_moves_no_group_baseline_policy():
     """centered, normalized and loo deltas are exact zeros on a group of equal 0/1 rewards (all wrong or all right),
     so such a group adds nothing to the loss's gradient; raw deltas of an all-right group do not vanish."""
     for rewards in ([0.0] * 10, [1.0] * 10):
@@ -53,7 +53,7 @@ def test_claim_40_a_group_of_equal_rewards_moves_no_group_baseline_policy():
     assert compute_deltas(torch.tensor([[1.0] * 10]), "raw").abs().max() == 1
 
 
-def test_claim_40_at_the_lectures_initialisation_a_reversal_group_rarely_carries_a_gradient():
+def test_claim_47_at_the_lectures_initialisation_a_reversal_group_rarely_carries_a_gradient():
     """Reverse on the lecture's prompts, exact-match, G = 10, the lecture's initial policy (seed 5, init scale 1):
     a group carries a gradient with probability below 7% on every prompt, and below 1e-9 on [3, 2, 4] (p = 7e-17);
     at init scale 0.1 (a flatter start) below 9% on every prompt: most epochs teach nothing either way. Sorting's

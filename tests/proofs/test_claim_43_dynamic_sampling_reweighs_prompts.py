@@ -1,8 +1,8 @@
-"""Claim 61 (docs/claims.md): under a group baseline, dynamic sampling multiplies each prompt's expected update by
+"""Claim 43 (docs/claims.md): under a group baseline, dynamic sampling multiplies each prompt's expected update by
 its expected cost S_N = sum_{k<N} q^k, and changes nothing else.
 
 A group whose rewards are all equal has zero centered, normalized and loo deltas, so it contributes nothing to the
-update; the kept group's law is p(g) S_N on groups with signal (claim 60), so E[update | kept] = S_N E[update]:
+update; the kept group's law is p(g) S_N on groups with signal (claim 42), so E[update | kept] = S_N E[update]:
 the direction of each prompt's expected update is unchanged, and a prompt where signal is rare (q near 1) weighs
 up to 1 / (1 - q) times more in the batch. Derived here from DAPO's filter (arXiv:2503.14476, section 3.2).
 Checked by enumerating every group of G from four responses in float64.
@@ -43,7 +43,7 @@ def kept(group_size, cap):
 
 @pytest.mark.parametrize("mode", ["centered", "normalized", "loo"])
 @pytest.mark.parametrize("group_size, cap", [(2, 3), (3, 2), (2, 10)])
-def test_claim_61_dynamic_sampling_scales_each_prompts_expected_update_by_its_cost(mode, group_size, cap):
+def test_claim_43_dynamic_sampling_scales_each_prompts_expected_update_by_its_cost(mode, group_size, cap):
     """E[update | kept] = S_N E[update] to 1e-12 for every group baseline. Mutant: raw deltas (flat groups of
     reward 1 or 3 carry nonzero deltas) break the identity."""
     law, s = kept(group_size, cap)

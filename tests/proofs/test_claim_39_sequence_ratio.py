@@ -1,4 +1,4 @@
-"""Claim 48 (docs/claims.md): of the ratios a loss can weigh old samples by, only the sequence's likelihood ratio
+"""Claim 39 (docs/claims.md): of the ratios a loss can weigh old samples by, only the sequence's likelihood ratio
 pi_theta(y) / pi_old(y) (the product of its token ratios) makes their expected gradient the on-policy gradient;
 token ratios and GSPO's geometric mean s_i = exp(mean_t log rho_t) are biased once theta leaves theta_old. Under
 the clip (eps 0.2), GSPO's sequence ratio lowers the update's relative variance, tr Cov[grad L(y)] / ||E grad
@@ -20,7 +20,7 @@ from lab.exact.surrogate_lens import (expected_gradient, inner_steps, on_policy_
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_claim_48_only_the_sequence_likelihood_ratio_recovers_the_on_policy_gradient(seed):
+def test_claim_39_only_the_sequence_likelihood_ratio_recovers_the_on_policy_gradient(seed):
     """-sum_y pi_old(y) (pi_theta(y) / pi_old(y)) A(y) grad log pi_theta(y) / L = g_on(theta) to 1e-12 at PPO's
     theta_S; the unclipped loss with token ratios and with GSPO's s_i miss it by over 1%. Mutant: the token
     ratios' gradient held to the same equality fails."""
@@ -39,7 +39,7 @@ def test_claim_48_only_the_sequence_likelihood_ratio_recovers_the_on_policy_grad
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_claim_48_under_the_clip_the_sequence_ratio_lowers_the_relative_variance(seed):
+def test_claim_39_under_the_clip_the_sequence_ratio_lowers_the_relative_variance(seed):
     """At PPO's theta_S: relative variance with s_i below that with token ratios; absolute variance above. Mutant:
     'the sequence ratio lowers the absolute variance under the clip' fails from every pi_old here."""
     old, responses, advantages = lecture_lens(seed)

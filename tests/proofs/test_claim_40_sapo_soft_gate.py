@@ -1,4 +1,4 @@
-"""Claim 49 (docs/claims.md): SAPO's soft gate silences no token. Its per-token gradient is -w(rho) d with
+"""Claim 40 (docs/claims.md): SAPO's soft gate silences no token. Its per-token gradient is -w(rho) d with
 w(rho) = 4 rho sigma(tau (rho - 1)) (1 - sigma(tau (rho - 1))): w(1) = 1 (the policy gradient at theta_old),
 w > 0 at every ratio, falling smoothly on both sides where PPO's clip drops to 0 at once; after S = 10 steps of lr
 1 on one batch it keeps over 80% of the on-policy gradient where PPO's clip keeps under half, from each of 5 random
@@ -20,7 +20,7 @@ from lab.exact.surrogate_lens import expected_gradient, inner_steps, kept_share,
 
 
 @pytest.mark.parametrize("delta, tau", [(1.0, 1.0), (-1.0, 1.05)])
-def test_claim_49_the_gate_weighs_each_token_by_a_positive_bell_equal_to_one_at_ratio_one(delta, tau):
+def test_claim_40_the_gate_weighs_each_token_by_a_positive_bell_equal_to_one_at_ratio_one(delta, tau):
     """The gradient of SAPO's loss on one token is -w(rho) d for rho from 0.05 to 20, w as stated (tau by the
     delta's sign); w(1) = 1 and w > 0 throughout. Mutant: the gate without its 4 / tau (w(1) = tau / 4) fails."""
     rhos = torch.tensor([0.05, 0.5, 0.9, 1.0, 1.1, 1.5, 3.0, 20.0], dtype=torch.float64)
@@ -36,7 +36,7 @@ def test_claim_49_the_gate_weighs_each_token_by_a_positive_bell_equal_to_one_at_
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_claim_49_sapo_keeps_more_of_the_on_policy_gradient_than_the_hard_clip(seed):
+def test_claim_40_sapo_keeps_more_of_the_on_policy_gradient_than_the_hard_clip(seed):
     """kept at each loss's own theta_S: SAPO > 0.8 > 0.5 > PPO. Mutant: SAPO with tau = 30 on both sides (a gate
     close to a hard step) fails the 80%."""
     old, responses, advantages = lecture_lens(seed)

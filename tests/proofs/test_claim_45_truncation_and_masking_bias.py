@@ -1,6 +1,6 @@
-"""Claim 63 (docs/claims.md): what truncating and masking the sequence weight leave of a sampler's bias, exactly.
+"""Claim 45 (docs/claims.md): what truncating and masking the sequence weight leave of a sampler's bias, exactly.
 
-With w(y) = pi(y) / mu(y), g_1(y) the on-policy update of response y (claim 62) and bounds [C_min, C_max]:
+With w(y) = pi(y) / mu(y), g_1(y) the on-policy update of response y (claim 44) and bounds [C_min, C_max]:
 
     truncate   E_mu[clamp(w) g_1] - E_pi[g_1] = sum_{w > C_max} (C_max mu - pi) g_1
                                               + sum_{w < C_min} (C_min mu - pi) g_1
@@ -37,7 +37,7 @@ def on_policy_terms(log_pi, rewards):
 
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), low=st.floats(0.05, 0.9), high=st.floats(1.1, 4.0))
-def test_claim_63_truncation_and_masking_leave_exactly_the_clipped_terms(seed, low, high):
+def test_claim_45_truncation_and_masking_leave_exactly_the_clipped_terms(seed, low, high):
     """Both identities to 1e-12. Mutant: the truncation identity with pi in place of C_max mu (as if truncation
     dropped the clipped responses) fails wherever some weight is clipped."""
     log_pi, log_mu, rewards = case(seed)

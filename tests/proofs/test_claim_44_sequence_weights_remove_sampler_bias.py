@@ -1,4 +1,4 @@
-"""Claim 62 (docs/claims.md): responses from a sampler mu != pi bias the expected update; the sequence weight
+"""Claim 44 (docs/claims.md): responses from a sampler mu != pi bias the expected update; the sequence weight
 pi(y) / mu(y) removes the bias exactly, the per-token weights pi_t / mu_t do not.
 
 At the first step (pi_old = pi) one response's update in logits is g(y) = (d(y) / L) sum_t W_t(y) (e_{y_t} - pi_t)
@@ -30,7 +30,7 @@ def policies(seed, shift):
 
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), shift=st.floats(0.3, 1.5), baseline=st.booleans())
-def test_claim_62_sequence_weights_are_unbiased_and_token_weights_are_not(seed, shift, baseline):
+def test_claim_44_sequence_weights_are_unbiased_and_token_weights_are_not(seed, shift, baseline):
     """Unbounded sequence weights: relative bias < 1e-10 (raw deltas and deltas with the exact baseline). The
     uncorrected sampler and the per-token weights are biased: checked on a fixed counterexample (seed 0), where both
     exceed 1e-2. Mutant: the sequence weight mu / pi (inverted) is biased."""
@@ -42,7 +42,7 @@ def test_claim_62_sequence_weights_are_unbiased_and_token_weights_are_not(seed, 
     assert relative_bias(inverted.mean, on_policy).max() > 1e-6 or shift < 1e-3  # the mutant
 
 
-def test_claim_62_counterexample_uncorrected_and_token_weights_stay_biased():
+def test_claim_44_counterexample_uncorrected_and_token_weights_stay_biased():
     log_pi, log_mu, rewards = policies(0, 1.0)
     on_policy = sampler_update(log_pi, log_pi, rewards).mean
     for correction in (None, "token-truncate"):

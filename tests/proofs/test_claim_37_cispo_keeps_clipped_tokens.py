@@ -1,4 +1,4 @@
-"""Claim 46 (docs/claims.md): CISPO keeps the gradient of the tokens PPO's clip silences. Per token, -sg(min(rho,
+"""Claim 37 (docs/claims.md): CISPO keeps the gradient of the tokens PPO's clip silences. Per token, -sg(min(rho,
 eps_max)) d l has gradient -min(rho, eps_max) d where PPO's has 0 (d > 0, rho > 1 + eps; d < 0, rho < 1 - eps); in
 expectation, after S = 10 steps of lr 1 on one batch, CISPO keeps over 80% of the on-policy gradient where PPO's
 clip (eps = 0.2) keeps under half, in each of 5 random pi_old; a cap that binds (eps_max = 1.2) keeps less than
@@ -27,7 +27,7 @@ def token_gradient(loss: str, rho: float, delta: float, **settings) -> float:
 
 
 @pytest.mark.parametrize("rho, delta", [(1.5, 1.0), (0.5, -1.0), (8.0, 2.0)])
-def test_claim_46_a_token_ppo_silences_keeps_a_capped_gradient_under_cispo(rho, delta):
+def test_claim_37_a_token_ppo_silences_keeps_a_capped_gradient_under_cispo(rho, delta):
     """PPO (eps 0.2): 0; CISPO (eps_max 5): -min(rho, 5) d. Mutant: CISPO's weight without its stop-gradient
     (gradient -w d (1 + log rho) below the cap) fails at rho = 1.5 and 0.5."""
     assert token_gradient("clipped", rho, delta, clip_eps=0.2) == 0.0
@@ -37,7 +37,7 @@ def test_claim_46_a_token_ppo_silences_keeps_a_capped_gradient_under_cispo(rho, 
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_claim_46_after_steps_on_one_batch_cispo_keeps_more_of_the_on_policy_gradient_than_the_clip(seed):
+def test_claim_37_after_steps_on_one_batch_cispo_keeps_more_of_the_on_policy_gradient_than_the_clip(seed):
     """kept = <g, g_on> / <g_on, g_on> at each loss's own theta_S. Mutant: CISPO with a cap of 0.3 (< 1: a weight
     that shrinks every token) fails the claim's 80%."""
     old, responses, advantages = lecture_lens(seed)

@@ -1,4 +1,4 @@
-"""Claim 45 (docs/claims.md): at theta = theta_old every descendant of the clip has the policy gradient as its
+"""Claim 36 (docs/claims.md): at theta = theta_old every descendant of the clip has the policy gradient as its
 expected gradient, so their exact flows (lr -> 0, a fresh batch per step) are GRPO's; they part only on a reused
 batch. The top-entropy gate keeps exactly the gated positions' part of it.
 
@@ -27,7 +27,7 @@ DESCENDANTS = {
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("name", list(DESCENDANTS))
-def test_claim_45_every_descendant_has_the_policy_gradient_at_theta_old(name, seed):
+def test_claim_36_every_descendant_has_the_policy_gradient_at_theta_old(name, seed):
     """Each ratio is 1 at theta_old: the clips are inactive, CISPO's weight min(1, eps_max) = 1, SAPO's gate has
     slope 4 sigmoid'(0) = 1, VESPO's phi(1) = 1, GSPO's and LUSPO's s_i = 1. Equal to 1e-12. Mutant: CISPO with a
     cap eps_max = 0.5 < 1 halves the gradient and fails."""
@@ -40,7 +40,7 @@ def test_claim_45_every_descendant_has_the_policy_gradient_at_theta_old(name, se
 
 
 @pytest.mark.parametrize("quantile", [0.2, 0.5])
-def test_claim_45_the_top_entropy_gate_keeps_the_gated_positions_part_of_the_policy_gradient(quantile):
+def test_claim_36_the_top_entropy_gate_keeps_the_gated_positions_part_of_the_policy_gradient(quantile):
     """With the gate, the expected gradient at theta_old is the policy gradient on the gated (prompt, position)
     entries and 0 elsewhere (the factorised policy's positions are separate parameters). Mutant: the gate's
     complement (the low-entropy positions) fails."""

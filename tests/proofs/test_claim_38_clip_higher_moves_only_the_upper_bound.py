@@ -1,4 +1,4 @@
-"""Claim 47 (docs/claims.md): clip-higher moves only the upper clip bound. A token with d > 0 and a ratio in
+"""Claim 38 (docs/claims.md): clip-higher moves only the upper clip bound. A token with d > 0 and a ratio in
 (1 + eps, 1 + eps_high] keeps its gradient -rho d, the negative side is PPO's; so at any theta the expected fraction
 of tokens it silences is at most PPO's (exactly, by enumeration; from 4 of 5 random pi_old strictly less after 10 steps). Whether that keeps the policy's entropy up, as
 DAPO reports, one batch does not decide: after S = 10 steps of lr 1 from 5 random pi_old, clip-higher ends above
@@ -20,7 +20,7 @@ from lab.exact.surrogate_lens import inner_steps, token_log_probs
 
 @pytest.mark.parametrize("rho, delta, ppo, higher", [
     (1.25, 1.0, 0.0, -1.25), (1.3, 1.0, 0.0, 0.0), (0.75, -1.0, 0.0, 0.0), (1.25, -1.0, 1.25, 1.25)])
-def test_claim_47_clip_higher_keeps_the_tokens_between_the_two_upper_bounds(rho, delta, ppo, higher):
+def test_claim_38_clip_higher_keeps_the_tokens_between_the_two_upper_bounds(rho, delta, ppo, higher):
     """eps = 0.2, eps_high = 0.28. Mutant: eps_high on both sides (the 0.75 token kept) fails."""
     for settings, expected in ((dict(clip_eps=0.2), ppo), (dict(clip_eps=0.2, epsilon_high=0.28), higher)):
         log_probs = torch.tensor([[[math.log(rho)]]], dtype=torch.float64, requires_grad=True)
@@ -38,7 +38,7 @@ def silenced(theta, old, responses, advantages, eps: float, eps_high: float) -> 
     return (weights * off.double().mean(-1)).sum(-1).mean().item()
 
 
-def test_claim_47_clip_higher_never_silences_more_tokens_than_ppo():
+def test_claim_38_clip_higher_never_silences_more_tokens_than_ppo():
     """At PPO's theta_S (10 steps, lr 1) from each pi_old: silenced(eps_high 0.28) <= silenced(0.2), strictly less
     from 4 of the 5 (from the fifth no token's ratio falls between 1.2 and 1.28). Mutant: the comparison reversed
     fails."""
@@ -51,7 +51,7 @@ def test_claim_47_clip_higher_never_silences_more_tokens_than_ppo():
     assert sum(higher < ppo for ppo, higher in pairs) == 4
 
 
-def test_claim_47_one_batch_does_not_decide_the_entropy_claim():
+def test_claim_38_one_batch_does_not_decide_the_entropy_claim():
     """Entropy of theta_S (mean over prompts and positions) under clip-higher minus PPO's: positive from some pi_old,
     negative from others. The claim's mutant, 'clip-higher's entropy is higher from every pi_old', fails here."""
     def entropy(theta):

@@ -1,4 +1,4 @@
-"""Claim 64 (docs/claims.md): with a KL penalty, a frozen reference stops the policy at the KL-regularised optimum;
+"""Claim 46 (docs/claims.md): with a KL penalty, a frozen reference stops the policy at the KL-regularised optimum;
 a reference that follows the policy (periodic refresh, or TR-DPO's mixing) lets it go on to the reward's maximiser.
 
 In the tabular class (per prompt, logits over every response) the expected update is u = pi v with
@@ -25,7 +25,7 @@ def initial(seed):
 
 
 @pytest.mark.parametrize("seed", [0])
-def test_claim_64_frozen_reference_stops_at_pi_star_and_a_following_one_at_the_maximiser(seed):
+def test_claim_46_frozen_reference_stops_at_pi_star_and_a_following_one_at_the_maximiser(seed):
     """Frozen (k2, beta 0.5, a = 1): the end is pi* to 1e-6, below max r by more than 0.05. Periodic (alpha 1,
     every 10 steps) and synced (alpha 0.6, every 10; alpha 0.1 every 3) references end with E[r] within 1e-3 of
     max r, for k2 and for the lab's k3. Mutant: a 'reference' mixed toward pi_0 instead of the policy stays below

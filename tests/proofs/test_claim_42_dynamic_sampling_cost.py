@@ -1,4 +1,4 @@
-"""Claim 60 (docs/claims.md): dynamic sampling's cost and the batch it keeps, in closed form.
+"""Claim 42 (docs/claims.md): dynamic sampling's cost and the batch it keeps, in closed form.
 
 With q = sum_v P(R = v)^G the chance a group of G has no signal and a cap of N draws per prompt, the groups drawn
 per prompt are S_N = sum_{k<N} q^k in expectation, the kept group is flat with probability q^N, and one kept
@@ -38,7 +38,7 @@ def enumerated(probs, rewards, group_size, cap, extra_term=0):
 
 @settings(max_examples=12, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), group_size=st.integers(2, 3), cap=st.integers(1, 3))
-def test_claim_60_dynamic_sampling_cost_and_kept_batch_in_closed_form(seed, group_size, cap):
+def test_claim_42_dynamic_sampling_cost_and_kept_batch_in_closed_form(seed, group_size, cap):
     """Random response distributions over 3 responses with rewards in {0, 1, 2}: the closed forms equal the
     enumeration to 1e-12. Mutant: a sampler allowed one draw past its cap (S_{N+1}) fails wherever q > 0."""
     g = torch.Generator().manual_seed(seed)
