@@ -208,11 +208,3 @@ def pull_to_length(records: Records, length: float, cap: int) -> str:
     exact = int((np.abs(recent[present] - length) < 1e-6).sum())
     return (f"In the last {LATE_EPOCHS} epochs {exact} of {int(present.sum())} (run, epoch) pairs with wrong samples "
             f"have a mean wrong length of exactly {length:g} tokens (lengths range 1 to {cap}).")
-
-
-def length_tasks() -> dict:
-    """The experiment's tasks by name: the lecture's, and Dr. GRPO's setting (both sorting)."""
-    from tasks.catalog import DEFAULT_TASK, default_task, make_named_task
-
-    return {LECTURE: default_task(),
-            DR_GRPO: make_named_task(DEFAULT_TASK, DR_GRPO_TASK["prompts"], DR_GRPO_TASK["vocab_size"])}

@@ -33,7 +33,7 @@ from lab.experiments.later_sections import later_sections
 from lab.experiments.sampler_results import samplers_work
 from lab.experiments.sections import (BEFORE_RL_FIGURE, CRITIC_FIGURE, DPO_FIGURE, LENGTH_FIGURE,
                                       OVEROPTIMISATION_FIGURE, SAMPLERS_FIGURE, DESCENDANTS_FIGURE, section_files)
-from tasks.catalog import default_task, task_names
+from tasks.catalog import DEFAULT_TASK, default_task, make_named_task, task_names
 
 LECTURE = TrainConfig()
 """The lecture's settings: 100 epochs x 10 steps, G = 10, Adam lr 1e-3, inclusion-ordering, naive loss."""
@@ -161,7 +161,21 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     from lab.experiments.overoptimisation import for_base, section_work as rm_work
     from lab.experiments.descendants_results import descendant_configs
 
-    configs, runs, lecture_runs = experiment_configs(experiments, seeds, base)
+    configs: list[TrainConfig] = []
+    index: dict[TrainConfig, int] = {}
+    runs, lecture_runs = {}, {}
+
+    def add(config: TrainConfig) -> int:
+        if config not in index:
+            index[config] = len(configs)
+            configs.append(config)
+        return index[config]
+
+    for experiment in experiments:
+        for i, overrides in enumerate(experiment.settings):
+            runs[experiment.name, i] = [add(config_of(overrides, seed, base)) for seed in range(seeds)]
+            lecture_runs[experiment.name, i] = add(config_of(overrides, LECTURE_SEED, base.replace(
+                sampler=Sampler.multinomial)))
     controls = controls and any(e.exploration for e in experiments)
     length_runs, length_pairs = lb.length_configs(seeds, base) if length_bias else ({}, [])
     dpo_runs, dpo_groups = dpo_configs(seeds, base) if dpo else ([], [])
@@ -184,7 +198,7 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
         reproduction.lr_control, reproduction.batch_effect = c.run_controls(default_task(), reproduction, base, device,
                                                                             controls_progress)
     if length_bias:  # its own batches (other shapes), then its exact numbers (lab.experiments.length_oracle)
-        by_name = lb.length_tasks()  # not `tasks`: that is the beyond-sorting section's argument
+        by_name = length_tasks()  # not `tasks`: that is the beyond-sorting section's argument
         reproduction.length_pairs = length_pairs
         reproduction.length = {name: run_sweep(by_name[name], runs, device=device, progress=stages(next(stage)))
                                for name, runs in length_runs.items()}
@@ -203,28 +217,6 @@ def run_reproduction(seeds: int = SEEDS, base: TrainConfig = LECTURE, device: to
     return reproduction
 
 
-def experiment_configs(experiments: tuple[Experiment, ...], seeds: int, base: TrainConfig
-                       ) -> tuple[list[TrainConfig], dict[tuple[str, int], list[int]], dict[tuple[str, int], int]]:
-    """Every distinct config of the experiments once, and which of them make up each (experiment, setting): its
-    seeds' runs and its run drawn as the lecture's script draws (seed 5, `sampler multinomial`)."""
-    configs: list[TrainConfig] = []
-    index: dict[TrainConfig, int] = {}
-    runs, lecture_runs = {}, {}
-
-    def add(config: TrainConfig) -> int:
-        if config not in index:
-            index[config] = len(configs)
-            configs.append(config)
-        return index[config]
-
-    for experiment in experiments:
-        for i, overrides in enumerate(experiment.settings):
-            runs[experiment.name, i] = [add(config_of(overrides, seed, base)) for seed in range(seeds)]
-            lecture_runs[experiment.name, i] = add(config_of(overrides, LECTURE_SEED, base.replace(
-                sampler=Sampler.multinomial)))
-    return configs, runs, lecture_runs
-
-
 FIGURES_S = (16.0, 1.6)
 """Seconds of `write_figures` in `lab.experiments.work`'s units: a fixed part and a part per seed. Measured on
 the 2-core VM under load (20-25 s at 6 and 12 seeds, 20 and 40 epochs alike), scaled by that moment's
@@ -237,6 +229,13 @@ def figures_work(seeds: int) -> float:
     """The estimated time of `write_figures` for a reproduction of `seeds` seeds, for its progress."""
     fixed, per_seed = FIGURES_S
     return fixed + per_seed * seeds
+
+
+def length_tasks() -> dict:
+    """The length-bias experiment's tasks by name: the lecture's, and Dr. GRPO's setting."""
+    from lab.experiments.length_bias import DR_GRPO, DR_GRPO_TASK, LECTURE
+
+    return {LECTURE: default_task(), DR_GRPO: make_named_task(DEFAULT_TASK, DR_GRPO_TASK["prompts"], DR_GRPO_TASK["vocab_size"])}
 
 
 def output_names(experiments: tuple[Experiment, ...] = EXPERIMENTS) -> list[str]:
