@@ -1,4 +1,4 @@
-"""Execute every lesson once into build/lessons/ (ignored by git), for the documentation site to show.
+"""Execute every lesson once into build/executed/notebooks/ (ignored by git), for the documentation site to show.
 
     python docs/hooks/execute_lessons.py          every lesson whose .ipynb or .py is newer than its executed copy
     python docs/hooks/execute_lessons.py --all    every lesson
@@ -20,7 +20,8 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
-EXECUTED = ROOT / "build" / "lessons"
+EXECUTED = ROOT / "build" / "executed" / "notebooks"
+"""Where the executed copies go: the site reads `notebooks/NN.ipynb` with build/executed/ as its source folder."""
 TIMEOUT_S = 600
 """The longest a lesson's cell may run (on a busy 2-core machine a lesson takes under a minute)."""
 

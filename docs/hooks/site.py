@@ -3,7 +3,7 @@ reference is generated from the command line itself, so neither can drift.
 
     README.md                  the start page (a README is its folder's index)
     notebooks/README.md        the lessons' page
-    notebooks/NN_name.ipynb    its executed copy in build/lessons/ (docs/hooks/execute_lessons.py), rendered by
+    notebooks/NN_name.ipynb    its executed copy in build/executed/ (docs/hooks/execute_lessons.py), rendered by
                                mkdocs-jupyter without running it; the nav's Lessons, each lesson found by its name
     figures/RESULTS.md, *.png  the results
     cli.md                     generated: the `lab` click command walked, each command's help, usage, options
@@ -30,7 +30,7 @@ LESSONS = "LESSONS"
 LINK = re.compile(r"(\]\()([^)\s]+)(\))")
 SKIPPED = ("__pycache__", ".ipynb_checkpoints")
 
-EXECUTED = ROOT / "build" / "lessons"
+EXECUTED = ROOT / "build" / "executed" / "notebooks"
 """The lessons' executed copies, which the site shows (`python docs/hooks/execute_lessons.py` writes them)."""
 
 REAL: dict[str, Path] = {}
@@ -111,11 +111,11 @@ def executed_lesson(config, relative: str, lesson: Path) -> File:
     executed = EXECUTED / lesson.name
     sources = [s for s in (lesson, lesson.with_suffix(".py")) if s.exists()]
     if not executed.exists() or any(s.stat().st_mtime > executed.stat().st_mtime for s in sources):
-        raise PluginError(f"{relative} has no up-to-date executed copy in build/lessons/: run "
+        raise PluginError(f"{relative} has no up-to-date executed copy in build/executed/: run "
                           "`python docs/hooks/execute_lessons.py` first (it executes the lessons that changed)")
-    file = File(relative, str(ROOT), config["site_dir"], config["use_directory_urls"])
-    file.abs_src_path = str(executed)
-    return file
+    # the same place on the site, read from the copy: build/executed/ is this file's source folder (mkdocs-jupyter
+    # wraps the File and reads the path mkdocs derives from src_dir and src_uri, so the path itself cannot be set)
+    return File(relative, str(EXECUTED.parent), config["site_dir"], config["use_directory_urls"])
 
 
 def nav_pages(config) -> set[str]:
