@@ -29,8 +29,20 @@ from tasks import OPTIMAL_TOLERANCE
 MC_SAMPLES = 1024
 """Responses per prompt and epoch of the Monte Carlo fallback."""
 CHUNK_ENTRIES = 2**22
-"""Entries built at once (runs x epochs x prompts x responses, or x samples x vocab for the Monte Carlo
-estimate): memory stays at tens of MB whatever the sweep's size."""
+"""Entries built at once (runs x epochs x prompts x responses, or for the Monte Carlo estimate `mc_entries`):
+memory stays at tens of MB whatever the sweep's size, until one epoch alone is larger."""
+
+
+def mc_entries(runs: int, batch: int, length: int, vocab: int) -> int:
+    """Entries of one epoch's Monte Carlo estimate: each of the MC_SAMPLES responses of a prompt has `length` tokens,
+    each drawn over `vocab` entries and compared by the reward with each of the prompt's `length` tokens (as sorting's
+    rewards do: the largest term, P^2 per response)."""
+    return runs * batch * MC_SAMPLES * length * (vocab + length)
+
+
+def mc_epochs_at_once(runs: int, batch: int, length: int, vocab: int, epochs: int) -> int:
+    """Epochs of the Monte Carlo estimate taken in one chunk (at least one): `CHUNK_ENTRIES` entries or one epoch."""
+    return min(epochs, max(1, CHUNK_ENTRIES // mc_entries(runs, batch, length, vocab)))
 
 
 def is_exact(vocab_size: int, length: int) -> bool:
@@ -130,7 +142,7 @@ def epoch_exploration(logits: Tensor, prompts: Tensor, reward: Callable[[Tensor,
     if not is_exact(vocab, length):
         if generators is None:
             raise ValueError("a Monte Carlo estimate needs one generator per run")
-        step = max(1, CHUNK_ENTRIES // (runs * batch * MC_SAMPLES * vocab))  # epochs per chunk
+        step = mc_epochs_at_once(runs, batch, length, vocab, epochs)
         parts = [monte_carlo_exploration(logits[:, start:start + step], prompts, reward, optimum, group_size,
                                          generators) for start in range(0, epochs, step)]
         optimal, zero = (torch.cat([part[i] for part in parts], 1) for i in range(2))

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lab.exact.exploration import CHUNK_ENTRIES, MC_SAMPLES
+from lab.exact.exploration import MC_SAMPLES, mc_epochs_at_once
 from lab.training.bounds import capped_power, check_counts
 from lab.training.config import ConfigError, TrainConfig
 from lab.exact.enumeration import LIMITS
@@ -124,7 +124,7 @@ def estimate(configs: Sequence[TrainConfig], vocab_size: int, prompt_count: int,
     explored = runs * E * B * P * vocab_size * 4  # each epoch's sampling logits, kept for the exploration metrics
     if shared.policy is PolicyKind.factorized and capped_power(vocab_size, P, LIMITS.max_responses) > \
             LIMITS.max_responses:  # its Monte Carlo estimate: MC_SAMPLES responses a prompt, each reward P x P
-        epochs_at_once = min(E, max(1, CHUNK_ENTRIES // (runs * B * MC_SAMPLES * vocab_size)))
+        epochs_at_once = mc_epochs_at_once(runs, B, P, vocab_size, E)  # as lab.exact.exploration chunks them
         explored += runs * epochs_at_once * B * MC_SAMPLES * P * (P * costs.reward_pair_bytes + costs.token_bytes)
     block += explored
     if shared.policy is PolicyKind.autoregressive:  # lab.training.kinds.Autoregressive: see its docstrings

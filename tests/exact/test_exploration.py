@@ -247,3 +247,36 @@ def test_epoch_exploration_refuses_a_monte_carlo_estimate_without_generators(mon
     with pytest.raises(ValueError, match="generator"):
         epoch_exploration(torch.zeros(1, 1, 3, 3, 5), task.prompts, task.reward_fn("distance"),
                           task.optimum("distance"), 4)
+
+
+def test_the_monte_carlo_estimate_is_the_same_in_chunks_of_any_size(monkeypatch):
+    """The Monte Carlo exploration is taken a few epochs at a time so that its responses and the reward's pairwise
+    comparisons (P^2 per response) stay at tens of MB (`mc_epochs_at_once`); each run's generator draws the epochs'
+    samples in order whatever the chunks, so the estimates are bitwise those of one chunk holding every epoch."""
+    task = make_task()
+    logits = torch.randn(2, 5, 3, 3, 5, generator=torch.Generator().manual_seed(4))  # float[run epoch batch pos vocab]
+    args = (logits, task.prompts, task.reward_fn("inclusion-ordering"), task.optimum("inclusion-ordering"), 4)
+    monkeypatch.setattr(lab.exact.exploration, "LIMITS", ExactLimits(max_responses=10))
+
+    def estimate(chunk_entries: int) -> dict[str, torch.Tensor]:
+        monkeypatch.setattr(lab.exact.exploration, "CHUNK_ENTRIES", chunk_entries)
+        return epoch_exploration(*args, [torch.Generator().manual_seed(r) for r in range(2)])
+
+    whole, one_by_one = estimate(10**12), estimate(1)
+    assert lab.exact.exploration.mc_epochs_at_once(2, 3, 3, 5, 5) < 5  # the default chunks really split the epochs
+    for name in ("optimal_prob", "zero_std_prob"):
+        assert torch.equal(whole[name], one_by_one[name]), name
+
+
+def test_a_monte_carlo_chunk_holds_the_reward_comparisons_within_the_chunk_budget():
+    """A chunk of the Monte Carlo estimate counts each response's P x (V + P) entries (its tokens drawn over V
+    entries and compared with the prompt's P tokens): at most `CHUNK_ENTRIES` of them, or one epoch where one epoch
+    is larger. A 100-token prompt used to take every epoch at once, about 3 GB for one run of 100 epochs."""
+    from lab.exact.exploration import CHUNK_ENTRIES, mc_entries, mc_epochs_at_once
+
+    for runs, length in ((1, 8), (1, 100), (50, 20), (500, 8)):
+        epochs = mc_epochs_at_once(runs, 3, length, 5, 100)
+        per_epoch = mc_entries(runs, 3, length, 5)
+        assert epochs == 1 or epochs * per_epoch <= CHUNK_ENTRIES
+        assert 1 <= epochs <= 100 and (epochs == 100 or (epochs + 1) * per_epoch > CHUNK_ENTRIES)
+    assert mc_epochs_at_once(1, 3, 100, 5, 100) == 1  # 3 x 1024 x 100 x 105 entries: one epoch already
