@@ -145,11 +145,25 @@ def test_the_estimate_counts_the_autoregressive_policy_and_its_prefix_tree():
 
 
 def test_a_huge_max_length_is_estimated_at_once_and_refused():
-    """`--max-length 99999999999` used to hang in a sum of big powers; the estimate is now a few terms."""
-    import time
-    start = time.perf_counter()
-    need = estimate([TrainConfig(policy="autoregressive", max_length=99_999_999_999)], 5, 3, 3)
-    assert time.perf_counter() - start < 0.5 and need["device"] > 10**20
+    """`--max-length 99999999999` used to hang in a sum of big powers; the estimate is now a few terms: it runs
+    under 10,000 Python lines (counted by a trace function that stops it past the bound; the sum of powers alone
+    would run one line per term, 10^11 of them)."""
+    import sys
+    lines = 0
+
+    def count(frame, event, arg):
+        nonlocal lines
+        lines += event == "line"
+        if lines > 10_000:
+            raise RuntimeError("the estimate loops over the response lengths")
+        return count
+
+    sys.settrace(count)
+    try:
+        need = estimate([TrainConfig(policy="autoregressive", max_length=99_999_999_999)], 5, 3, 3)
+    finally:
+        sys.settrace(None)
+    assert need["device"] > 10**20 and lines > 0
     one_line(CliRunner().invoke(app, ["run", "--policy", "autoregressive", "--max-length", "99999999999",
                                       "--quiet"]), "needs about", "--max-length")
 
@@ -167,8 +181,10 @@ def test_space_within_agrees_with_the_full_sum():
     (["bench", "--sweep-runs", "99999999999", "--runs", "1", "--repeats", "1"], "--sweep-runs", "--group-size"),
 ])
 def test_memory_errors_advise_the_commands_own_options(tmp_path, monkeypatch, args, advice, absent):
-    """`lab reproduce` and `lab bench` have no --group-size; the end-to-end sweep of bench is sized before any timing."""
+    """`lab reproduce` and `lab bench` have no --group-size; the end-to-end sweep of bench is sized before any timing
+    (on a machine with 16 GB available, so the message does not depend on this one's free memory)."""
     import lab.experiments.bench
+    monkeypatch.setattr(lab.training.limits, "available_memory", lambda: 16 * 10**9)
     monkeypatch.setattr(lab.experiments.bench, "lecture_baseline",
                         lambda **kwargs: (_ for _ in ()).throw(AssertionError("timing started")))
     message = one_line(CliRunner().invoke(app, args), "needs about", advice)
