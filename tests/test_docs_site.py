@@ -34,7 +34,7 @@ BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 LESSON = "notebooks/01_policy_gradient_and_baselines/"
 BROWSER_TIMEOUT_S = 120
 
-pytestmark = pytest.mark.skipif(BROWSER is None or not (SITE / "index.html").is_file(),
+needs_site = pytest.mark.skipif(BROWSER is None or not (SITE / "index.html").is_file(),
                                 reason="needs Chromium and the built site (mkdocs build --strict); .ci/run has both")
 
 
@@ -47,6 +47,27 @@ class Links(HTMLParser):
 
     def handle_starttag(self, tag, attrs):
         self.found += [value for name, value in attrs if name in ("href", "src") and value]
+
+
+class Outputs(HTMLParser):
+    """A page's rendered cell outputs: the elements of class jp-OutputArea-output, and the images among them whose
+    source is an embedded PNG (the theme's stylesheets name these classes too, so the text alone proves nothing)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outputs = 0
+        self.pictures = 0
+
+    def handle_starttag(self, tag, attrs):
+        values = dict(attrs)
+        self.outputs += "jp-OutputArea-output" in (values.get("class") or "").split()
+        self.pictures += tag == "img" and (values.get("src") or "").startswith("data:image/png;base64,")
+
+
+def outputs_of(html: str) -> Outputs:
+    parser = Outputs()
+    parser.feed(html)
+    return parser
 
 
 def links_of(html: str) -> list[str]:
@@ -92,6 +113,7 @@ def status(address: str) -> int:
         return response.status
 
 
+@needs_site
 def test_the_start_page_renders_the_readme_in_a_browser(server, tmp_path):
     dom = rendered(server, tmp_path / "profile")
     assert "GRPO sorting lab" in dom and "Two commands" in dom and "--init-scale 0.1" in dom
@@ -100,14 +122,28 @@ def test_the_start_page_renders_the_readme_in_a_browser(server, tmp_path):
     assert "Command reference" in dom and "Lessons" in dom  # the navigation
 
 
+@needs_site
 def test_a_lesson_page_renders_with_its_outputs_in_a_browser(server, tmp_path):
     dom = rendered(urljoin(server, LESSON), tmp_path / "profile")
-    assert "jp-OutputArea" in dom, "no cell outputs: the lesson was not executed at build time"
-    assert "data:image/png;base64," in dom, "no figure among the lesson's outputs"
+    outputs = outputs_of(dom)
+    assert outputs.outputs > 10, "no cell outputs: the lesson was not executed at build time"
+    assert outputs.pictures > 0, "no figure among the lesson's outputs"
     assert "not yet solved" in dom  # an exercise's check ran, as in a student's Run all
     assert "Traceback" not in dom
 
 
+def test_the_output_counter_sees_rendered_outputs_and_not_the_stylesheets_names():
+    """The rule above, on two pages: one whose stylesheet names the classes and embeds a PNG in CSS (0 outputs), one
+    with a rendered output holding a figure. Runs without Chromium."""
+    style = ('<html><style>.jp-OutputArea-output {margin: 0} .x {background: url(data:image/png;base64,AAAA)}'
+             '</style><body><div class="jp-OutputArea">no output yet</div></body></html>')
+    page = ('<html><body><div class="jp-OutputArea-output jp-RenderedImage"><img src="data:image/png;base64,AAAA">'
+            '</div></body></html>')
+    assert (outputs_of(style).outputs, outputs_of(style).pictures) == (0, 0)
+    assert (outputs_of(page).outputs, outputs_of(page).pictures) == (1, 1)
+
+
+@needs_site
 def test_every_link_of_the_two_rendered_pages_answers(server, tmp_path):
     for page in (server, urljoin(server, LESSON)):
         dom = rendered(page, tmp_path / "profile")
@@ -117,6 +153,7 @@ def test_every_link_of_the_two_rendered_pages_answers(server, tmp_path):
         assert broken == [], page
 
 
+@needs_site
 def test_every_internal_link_of_the_site_names_a_file_of_the_site():
     base = "http://site/"
     broken = []
