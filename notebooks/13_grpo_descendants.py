@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -82,7 +82,7 @@ for rho in (1.0, 1.25, 1.8):
 
 # %% [markdown]
 # At ratio 1 every weight printed is 1: at theta = theta_old all these losses have the plain policy gradient (claim
-# 45 in docs/claims.md). At 1.25 PPO's clip gives 0 and clip-higher still 1.25; at 1.8 both give 0 and CISPO its
+# 36 in docs/claims.md). At 1.25 PPO's clip gives 0 and clip-higher still 1.25; at 1.8 both give 0 and CISPO its
 # cap 1.5, while SAPO's gate at tau = 1 still gives more than 1: it takes little away at these ratios, and it
 # never reaches 0 (claims 37, 38, 40).
 #
@@ -142,12 +142,17 @@ for level in ("token", "sequence"):
     print(f"unclipped, {level} ratios: |g - g_on| / |g_on| = {((g - g_on_s).norm() / g_on_s.norm()).item():.4f}")
 
 # %% [markdown]
+# Both miss by under 1% after these small steps (lr 0.1 from the lecture's policy); in claim 39's setting (lr 1,
+# eps 0.2, random pi_old) theta moves further and both miss by more than 1%. Here GSPO's geometric mean misses by
+# more than the token ratios: neither is the product of the token ratios, and only that product, the sequence's
+# likelihood ratio, weighs the old samples into the on-policy gradient exactly (claim 39's proof checks it).
+#
 # ## 4. Trained
 #
 # The lens sees one batch. Training decides the papers' claims about whole runs: below, 4 seeds of each loss on
 # the lecture's stuck setting (init scale 1, centered deltas, 60 epochs x 10 steps), the seeds shared, so each
 # difference is paired. `lab reproduce` runs the same comparison with 20 seeds and 100 epochs and decides each
-# claim by a stated rule (RESULTS.md, "GRPO's descendants").
+# claim by a stated rule (figures/RESULTS.md, "GRPO's descendants").
 
 # %%
 SETTINGS = {"PPO clip": dict(loss="clipped"), "clip-higher": dict(loss="clipped", epsilon_high=0.014),
@@ -158,7 +163,8 @@ configs = [TrainConfig(epochs=60, delta="centered", seed=s, optimum_metrics=True
            for o in SETTINGS.values() for s in SEEDS]
 records = train(task, configs)
 reward = records.epoch_metrics["reward_exact"][:, -1].reshape(len(SETTINGS), len(SEEDS))
-entropy = records.step_metrics["entropy"][:, ::10][:, -1].reshape(len(SETTINGS), len(SEEDS))
+steps = configs[0].steps  # the step metrics hold every step: each epoch's first is its sampling policy's
+entropy = records.step_metrics["entropy"][:, ::steps][:, -1].reshape(len(SETTINGS), len(SEEDS))
 print(f"{'setting':16s} {'final E[r]':>10s} {'minus PPO (paired mean)':>24s} {'final entropy':>14s}")
 for i, name in enumerate(SETTINGS):
     print(f"{name:16s} {reward[i].mean():10.3f} {(reward[i] - reward[0]).mean():24.3f} {entropy[i].mean():14.3f}")
