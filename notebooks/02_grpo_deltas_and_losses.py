@@ -92,7 +92,7 @@ assert torch.equal(table["centered"], torch.tensor([1.0, 0.0, -1.0]))
 # - **centered** sums to zero over the group: above-average responses go up, below-average ones
 #   go down, the average one is left alone.
 # - **normalized** divides by the group std. Here the (Bessel-corrected, lecture's) std is exactly
-#   1, so it equals centered up to the $10^{-5}$; signs and order are always kept (claim 12).
+#   1, so it equals centered up to the $10^{-5}$; signs and order are always kept (claim 5).
 # - **max** rewards only the best response and says nothing about the others.
 # - **loo** is centered, stretched by $G/(G-1) = 1.5$; section 2 shows why that factor matters.
 #

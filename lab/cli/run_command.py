@@ -160,11 +160,11 @@ def run(
 
     job = prepare("run", build, options, device, out, force, quiet)
     config = job.points[0]
-    from lab.training.objective import objective, unbounded_warning
+    from lab.training.objective import objective
 
     ascends = objective(config, job.task.prompts.shape[-1])  # --kl: what the run ascends, at which beta'
-    if ascends is not None and not ascends.bounded:
-        typer.echo(unbounded_warning(), err=True)
+    if ascends is not None and ascends.warning:
+        typer.echo(ascends.warning, err=True)  # k3 in the reward (claim 35)
     records = run_with_progress(quiet, "training", config.epochs, lambda progress: train(
         job.task, config, device=job.device, progress=progress))
     diverged = records.divergence[0] if records.divergence else None  # (checked by lab.training.train)

@@ -216,7 +216,7 @@ def sweep(
 
     from lab.training.objective import objective, unbounded_warning
 
-    if any(not o.bounded for o in (objective(c, job.task.prompts.shape[-1]) for c in configs) if o is not None):
+    if any(o is not None and o.warning for o in (objective(c, job.task.prompts.shape[-1]) for c in configs)):
         typer.echo(unbounded_warning(), err=True)  # k3 in the reward (claim 35)
     from lab.experiments.bench import sweep_threads
 

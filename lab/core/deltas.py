@@ -67,7 +67,7 @@ def leave_one_out(rewards: Tensor, std_eps: float, unbiased: bool) -> Tensor:
 
 
 def unit_scale(group_size: int) -> float:
-    """s = 1: raw and leave-one-out deltas' expected update is grad J itself (claim 4)."""
+    """s = 1: raw and leave-one-out deltas' expected update is grad J itself (claims 1 and 3)."""
     return 1.0
 
 

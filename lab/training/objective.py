@@ -10,7 +10,8 @@
         k2   E[R] - beta' E[sum_t (k2 - k1)]                          beta' = beta
         k3   E[R] - beta' (KL(pi || pi_ref) - KL(pi_ref || pi))       beta' = beta: unbounded above, no maximum
     DPO (--loss dpo): pi*_beta, J_beta's optimum, is its stationary point under Bradley-Terry preferences (claim 28), none
-        under argmax preferences; its reference is pi_0, frozen
+        under argmax preferences; IPO (--dpo-loss ipo) a convex quadratic: one finite minimiser, not pi*_beta; the
+        reference is pi_0, frozen
 
 normalized, max and gae deltas have no constant s, and the autoregressive policy no constant C: no beta' then.
 A reference refreshed every kl_period epochs moves, so the objective is the one of each period.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab.core.modes import KLEstimator, KLPlacement, PolicyKind, Preference, TrainingLoss
+from lab.core.modes import DPOLoss, KLEstimator, KLPlacement, PolicyKind, Preference, TrainingLoss
 
 OBJECTIVES = {
     (KLEstimator.k3, KLPlacement.loss): ("E[R] - beta' KL(pi_ref || pi)", True),
@@ -43,10 +44,16 @@ class Objective:
     reference: str
     bounded: bool
 
+    @property
+    def warning(self) -> str | None:
+        """The line `lab run` and `lab sweep` print before training, for an objective that is unbounded above (k3 in
+        the reward); None otherwise (DPO under argmax preferences has no optimum either: its text says so)."""
+        return unbounded_warning() if not self.bounded and not self.text.startswith("DPO") else None
+
     def line(self) -> str:
         """One line for a summary or a RESULTS.md row."""
         beta = "no constant beta'" if self.beta_prime is None else f"beta' = {self.beta_prime:.4g}"
-        ascends = "" if self.text.startswith("DPO") else "ascends "  # DPO's text says what it has, not an objective
+        ascends = "" if self.text.startswith(("DPO", "IPO")) else "ascends "  # what DPO has, not an objective
         return f"{ascends}{self.text}, {beta}, reference {self.reference}"
 
     def to_dict(self) -> dict:
@@ -76,6 +83,9 @@ def objective(config, horizon: int) -> Objective | None:
     if not config.kl > 0 or config.loss in (TrainingLoss.sft, TrainingLoss.expert_iteration):
         return None
     if config.loss is TrainingLoss.dpo:
+        if config.dpo_loss is DPOLoss.ipo:
+            text = "IPO: a convex quadratic in the logits, one finite minimiser, not pi*_beta' (claim 28)"
+            return Objective(text, float(config.kl), reference_text(0), True)
         bt = config.preference is Preference.bradley_terry
         text = ("DPO: its stationary point is pi*_beta' = pi_0 exp(R / beta') / Z (claim 28)" if bt else
                 "DPO under argmax preferences: no finite optimum, the winners' margins grow without bound (claim 28)")

@@ -1,6 +1,6 @@
 """The exact lens of GRPO's descendants (lab/exact/surrogate_lens.py, issue 37): each surrogate's expected gradient
 under the old policy's samples, by enumeration, against its definition, and what it says at theta_old and after S
-steps on one batch (claim 9 in docs/claims.md; claims 36..38 for the descendants)."""
+steps on one batch (claim 9 in docs/claims.md; claims 36..39 for the descendants)."""
 
 import pytest
 import torch
@@ -88,7 +88,7 @@ def test_importance_weighting_by_the_sequence_ratio_recovers_the_on_policy_gradi
 
 @pytest.mark.parametrize("name", list(LOSSES))
 def test_at_theta_old_every_descendant_has_the_on_policy_gradient(name):
-    """Claim 9 for the descendants: at theta = theta_old every ratio is 1, and each loss's expected gradient is the
+    """Claim 36 (claim 9 for the lecture's losses): at theta = theta_old every ratio is 1, and each loss's expected gradient is the
     policy gradient (CISPO with eps_max >= 1, SAPO's gate of slope 4 sigmoid'(0) = 1, VESPO's phi(1) = 1, LUSPO's and
     GSPO's s_i = 1); the top-entropy gate keeps only its tokens' share. Mutant tried: SAPO without its 4 / tau fails."""
     old, _, responses, advantages = toy(2)
@@ -104,7 +104,7 @@ def test_at_theta_old_every_descendant_has_the_on_policy_gradient(name):
 def test_after_steps_on_one_batch_the_clip_keeps_less_of_the_on_policy_gradient_than_cispo():
     """After S = 10 steps of lr 1 on one batch of the lecture's prompts (inclusion-ordering, a random pi_old): PPO's
     clip (eps 0.2) keeps under a quarter of the on-policy gradient, clip-higher (0.28) more than PPO, and CISPO
-    (eps_max 5, never reached here) exactly the unclipped loss's share, over 80% (claims 36 and 37, MiniMax-M1's and
+    (eps_max 5, never reached here) exactly the unclipped loss's share, over 80% (claims 37 and 38, MiniMax-M1's and
     DAPO's). Mutant tried: CISPO's weight without its stop-gradient changes its share and fails the equality."""
     task = make_task()
     old = torch.randn(3, 3, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""Claim 19 (docs/proofs.md): with responses of varying length, the GRPO paper's 1/|o| makes the
+"""Claim 19 (docs/claims.md): with responses of varying length, the GRPO paper's 1/|o| makes the
 expected update point away from grad J; a constant divisor does not.
 
 Source: Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical Perspective" (Dr. GRPO),

@@ -1,4 +1,4 @@
-"""Claim 20 (docs/proofs.md): under 1/|o| normalisation the expected update lengthens wrong
+"""Claim 20 (docs/claims.md): under 1/|o| normalisation the expected update lengthens wrong
 responses whose expected deltas are negative (and shortens right ones), relative to the unbiased
 update; with positive deltas (raw partial-credit rewards) it shortens wrong responses instead.
 

@@ -1,4 +1,4 @@
-"""Claim 21 (docs/proofs.md): for an autoregressive policy, per-token KL estimates summed over an
+"""Claim 21 (docs/claims.md): for an autoregressive policy, per-token KL estimates summed over an
 on-policy response estimate the sequence KL without bias (the chain rule); on a stale response not.
 
     KL(p || r) = sum_y p(y) log p(y)/r(y) = E_{y~p} sum_q KL(p(. | y_<q) || r(. | y_<q))

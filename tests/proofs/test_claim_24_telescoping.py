@@ -51,7 +51,7 @@ def test_claim_24_with_v_pi_each_delta_is_the_tokens_own_advantage(seed, vocab, 
     """With V = V^pi, delta_t = Q^pi(s_t, a_t) - V^pi(s_t) on every response and token (so also in
     expectation), and some response has tokens of different credit, which no advantage constant over the
     response matches. Mutant: GRPO's R - b with the prompt's value b = V^pi(s_0) (what the group mean
-    estimates; not the least-variance constant, claim 1) has E[R - b | s_t, a_t] = Q^pi(s_t, a_t) - V^pi(s_0), not the token's advantage."""
+    estimates; not the least-variance constant of lesson 1) has E[R - b | s_t, a_t] = Q^pi(s_t, a_t) - V^pi(s_0), not the token's advantage."""
     toy = make_critic_toy(seed, vocab, cap)
     v_pi = exact_values.state_values(toy.policy, toy.prompts, toy.rewards)
     q_pi = exact_values.action_values(toy.policy, toy.prompts, toy.rewards)

@@ -5,7 +5,7 @@ A reward model is identified only up to a constant per prompt (claim 33). With p
 - the group modes `centered`, `normalized` and `loo` subtract a group statistic, so their deltas, and
   with them every sampled update, are exactly the gold reward's (`lab.core.deltas`);
 - `raw` deltas shift by c(x): every sampled update changes (by c(x) times the group's summed score),
-  though not its expectation, since E[grad log pi] = 0 (claim 3): raw's variance depends on c(x).
+  though not its expectation, since E[grad log pi] = 0 (claim 2): raw's variance depends on c(x).
 
 Checked on random groups in float64: the group modes' deltas agree to rounding, raw's differ by c(x).
 """

@@ -79,3 +79,26 @@ def test_settings_without_a_constant_scale_or_penalty_name_no_beta_prime():
     bounded = {(e, p): objective(TrainConfig(kl=0.1, kl_estimator=e, kl_in=p), 3).bounded
                for e in ("k1", "k2", "k3") for p in ("loss", "reward")}
     assert [k for k, b in bounded.items() if not b] == [("k3", "reward")]
+
+
+def test_only_k3_in_the_reward_warns_and_ipo_names_its_finite_minimiser(tmp_path, monkeypatch):
+    """The unbounded-objective warning (claim 35) is k3 in the reward's alone: DPO under argmax preferences has no
+    optimum either (claim 28), but its own line says so, and `lab run --loss dpo` used to print the k3 warning too.
+    IPO's loss, a convex quadratic, has one finite minimiser that is not pi*_beta (claim 28), at any preference."""
+    from typer.testing import CliRunner
+
+    from lab.cli.commands import app
+
+    k3 = objective(TrainConfig(kl=0.1, kl_estimator="k3", kl_in="reward"), 3)
+    dpo = objective(TrainConfig(loss="dpo", kl=0.1, delta="centered"), 3)
+    assert k3.warning is not None and "k3" in k3.warning and dpo.warning is None
+    assert all(objective(TrainConfig(kl=0.1, kl_estimator=e, kl_in=p), 3).warning is None
+               for e in ("k1", "k2", "k3") for p in ("loss", "reward") if (e, p) != ("k3", "reward"))
+    for preference in ("argmax", "bradley-terry"):
+        ipo = objective(TrainConfig(loss="dpo", dpo_loss="ipo", kl=0.1, preference=preference), 3)
+        assert ipo.bounded and ipo.warning is None and ipo.line().startswith("IPO: ") and "finite minimiser" in ipo.text
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["run", "--loss", "dpo", "--kl", "0.1", "--epochs", "1", "--steps", "1",
+                                      "--out", "dpo-run"])
+    assert result.exit_code == 0, result.output
+    assert "k3" not in result.output and "no finite optimum" in result.output
