@@ -363,17 +363,22 @@ def test_clipped_loss(clipped_loss):
     log_ratios = 0.6 * torch.randn(4, 6, 3, generator=draws, dtype=torch.float64)  # ratios from ~0.2 to ~5
     deltas = torch.randn(4, 6, generator=draws, dtype=torch.float64)  # both signs
     for eps in (0.2, 0.01):
-        results = []
-        for loss_fn in (clipped_loss, lambda lp, d, old, e: compute_loss(lp, d, "clipped", old, e)):
-            log_probs = (old_log_probs + log_ratios).requires_grad_(True)
-            loss = loss_fn(log_probs, deltas, old_log_probs, eps)
-            (gradient,) = torch.autograd.grad(loss, log_probs)
-            results.append((loss.detach(), gradient))
-        (yours, your_gradient), (lab_value, lab_gradient) = results
-        assert yours.shape == (), f"the loss should be a scalar, got shape {tuple(yours.shape)}"
-        assert torch.allclose(yours, lab_value), (
-            f"eps = {eps}: loss {yours.item():.6f}, the lab's {lab_value.item():.6f}")
-        assert torch.allclose(your_gradient, lab_gradient), f"eps = {eps}: the values agree but the gradients do not"
+        for shared in (False, True):  # the old log-probs a separate tensor, or computed from the same parameters
+            results = []
+            for loss_fn in (clipped_loss, lambda lp, d, old, e: compute_loss(lp, d, "clipped", old, e)):
+                log_probs = (old_log_probs + log_ratios).requires_grad_(True)
+                old = log_probs - log_ratios if shared else old_log_probs  # the same numbers either way
+                loss = loss_fn(log_probs, deltas, old, eps)
+                (gradient,) = torch.autograd.grad(loss, log_probs)
+                results.append((loss.detach(), gradient))
+            (yours, your_gradient), (lab_value, lab_gradient) = results
+            assert yours.shape == (), f"the loss should be a scalar, got shape {tuple(yours.shape)}"
+            assert torch.allclose(yours, lab_value), (
+                f"eps = {eps}: loss {yours.item():.6f}, the lab's {lab_value.item():.6f}")
+            assert torch.allclose(your_gradient, lab_gradient), (
+                f"eps = {eps}: the values agree but the gradients do not"
+                + (" when the old log-probs come from the same parameters as the new ones: which of the inputs "
+                   "may the gradient flow through?" if shared else ""))
 
 
 check("Exercise 2, the clipped loss", test_clipped_loss, clipped_loss, without=(compute_loss,));

@@ -190,8 +190,8 @@ check("Exercise 1: the loop", same_as_the_lab, my_train, without=(simple_train, 
 # %% [markdown]
 # The lab's fast engine is the same loop: for the lecture's settings with centered deltas, 100
 # epochs of 10 steps, both loops draw the same 100 batches, and their parameters end within float
-# rounding of each other (their gradients are bitwise equal; the two Adam implementations round
-# their updates differently, by about one float32 ulp per step).
+# rounding of each other (the two loops compute the same gradients and Adam steps, in float32, with
+# their operations in another order, so the last bits differ).
 
 # %%
 plain, fast = simple_train(task, TrainConfig(delta="centered")), train(task, TrainConfig(delta="centered", sample_every=1))
@@ -393,8 +393,9 @@ for reward in grid["reward"]:
 #
 # Write the classification yourself, with plain loops: `score(prompts, responses)` is a reward
 # function of the task (`int[batch pos]`, `int[batch trial pos]` -> `float[batch trial]`), `best` the
-# prompt's optimum. Try every single-token change of `response` (each position, each of the
-# `task.vocab_size` tokens) and return `"optimal"`, `"strict"`, `"flat"` or `"improvable"`.
+# prompt's optimum. Try every single-token change of `response` (each position, each token of
+# `range(task.vocab_size)` other than the one already there) and return `"optimal"`, `"strict"`,
+# `"flat"` or `"improvable"`.
 
 # %% tags=["exercise"]
 def ending_kind(score, prompt, response, best):
@@ -421,7 +422,20 @@ def ending_kind(score, prompt, response, best):
 # </details>
 
 # %%
+def table_score(values):
+    """A reward given as a table {response: value} (0 elsewhere), in the reward functions' shapes."""
+    return lambda prompts, responses: torch.tensor([[values.get(tuple(y), 0.0) for y in trial]
+                                                    for trial in responses.tolist()])
+
+
 def agrees_with_neighbour_rewards(ending_kind):
+    # hand-made endings of every kind, the strict one included (the sweep's rewards have none)
+    peaks = table_score({(1, 1): 2.0, (0, 0): 1.0})  # [0, 0]: every single change scores 0 < 1
+    ridge = table_score({(1, 1): 2.0, (0, 0): 1.0, (0, 2): 1.0})  # [0, 0]: a change to [0, 2] ties
+    for score, response, kind in ((peaks, [0, 0], "strict"), (ridge, [0, 0], "flat"), (peaks, [1, 0], "improvable"),
+                                  (peaks, [1, 1], "optimal")):
+        mine = ending_kind(score, [3, 4], response, 2.0)
+        assert mine == kind, f"a made-up reward, response {response}: yours {mine!r}, expected {kind!r}"
     for reward, kinds in ending_kinds.items():
         runs = [r for r, c in enumerate(sweep.configs) if c.delta.value == "centered" and c.reward == reward]
         for i, r in enumerate(runs):
@@ -433,6 +447,13 @@ def agrees_with_neighbour_rewards(ending_kind):
 
 
 check("Exercise 3: the kind of an ending", agrees_with_neighbour_rewards, ending_kind, without=(neighbour_rewards,));
+
+# %%
+example = torch.tensor([[1, 2, 2]])  # a response to the prompt [1, 0, 2]
+coupled = task.reward_fn("inclusion-ordering")
+own = coupled(torch.tensor([[1, 0, 2]]), example.unsqueeze(-2)).item()
+best_change = neighbour_rewards(coupled, torch.tensor([[1, 0, 2]]), example, task.vocab_size).max().item()
+print(f"[1, 2, 2] for the prompt [1, 0, 2]: scores {own:g} of 5; the best single change scores {best_change:g}")
 
 # %% [markdown]
 # The two rewards differ in kind:
@@ -525,8 +546,8 @@ print(f"after 300 supervised steps: mean log-probability of the sorted responses
 assert sorted_everywhere and log_likelihood.exp() > 0.99
 
 # %% [markdown]
-# It can: told the answer, the same policy puts almost all its mass on the sorted responses in a
-# fraction of a second. What the RL runs lack is exploration, not capacity, and from the first
+# It can: told the answer, the same policy puts almost all its mass on the sorted responses in 300
+# supervised steps. What the RL runs lack is exploration, not capacity, and from the first
 # step: at the lecture's initialisation a group almost never contains the sorted response (lesson
 # 6 measures it exactly), and the reward signal stops once the samples stop varying.
 #
@@ -537,14 +558,20 @@ assert sorted_everywhere and log_likelihood.exp() > 0.99
 # held-out prompts that are only evaluated (greedily, after each epoch), never trained on. With
 # the distance reward (whose optimum is exactly the sorted list), we compare 10 training prompts
 # with 60, out of the $5^3 = 125$ possible prompts, 10 seeds each, on the same 30 held-out
-# prompts.
+# prompts: the 10 are the first 10 of the 60, and both sweeps are evaluated on the 60-prompt task's
+# held-out set.
 
 # %%
 heldout_runs = {}
-for count in (10, 60):
-    random_task = task_from_spec("random", count=count, length=3, heldout=30, prompt_seed=0)
+wide = task_from_spec("random", count=60, length=3, heldout=30, prompt_seed=0)  # 60 prompts, 30 held out
+tasks_by_count = {10: make_task(wide.prompts[:10], wide.vocab_size, eval_prompts=wide.eval_prompts), 60: wide}
+for count, random_task in tasks_by_count.items():
     configs = build_grid(TrainConfig(delta="centered", reward="distance"), {}, seeds=10)
     heldout_runs[count] = run_sweep(random_task, configs)
+shared = {tuple(p) for p in tasks_by_count[10].eval_prompts.tolist()} & {tuple(p) for p in wide.eval_prompts.tolist()}
+seen = {tuple(p) for p in wide.prompts.tolist()} & {tuple(p) for p in wide.eval_prompts.tolist()}
+print(f"held-out prompts shared by the two sweeps: {len(shared)} of {len(wide.eval_prompts)}; "
+      f"held-out prompts among the training prompts: {len(seen)}")
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
 for ax, (count, result) in zip(axes, heldout_runs.items()):
