@@ -773,7 +773,8 @@ check("Exercise 3: the reference check", flags_the_live_reference, stays_put);
 # own $1/(BG)$ share it does not depend on $o_i$, so by the argument of lesson 2 its expected update
 # is $(1 - \tfrac{1}{BG})\nabla J$: the right direction. What it loses is variance reduction when the
 # prompts differ in difficulty, since one shared baseline cannot suit them all. On the lecture's
-# three prompts, which are about equally hard, the data cannot tell it from the group mean:
+# three prompts, which are about equally hard (their first samples' mean rewards are printed first),
+# the data cannot tell it from the group mean:
 
 # %%
 def deltas_batch_mean(rewards, mode, std_eps=1e-5, unbiased=True):
@@ -782,6 +783,8 @@ def deltas_batch_mean(rewards, mode, std_eps=1e-5, unbiased=True):
 
 settings = dict(epochs=50, delta="centered")
 correct = train(task, seeds_of(**settings))
+first = np.asarray(correct.samples[0].rewards).mean(axis=(0, 2))  # float[batch]: over seeds and the group
+print("mean reward of each prompt's first samples (20 seeds):", [round(float(x), 2) for x in first])
 with mock.patch.object(scoring, "compute_deltas", deltas_batch_mean):
     batch_baseline = train(task, seeds_of(**settings))
 print("final reward / optimum over 20 seeds: group mean", mean_interval(correct.final("reward_fraction")).text(),

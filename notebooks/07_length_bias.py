@@ -160,7 +160,7 @@ assert per_unit["seq-mean-token-mean"] > per_unit["token-mean"] > per_unit["seq-
 # ## 4. Training: lengths over time, on a task where Dr. GRPO's argument applies
 #
 # Section 3's direction needs wrong responses whose deltas are negative: with a 0/1 reward and
-# centered deltas a wrong response gets `0 - mean < 0`. (With raw deltas of the lecture's
+# centered deltas a wrong response gets `0 - mean`, below 0 whenever its group holds a right one. (With raw deltas of the lecture's
 # partial-credit reward nearly every delta is positive and the sign reverses: claim 20.) So the
 # training demo uses Dr. GRPO's own kind of setting, a 0/1 `exact-match` reward on a task the policy can
 # solve: prompts `[[0], [1]]` over a vocabulary of 2, responses up to 6 tokens, init scale 0.1, centered
