@@ -45,7 +45,7 @@ import torch
 from lab.core.dpo import dpo_loss
 from lab.exact import optimum as O
 from lab.exact.pairs import population_dpo_loss
-from lab.exact.reverse_kl import effective_beta, reverse_optimum
+from lab.exact.reverse_kl import effective_beta, reverse_objective, reverse_optimum
 from lab.exercises import check
 from lab.experiments.drift import initial_policy
 from lab.policies import make_policy, policy_from_state
@@ -82,6 +82,8 @@ for b in range(3):
           f"beta log Z = {float(BETA * O.log_partition(ref_probs, rewards, BETA)[b]):.3f}, "
           f"beta KL(pi_ref || pi*) = {float(BETA * O.kl_divergence(ref_probs, star)[b]):.3f}")
 print("E_pi*[r] per prompt:", (star * rewards).sum(-1).numpy().round(3), " best reward:", rewards.max(-1).values.numpy())
+best = rewards == rewards.max(-1, keepdim=True).values
+print("pi_ref's mass on the best responses per prompt:", [f"{float(m):.1e}" for m in (ref_probs * best).sum(-1)])
 
 # %% [markdown]
 # In each row `J(pi*)` equals `beta log Z`, and `J(pi*) - J(pi_ref)` equals `beta KL(pi_ref || pi*)`, the
@@ -119,8 +121,8 @@ print("dpo_loss at h = 0:", float(dpo_loss(zero, zero, zero, zero, BETA)[0]), " 
 #
 # Whether GRPO with a KL penalty ascends `J_beta` depends on where the penalty goes and which estimator
 # it uses (claim 14). With k1 in the reward (PPO-RLHF's penalty, verl's `use_kl_in_reward`:
-# `--kl-estimator k1 --kl-in reward`) its expected update is `grad J_beta`, times the group's scale
-# (G-1)/G for centered deltas: it aims at pi*. With k3 in the loss (the lab's default, TRL's GRPO) the
+# `--kl-estimator k1 --kl-in reward`) its expected update is `grad J_beta` times a positive scale (the
+# group's (G-1)/G for centered deltas, over the loss's token mean, as below): it aims at pi*. With k3 in the loss (the lab's default, TRL's GRPO) the
 # expected update is `s grad J - beta grad KL(pi_ref || pi)`, the gradient of another objective,
 # `E[r] - beta' KL(pi_ref || pi)` with `beta' = beta / s`: the KL the other way round. Here s is the
 # group's (G-1)/G divided by the response length C = 3: the loss averages the policy-gradient term over
@@ -184,7 +186,7 @@ def gaps(records, run):
     end = O.policy_tables(policy_from_state(records.state, run), PROMPTS, REWARD)[0].exp()
 
     def j_prime(p):
-        return (p * r).sum(-1) - prime * O.kl_divergence(ref, p)
+        return reverse_objective(p, ref, r, prime)
 
     best_j, best_prime = O.kl_regularized_objective(O.kl_regularized_optimum(ref, r, BETA), ref, r, BETA), j_prime(
         reverse_optimum(ref, r, prime))
@@ -239,7 +241,7 @@ print("  c     loss (argmax)   KL(pi_c || pi_ref)   mass off the best responses"
 for c in (0.0, 1 / BETA, 3 / BETA, 10 / BETA, 30 / BETA):
     log_pi = torch.log_softmax(log_ref + c * r, -1)
     loss = float(population_dpo_loss(log_pi, log_ref, r, BETA, "argmax"))
-    kl = float(O.kl_divergence(log_pi.exp(), log_ref.exp()))
+    kl = max(float(O.kl_divergence(log_pi.exp(), log_ref.exp())), 0.0)  # rounding leaves -1e-17 at c = 0
     print(f"{c:5.0f}   {loss:.3e}        {kl:8.3f}            {float(log_pi.exp()[~top].sum()):.2e}")
 print("-log pi_ref(best responses) =", round(float(-torch.logsumexp(log_ref[top], -1)), 3))
 
