@@ -146,6 +146,7 @@ print("centered deltas:", centered.tolist(), "  (baselines", two_states.mean(-1)
 for name, values in (("raw rewards", two_states), ("after the baseline", centered)):
     print(f"{name:>19}: std {values.std():.2f}, variance {values.var():.2f} (divide by n - 1);  "
           f"std {values.std(correction=0):.2f}, variance {values.var(correction=0):.2f} (divide by n)")
+print(f"variance reduced {two_states.var() / centered.var():.1f}-fold, the std {two_states.std() / centered.std():.1f}-fold")
 assert torch.equal(centered, torch.tensor([[1.0, -1.0], [-1.0, 1.0]]))
 assert round(two_states.std().item(), 1) == 5.3 and round(centered.std().item(), 1) == 1.2
 assert round(two_states.var().item(), 1) == 28.3 and round(centered.var().item(), 1) == 1.3

@@ -246,7 +246,7 @@ assert 1.2 < rl_d[0, :, -1].mean() / rl_d[0, :, peak].mean() < 1.5 and 0.35 < fa
 # The same steps from the shell, for a proxy of your own:
 #
 # ```
-# lab reward-model --init-scale 0.1 --size large --pairs-per-prompt 32 --seed 0 --out runs/rm
+# lab reward-model --init-scale 0.1 --size large --pairs-per-prompt 32 --steps 300 --seed 0 --out runs/rm
 # lab run --init-scale 0.1 --seed 0 --delta centered --loss clipped --reward learned:runs/rm \
 #     --kl 0.3 --kl-estimator k1 --kl-in reward --kl-period 0 --epochs 300
 # lab run --init-scale 0.1 --seed 0 --loss dpo --kl 0.05 --pairs-from runs/rm
