@@ -27,6 +27,7 @@ from lab.core.deltas import REWARD_MODES, DeltaMode, compute_deltas, parse_mode
 from lab.exact.estimators import (
     DeltaMoments,
     EnumerationTooLarge,
+    check_group_mode,
     delta_moments,
     moments_from_scores,
     resolve_method,
@@ -122,7 +123,7 @@ def gradient_diagnostics(
     """
     if isinstance(reward, str):
         reward = task.reward_fn(reward)
-    modes = [parse_mode(m) for m in modes]
+    modes = [check_group_mode(m) for m in modes]
     for G in group_sizes:
         if G < 1:
             raise ValueError(f"group sizes must be >= 1, got {G}")

@@ -35,7 +35,7 @@ import torch
 from einops import einsum
 from torch import Tensor, nn
 
-from lab.core.deltas import DeltaMode, compute_deltas, parse_mode
+from lab.core.deltas import REWARD_MODES, DeltaMode, compute_deltas, parse_mode
 from lab.core.modes import NEEDS_CRITIC
 from lab.exact.enumeration import ExactLimits, LIMITS, Reward, all_probs, all_responses, reward_table, score_matrix
 
@@ -156,6 +156,20 @@ def resolve_method(mode: DeltaMode | str, method: Method | str = Method.auto) ->
     return method
 
 
+def check_group_mode(mode: DeltaMode | str) -> DeltaMode:
+    """The mode, if its deltas are a function of one group's rewards (`lab.core.deltas.REWARD_MODES`); else a
+    ValueError saying why its moments are not one group's and which modes these moments cover."""
+    mode = parse_mode(mode)
+    covered = ", ".join(m.value for m in REWARD_MODES)
+    if mode in NEEDS_CRITIC:
+        raise ValueError(f"delta mode {mode.value!r} takes its advantages from a learned critic, not from the "
+                         f"rewards; its exact moments are lab.exact.critic_moments.gae_moments (these cover {covered})")
+    if mode not in REWARD_MODES:
+        raise ValueError(f"delta mode {mode.value!r} divides by the whole batch's standard deviation, which reads "
+                         f"every other prompt's group, so its moments are not one group's; these cover {covered}")
+    return mode
+
+
 def delta_moments(probs: Tensor, rewards: Tensor, mode: DeltaMode | str, group_size: int,
                   std_eps: float = 1e-5, unbiased: bool = True, method: Method | str = Method.auto,
                   limits: ExactLimits = LIMITS) -> DeltaMoments:
@@ -163,12 +177,9 @@ def delta_moments(probs: Tensor, rewards: Tensor, mode: DeltaMode | str, group_s
 
     `std_eps` and `unbiased` are passed to `compute_deltas` (they matter for `normalized` only).
     """
-    mode, method = parse_mode(mode), resolve_method(mode, method)
+    mode, method = check_group_mode(mode), resolve_method(mode, method)
     if group_size < 1:
         raise ValueError(f"group size must be >= 1, got {group_size}")
-    if mode in NEEDS_CRITIC:
-        raise ValueError(f"delta mode {mode.value!r} takes its advantages from a learned critic, not from the "
-                         "rewards; its exact moments are lab.exact.critic_moments.gae_moments")
     compute_deltas(torch.zeros(group_size), mode)  # the lab's own check: G = 1 has no baseline
     if method is Method.closed:
         if mode not in LINEAR_COEFFICIENTS:
@@ -184,7 +195,7 @@ def first_moment(probs: Tensor, rewards: Tensor, mode: DeltaMode | str, group_si
                  std_eps: float = 1e-5, unbiased: bool = True, limits: ExactLimits = LIMITS) -> Tensor:
     """c = E[d_1 ; o_1 = y] alone, float[batch n]: `delta_moments(...).first` without the n x n second moment
     (closed form for the linear modes, else the reward values' multisets)."""
-    mode = parse_mode(mode)
+    mode = check_group_mode(mode)
     compute_deltas(torch.zeros(group_size), mode)  # the lab's own check: G = 1 has no baseline
     if mode in LINEAR_COEFFICIENTS:
         a, b = LINEAR_COEFFICIENTS[mode](group_size)

@@ -147,7 +147,10 @@ def setting(config: TrainConfig, names: Sequence[str]) -> tuple:
 
 
 def setting_label(names: Sequence[str], point: tuple) -> str:
-    return ", ".join(f"{n}={format_value(v) if not isinstance(v, str) else v}" for n, v in zip(names, point)) or "all runs"
+    """`name=value, ...` of a grid point; a setting that does not apply to the point (None, as --epsilon-high on a
+    naive-loss point of a sweep over --loss) is left out."""
+    return ", ".join(f"{n}={format_value(v) if not isinstance(v, str) else v}" for n, v in zip(names, point)
+                     if v is not None) or "all runs"
 
 
 def batches(configs: Sequence[TrainConfig]) -> list[list[int]]:

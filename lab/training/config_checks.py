@@ -292,4 +292,4 @@ def check_loss_settings(c) -> None:
         if f.metadata.get("loss_only") and getattr(c, f.name) != f.default and f.name not in c.loss.entry.settings:
             readers = [m.value for m in TrainingLoss if f.name in m.entry.settings]
             raise ConfigError(f"{option(f.name)} applies to --loss {' or '.join(readers)} only; drop it or choose "
-                              "one of those")
+                              + ("one of those" if len(readers) > 1 else "that loss"))

@@ -44,14 +44,15 @@ class Corrections:
     def gate(self, groups, log_probs: Tensor, old_log_probs: Tensor) -> Tensor:
         """w x keep for the step, float[run batch trial pos] (log_probs: this step's, old: the epoch's first)."""
         mask = groups.mask
+        # no sampler log-probs: every run of the batch samples from the policy it trains (no lag, no mismatch)
+        sampling = old_log_probs if groups.sampling_log_probs is None else groups.sampling_log_probs
         weights = torch.ones_like(log_probs, dtype=torch.float64)
         for r, (mode, low, high) in enumerate(self.modes):
             if mode is not None:
-                weights[r] = importance_weights(old_log_probs[r].double(), groups.sampling_log_probs[r].double(),
+                weights[r] = importance_weights(old_log_probs[r].double(), sampling[r].double(),
                                                 mode, low, high, None if mask is None else mask[r])
         keep = torch.ones_like(weights[..., :1])
         if self.masking:
-            sampling = old_log_probs if groups.sampling_log_probs is None else groups.sampling_log_probs
             keep = off_policy_mask(groups.deltas.double(), log_probs.double(), sampling.double(),
                                    self.thresholds.view(-1, 1, 1, 1), mask)
         live = torch.ones_like(weights, dtype=torch.bool) if mask is None else mask

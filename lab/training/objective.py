@@ -65,6 +65,15 @@ def reference_text(kl_period: int) -> str:
     return "pi_0 (frozen)" if kl_period == 0 else f"refreshed every {kl_period} epochs"
 
 
+def reference_of(config) -> str:
+    """The reference of a policy-gradient run: frozen, refreshed every kl_period epochs, or mixed toward the policy
+    (`--sync-ref-model`, TR-DPO's phi_ref <- alpha phi + (1 - alpha) phi_ref every tau steps)."""
+    if config.sync_ref_model:
+        return (f"mixed toward the policy every {config.ref_model_sync_steps} steps "
+                f"(alpha {config.ref_model_mixup_alpha:g})")
+    return reference_text(config.kl_period)
+
+
 def effective_beta(config, horizon: int) -> float | None:
     """beta' of a policy-gradient run with beta = config.kl > 0 (module docstring); None where none exists."""
     if config.kl_in is KLPlacement.reward:
@@ -91,7 +100,7 @@ def objective(config, horizon: int) -> Objective | None:
                 "DPO under argmax preferences: no finite optimum, the winners' margins grow without bound (claim 28)")
         return Objective(text, float(config.kl), reference_text(0), bt)
     text, bounded = OBJECTIVES[config.kl_estimator, config.kl_in]
-    return Objective(text, effective_beta(config, horizon), reference_text(config.kl_period), bounded)
+    return Objective(text, effective_beta(config, horizon), reference_of(config), bounded)
 
 
 def unbounded_warning() -> str:

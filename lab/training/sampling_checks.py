@@ -78,6 +78,10 @@ def check_samplers(c) -> None:
         if c.staleness == 0 and c.sampler_temperature is None:
             raise ConfigError("--importance-sampling-correction reweighs a sampler that is not the trained policy; "
                               "add --staleness K or --sampler-temperature T (on-policy its weights are all 1)")
+        if c.staleness == 0 and c.sampler_temperature == c.temperature:
+            raise ConfigError(f"--sampler-temperature {c.sampler_temperature:g} is the policy's own --temperature, so "
+                              "the sampler is the trained policy and --importance-sampling-correction has nothing to "
+                              "reweigh; choose another --sampler-temperature or add --staleness K")
         low, high = c.importance_sampling_clip_min, c.importance_sampling_clip_max
         if low is not None and not 0 <= low < math.inf:
             raise ConfigError(f"--importance-sampling-clip-min must be >= 0 and finite, got {low!r}")

@@ -95,6 +95,18 @@ def test_bad_modes_and_group_sizes_are_refused(lecture):
         gradient_diagnostics(policy, task, "distance", ["raw"], (0,))
     with pytest.raises(ValueError, match="unknown reward"):
         gradient_diagnostics(policy, task, "nonsense")
+    for mode, reason in (("batch", "whole batch's standard deviation"), ("gae", "learned critic")):
+        with pytest.raises(ValueError, match=reason):
+            gradient_diagnostics(policy, task, "distance", [mode])
+
+
+@pytest.mark.parametrize("mode", ["batch", "gae"])
+def test_the_modes_that_are_not_one_groups_are_refused_in_one_line(tmp_path, mode):
+    """`--delta batch` is one of --delta's choices; it used to end in an IndexError traceback (its std reads every
+    prompt's group, which one group's moments do not hold). The line names the modes that are covered."""
+    result = invoke("--delta", mode, "--out", str(tmp_path / "v.png"))
+    assert_one_line_error(result, f"'{mode}'", ", ".join(m.value for m in REWARD_MODES))
+    assert not (tmp_path / "v.png").exists()
 
 
 def test_objective_summary_reports_the_exact_expected_reward(lecture):

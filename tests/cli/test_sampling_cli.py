@@ -49,6 +49,11 @@ def test_a_run_without_them_writes_none_of_them():
 
 @pytest.mark.parametrize("args, fragments", [
     (["--importance-sampling-correction", "token-mask"], ("--staleness K or --sampler-temperature",)),
+    # the sampler at the policy's own temperature is the policy: this used to end in a TypeError traceback
+    (["--sampler-temperature", "1", "--importance-sampling-correction", "token-truncate"],
+     ("is the policy's own --temperature", "nothing to reweigh")),
+    (["--temperature", "0.5", "--sampler-temperature", "0.5", "--importance-sampling-correction", "sequence-mask"],
+     ("is the policy's own --temperature",)),
     (["--staleness", "-1"], ("--staleness must be an integer >= 0",)),
     (["--sync-ref-model"], ("add --kl > 0",)),
     (["--sync-ref-model", "--kl", "0.1"], ("add --kl-period 0",)),

@@ -102,3 +102,12 @@ def test_only_k3_in_the_reward_warns_and_ipo_names_its_finite_minimiser(tmp_path
                                       "--out", "dpo-run"])
     assert result.exit_code == 0, result.output
     assert "k3" not in result.output and "no finite optimum" in result.output
+
+
+def test_a_synced_reference_is_named_as_mixed_toward_the_policy():
+    """`--sync-ref-model` moves the reference every tau steps (TR-DPO); the objective line said "pi_0 (frozen)"."""
+    synced = objective(TrainConfig(kl=0.1, kl_period=0, sync_ref_model=True, ref_model_sync_steps=2,
+                                   ref_model_mixup_alpha=0.6), 3)
+    assert synced.reference == "mixed toward the policy every 2 steps (alpha 0.6)"
+    assert objective(TrainConfig(kl=0.1, kl_period=0), 3).reference == "pi_0 (frozen)"
+    assert objective(TrainConfig(kl=0.1, kl_period=5), 3).reference == "refreshed every 5 epochs"
