@@ -206,6 +206,10 @@ def run(
 
     write_folder(job, write)
     report_divergence("run", records, [config], job.folder.out)
+    counted = records.step_metrics.get("pair_fraction")
+    if counted is not None and not diverged and not np.nanmax(counted[0]) > 0:  # DPO with nothing to train on
+        typer.echo("warning: no DPO pair counted at any step (pair_fraction 0: every online group's rewards were "
+                   "equal, or every pair was a tie under argmax preferences), so the run did not train", err=True)
     if not quiet:
         accuracy = summary["final_greedy_accuracy"]
         if "final_gold_reward_exact" in summary:

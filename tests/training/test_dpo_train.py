@@ -298,3 +298,18 @@ def test_reward_accuracy_is_zero_where_the_policy_is_the_reference():
     assert float(pair_metrics(ref_logps, ref_logps, keep, beta)["reward_accuracy"][0]) == 0.0
     ahead = ref_logps + torch.tensor([[[0.1, 0.1, 0.0, 0.0]]])
     assert float(pair_metrics(ahead, ref_logps, keep, beta)["reward_accuracy"][0]) == 1.0
+
+
+def test_a_dpo_run_with_no_pair_to_train_on_says_so(tmp_path, monkeypatch):
+    """Under exact-match at the lecture's start every group's rewards are 0: no online pair counts at any step, the
+    loss is 0 and nothing trains; the run used to end without a word. A run with pairs prints no such warning."""
+    from typer.testing import CliRunner
+
+    from lab.cli.commands import app
+
+    monkeypatch.chdir(tmp_path)
+    short = ["--loss", "dpo", "--kl", "0.1", "--epochs", "3", "--steps", "2"]
+    idle = CliRunner().invoke(app, ["run", *short, "--reward", "exact-match", "--out", "idle"])
+    assert idle.exit_code == 0 and "no DPO pair counted at any step" in idle.output
+    trained = CliRunner().invoke(app, ["run", *short, "--out", "trained"])
+    assert trained.exit_code == 0 and "no DPO pair" not in trained.output

@@ -111,3 +111,4 @@ def test_a_synced_reference_is_named_as_mixed_toward_the_policy():
     assert synced.reference == "mixed toward the policy every 2 steps (alpha 0.6)"
     assert objective(TrainConfig(kl=0.1, kl_period=0), 3).reference == "pi_0 (frozen)"
     assert objective(TrainConfig(kl=0.1, kl_period=5), 3).reference == "refreshed every 5 epochs"
+
