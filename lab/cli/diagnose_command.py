@@ -72,6 +72,9 @@ def diagnose(
             check_figure_path(out)
         if from_run is not None:
             policy, saved = load_run(from_run, need_task=prompts is None)
+        if saved is not None and task != DEFAULT_TASK and saved["name"] != task_choice(task):
+            raise ValueError(f"--task {task} is not the task of --from-run {from_run} ({saved['name']}); drop --task: "
+                             "the run's own task and prompts are diagnosed")
         if saved is not None:  # the prompts the run was trained on
             try:
                 task = make_named_task(saved["name"], saved["prompts"], saved["vocab_size"])

@@ -331,3 +331,15 @@ def test_a_policy_from_another_run_dropped_into_a_run_folder_is_refused(tmp_path
     (tmp_path / "big" / "policy.pt").write_bytes((tmp_path / "small" / "policy.pt").read_bytes())
     one_line_error(diagnose("--from-run", str(tmp_path / "big")), "policy.pt", "sha256")
     assert not os.path.exists("runs")
+
+
+def test_a_task_other_than_the_runs_own_is_refused_with_from_run(tmp_path):
+    """`--from-run` diagnoses the run's own task and prompts; a different `--task` beside it was silently ignored."""
+    run = tmp_path / "reverse-run"
+    assert CliRunner().invoke(app, ["run", "--task", "reverse", "--epochs", "2", "--steps", "1", "--quiet",
+                                    "--out", str(run)]).exit_code == 0
+    result = invoke("--from-run", str(run), "--task", "permutation", "--out", str(tmp_path / "d.png"))
+    assert_one_line_error(result, "--task permutation", "(reverse)")
+    assert not (tmp_path / "d.png").exists()
+    assert invoke("--from-run", str(run), "--task", "reverse", "--out", str(tmp_path / "d.png")).exit_code == 0
+
