@@ -215,7 +215,7 @@ def results_markdown(reproduction, experiments, exploration: dict | None = None)
            f"{records.num_runs} distinct runs trained as {_count(len(batches(records.configs)), 'batched computation')} "
            "(runs that share every shape and schedule setting train together). Settings unless stated: "
            f"{config.epochs} epochs x {config.steps} steps, G = {config.group_size}, Adam lr {config.lr:g}, "
-           "the lecture's prompts [[1,0,2],[3,2,4],[1,2,3]]. 'Final' = the last epoch (mean reward of its "
+           f"{config.dtype.value} (`--dtype`), the lecture's prompts [[1,0,2],[3,2,4],[1,2,3]]. 'Final' = the last epoch (mean reward of its "
            "samples) or the last step (KL). 'Optimal on every prompt' = the final greedy (argmax) response "
            "reaches the optimum reward on all three prompts. Intervals (`lab/experiments/intervals.py`, "
            "scipy.stats): 95% Student t over seeds for means, a paired t over seeds for differences between "

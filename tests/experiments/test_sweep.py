@@ -163,6 +163,7 @@ def test_reproduce_writes_every_figure_and_results_from_the_records(tmp_path):
                                                                     "before_rl.png", "overoptimisation.png",
                                                                     "samplers.png", "descendants.png", "RESULTS.md"])
     text = (tmp_path / "RESULTS.md").read_text()
+    assert "float32 (`--dtype`)" in text.split("\n\n")[1]  # the first paragraph names the dtype it was made in
     lecture_part, exploration_part = text.split("## Exploration", 1)
     exploration_part, length_part = exploration_part.split("## Variable length", 1)
     length_part, critic_part = length_part.split("## The critic GRPO removes", 1)
