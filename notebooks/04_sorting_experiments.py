@@ -49,7 +49,7 @@ from lab.experiments.drift import initial_policy
 from lab.exact.enumeration import all_probs, position_log_probs, reward_table
 from lab.exercises import check
 from lab.experiments.figures import draw_curves, mean_band
-from lab.experiments.intervals import difference_interval, mean_interval, t_quantile
+from lab.experiments.intervals import difference_interval, mean_interval, seed_difference, t_quantile
 from lab.core.kl import freeze, kl_estimate, reference_due
 from lab.policies.factorized import Policy
 from lab.policies import policy_from_state
@@ -588,8 +588,9 @@ fig.tight_layout()
 for count, result in heldout_runs.items():
     print(f"{count:>3} training prompts: final accuracy on them {mean_interval(result.final('greedy_accuracy')).text(2)}, "
           f"on held-out prompts {mean_interval(result.final('heldout_greedy_accuracy')).text(2)}")
-more_prompts = difference_interval(heldout_runs[60].final("heldout_greedy_accuracy"),
-                                   heldout_runs[10].final("heldout_greedy_accuracy"))
+more_prompts = seed_difference(heldout_runs[60].final("heldout_greedy_accuracy"),  # paired: the same seeds
+                               heldout_runs[10].final("heldout_greedy_accuracy"),
+                               [c.seed for c in heldout_runs[60].configs], [c.seed for c in heldout_runs[10].configs])
 print(f"held-out accuracy, 60 minus 10 training prompts: {more_prompts.text(2)}")
 assert more_prompts.low > 0
 

@@ -58,7 +58,7 @@ from lab.training.train import train
 from lab.experiments.drift import drift_from_start
 from lab.exercises import check
 from lab.experiments.figures import mean_band
-from lab.experiments.intervals import difference_interval, mean_interval
+from lab.experiments.intervals import mean_interval, seed_difference
 from lab.core.aggregation import kl_term
 from lab.core.kl import freeze
 from lab.policies.sampling import response_log_probs, sample_responses
@@ -407,13 +407,13 @@ largest = {name: max(np.abs(snapshot.deltas).max() for snapshot in records.sampl
            for name, records in (("lab", correct), ("broken", broken_run))}
 for name, value in largest.items():
     print(f"{name:>6}: largest |delta| in the sample logs = {value:,.1f}")
-less = difference_interval(broken_run.final("reward_fraction"), correct.final("reward_fraction"))
+less = seed_difference(broken_run.final("reward_fraction"), correct.final("reward_fraction"), SEEDS, SEEDS)  # paired
 print(f"final reward / optimum, broken minus lab: {less.text(3)}")
 assert largest["broken"] > 100_000 and largest["lab"] < 5 and less.high < 0
 
 # %% [markdown]
 # **Question.** The broken runs learn, but less on average (the difference of the final rewards,
-# printed with its 95% Welch interval, says how much less, and whether 20 seeds can tell), and
+# printed with its 95% interval, paired by seed, says how much less, and whether 20 seeds can tell), and
 # somewhere in the sample logs a delta of more than 100,000 appears, although every reward lies
 # between 0 and 5. A normalized delta is $(R_i - \bar R)/(\sigma + 10^{-5})$. When can it be that
 # large, and over *which* responses must $\sigma$ be computed for that to be impossible? Hint: look
@@ -789,7 +789,7 @@ with mock.patch.object(scoring, "compute_deltas", deltas_batch_mean):
     batch_baseline = train(task, seeds_of(**settings))
 print("final reward / optimum over 20 seeds: group mean", mean_interval(correct.final("reward_fraction")).text(),
       " batch mean", mean_interval(batch_baseline.final("reward_fraction")).text())
-difference = difference_interval(batch_baseline.final("reward_fraction"), correct.final("reward_fraction"))
+difference = seed_difference(batch_baseline.final("reward_fraction"), correct.final("reward_fraction"), SEEDS, SEEDS)
 print(f"batch mean minus group mean: {difference.text(3)}")
 assert not difference.excludes(0.0)
 
