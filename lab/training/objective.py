@@ -43,12 +43,14 @@ class Objective:
     beta_prime: float | None
     reference: str
     bounded: bool
+    warns: bool = False
+    """a policy-gradient objective unbounded above (k3 in the reward), which `lab run` and `lab sweep` warn of before
+    training; DPO under argmax preferences has no optimum either, but its own line says so"""
 
     @property
     def warning(self) -> str | None:
-        """The line `lab run` and `lab sweep` print before training, for an objective that is unbounded above (k3 in
-        the reward); None otherwise (DPO under argmax preferences has no optimum either: its text says so)."""
-        return unbounded_warning() if not self.bounded and not self.text.startswith("DPO") else None
+        """The line printed before training where `warns`, else None."""
+        return unbounded_warning() if self.warns else None
 
     def line(self) -> str:
         """One line for a summary or a RESULTS.md row."""
@@ -100,7 +102,7 @@ def objective(config, horizon: int) -> Objective | None:
                 "DPO under argmax preferences: no finite optimum, the winners' margins grow without bound (claim 28)")
         return Objective(text, float(config.kl), reference_text(0), bt)
     text, bounded = OBJECTIVES[config.kl_estimator, config.kl_in]
-    return Objective(text, effective_beta(config, horizon), reference_of(config), bounded)
+    return Objective(text, effective_beta(config, horizon), reference_of(config), bounded, warns=not bounded)
 
 
 def unbounded_warning() -> str:
